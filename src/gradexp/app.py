@@ -1,0 +1,95 @@
+"""The command line: Hydra composes the config, `task` runs one job of it.
+
+    python -m gradexp optimizer=adam loss=mae     one run
+    python -m gradexp -m optimizer=sgd,adam       a sweep: one MLflow parent run, a child per job
+
+Nothing heavy is imported here, so `--help`, `--cfg job` and config errors answer in about a
+second; TensorFlow and MLflow load inside the job.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from gradexp.schema import ConfigError, register_schemas
+
+EXIT_INTERRUPTED = 130  # Ctrl-C, the shell's convention (128 + SIGINT)
+EXIT_TERMINATED = 143  # SIGTERM (128 + 15)
+
+
+def resource_dir(name: str) -> Path:
+    """conf/ or experiments/: inside the installed package (wheel), else at the checkout's top."""
+    package_dir = Path(__file__).resolve().parent
+    inside = package_dir / name
+    return inside if inside.is_dir() else package_dir.parents[1] / name
+
+
+def register_experiments() -> None:
+    """Offer every experiments/NAME.yaml as `experiment=NAME` (a `# @package _global_` preset).
+
+    The presets live in their own top-level folder (not conf/experiment/), so they are handed to
+    Hydra through its ConfigStore, which is always on the search path, wheel or checkout.
+    """
+    store = ConfigStore.instance()
+    for preset in sorted(resource_dir("experiments").glob("*.yaml")):
+        store.store(group="experiment", name=preset.stem, node=OmegaConf.load(preset),
+                    package="_global_")
+
+
+def parent_run_file(sweep_dir: str | Path) -> Path:
+    """Where a sweep's MLflow parent run id is left for its jobs (they may be other processes)."""
+    return Path(sweep_dir) / ".mlflow_parent_run_id"
+
+
+def task(cfg: DictConfig) -> float:
+    """One job: run the experiment and return its final loss (what sweepers minimise)."""
+    from gradexp.console import error_line
+    from gradexp.experiment import RunFailed, Terminated, run_experiment
+
+    hydra_cfg = HydraConfig.get()
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    parent = parent_run_file(hydra_cfg.sweep.dir) if multirun else None
+    try:
+        result = run_experiment(
+            cfg,
+            run_name=cfg.tracking.run_name or hydra_cfg.job.override_dirname or "defaults",
+            launch_dir=Path(hydra_cfg.runtime.cwd),
+            hydra_dir=Path(hydra_cfg.runtime.output_dir),
+            parent_run_id=parent.read_text().strip() if parent and parent.exists() else None,
+        )
+    except (ConfigError, RunFailed) as failure:
+        error_line(str(failure))
+        if multirun and cfg.sweep.continue_on_failure:
+            return float("nan")  # the sweep goes on; its summary lists this job as FAILED
+        sys.exit(getattr(failure, "exit_code", 2))
+    except Terminated:
+        error_line("terminated (SIGTERM): the run is recorded as KILLED")
+        sys.exit(EXIT_TERMINATED)
+    except KeyboardInterrupt:
+        error_line("interrupted (Ctrl-C): the run is recorded as KILLED")
+        sys.exit(EXIT_INTERRUPTED)
+    return result.final_loss
+
+
+def main() -> None:
+    """The `gradexp` console script and `python -m gradexp`."""
+    # TensorFlow's C++ start-up chatter (CUDA probing, oneDNN notes) is noise here; its real
+    # errors still surface as Python exceptions. A person can set their own level.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    register_schemas()
+    register_experiments()
+    run = hydra.main(config_path=str(resource_dir("conf")), config_name="config",
+                     version_base="1.3")(task)
+    run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""What a person sees in the terminal: the config tree, a progress bar, the summary table."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.tree import Tree
+
+GROUPS = ("data", "model", "loss", "optimizer", "device", "trainer", "gradcheck", "tracking")
+
+
+def console() -> Console:
+    # soft_wrap: long lines (paths, links) stay whole, so they can be copied from the terminal.
+    return Console(file=sys.stdout, soft_wrap=True)
+
+
+def error_line(message: str) -> None:
+    """The one line a person reads when gradexp stops on something they can fix."""
+    Console(file=sys.stderr, soft_wrap=True, highlight=False).print(
+        f"[bold red]error:[/bold red] {message}", markup=True)
+
+
+def print_config(cfg: DictConfig, masked: Mapping[str, Any]) -> None:
+    """The composed config as a tree, one branch per group (secrets already masked)."""
+    tree = Tree("[bold]config[/bold]")
+    for group in GROUPS:
+        branch = tree.add(f"[bold cyan]{group}[/bold cyan]")
+        for key, value in masked.items():
+            if key.startswith(group + "."):
+                branch.add(f"{key[len(group) + 1:]}: {value}")
+    console().print(tree)
+
+
+def progress(total: int) -> Progress:
+    """A progress bar over epochs showing the latest loss."""
+    bar = Progress(TextColumn("[bold]epoch"), MofNCompleteColumn(), BarColumn(),
+                   TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(),
+                   console=console(), transient=False)
+    bar.add_task("train", total=total, loss="-")
+    return bar
+
+
+def print_summary(rows: Mapping[str, Any]) -> None:
+    """The end-of-run table: final loss, W and b, gradient-check verdict, where the run is."""
+    table = Table(title="gradexp run", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in rows.items():
+        if value is not None:
+            table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
+    console().print(table)
+
+
+def to_plain(cfg: DictConfig) -> dict:
+    """The resolved config as plain Python values (enums as their names)."""
+    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)

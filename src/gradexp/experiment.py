@@ -1,0 +1,302 @@
+"""One experiment, start to end: check the config, build, train, check gradients, record.
+
+    config ─> range check ─> data ─> tracker (fails fast) ─> TensorFlow: device, model, loss,
+    optimizer ─> Trainer stretches ─> gradient checks ─> metrics, plots, reports ─> RunResult
+
+`run_experiment` takes a composed config and plain values, so tests call it without a process.
+Every way a run can end leaves its MLflow run terminated: FINISHED, FAILED (with why) or KILLED.
+"""
+
+from __future__ import annotations
+
+import signal
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig
+
+from gradexp import console
+from gradexp.data import load_data
+from gradexp.schema import check_ranges
+from gradexp.tracking import (
+    MlflowTracker,
+    NullTracker,
+    flatten,
+    git_commit,
+    mask_secrets,
+    resolve_uri,
+)
+
+
+class RunFailed(Exception):
+    """The run ended FAILED for a reason a person can act on; the message is one line."""
+
+    exit_code = 1
+
+
+class Diverged(RunFailed):
+    """The loss or the gradients became NaN or infinite."""
+
+
+class GradientCheckFailed(RunFailed):
+    """A gradient check failed and `gradcheck.on_fail=fail`."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: the run ends KILLED, exit code 143."""
+
+
+@dataclass
+class RunResult:
+    final_loss: float
+    epochs: int
+    run_id: str | None = None
+    experiment_id: str | None = None
+    tracking_uri: str | None = None
+    gradcheck_passed: bool | None = None
+    scalars: dict[str, float] = field(default_factory=dict)  # W, b of a one-feature line
+    history: dict[str, np.ndarray] = field(default_factory=dict)  # per-epoch metrics
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Turn SIGTERM into an exception so the run can end KILLED and keep what it has."""
+    def handler(signum, frame):
+        raise Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (some launchers): leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def open_tracker(cfg: DictConfig, run_name: str, launch_dir: Path,
+                 parent_run_id: str | None) -> NullTracker:
+    """The MLflow run to record into (tracking=mlflow), or a tracker that records nothing."""
+    if getattr(cfg.tracking.name, "value", cfg.tracking.name) == "none":
+        return NullTracker()
+    uri = resolve_uri(cfg.tracking.uri, launch_dir)
+    tags = {"mlflow.source.git.commit": git_commit(launch_dir)}
+    return MlflowTracker(uri, cfg.tracking.experiment, run_name, parent_run_id=parent_run_id,
+                         tags=tags)
+
+
+def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: Path | None = None,
+                   hydra_dir: Path | None = None, parent_run_id: str | None = None,
+                   quiet: bool = False) -> RunResult:
+    """Train and check one configuration; record it; return the final loss and where it is."""
+    launch_dir = launch_dir or Path.cwd()
+    check_ranges(cfg)  # before anything slow: a wrong value answers in about a second
+    data = load_data(cfg.data, launch_dir)
+    params = mask_secrets(flatten(console.to_plain(cfg)))
+    if not quiet:
+        console.print_config(cfg, params)
+    tracker = open_tracker(cfg, run_name, launch_dir, parent_run_id)
+    tracker.log_params(params)
+    run = _Run(cfg, data, tracker, hydra_dir, quiet)
+    with sigterm_as_interrupt():
+        try:
+            result = run.execute()
+        except KeyboardInterrupt:
+            run.save_what_we_have("KILLED", "interrupted (Ctrl-C or SIGTERM)")
+            raise
+        except RunFailed as failure:
+            run.save_what_we_have("FAILED", str(failure))
+            raise
+        except BaseException as error:
+            run.save_what_we_have("FAILED", f"{type(error).__name__}: {error}",
+                                  traceback.format_exc())
+            raise
+    tracker.end("FINISHED")
+    return result
+
+
+class _Run:
+    """The state of one run while it trains, so every ending can save what it has."""
+
+    def __init__(self, cfg: DictConfig, data, tracker: NullTracker, hydra_dir: Path | None,
+                 quiet: bool):
+        self.cfg = cfg
+        self.data = data
+        self.tracker = tracker
+        self.hydra_dir = hydra_dir
+        self.quiet = quiet
+        self.history: dict[str, list[np.ndarray]] = {}
+        self.first_epochs: list[int] = []
+        self.checks: list = []
+
+    # ---------------------------------------------------------------- the happy path
+    def execute(self) -> RunResult:
+        import tensorflow as tf
+        from hydra.utils import instantiate
+
+        from gradexp.devices import select_device
+        from gradexp.models import build_model
+        from gradexp.trainer import Trainer
+
+        cfg = self.cfg
+        tf.random.set_seed(cfg.trainer.seed)
+        device = select_device(getattr(cfg.device.name, "value", cfg.device.name))
+        self.tracker.set_tags({"tensorflow.version": tf.__version__, "device": device.used,
+                               "device.requested": device.requested})
+        with device.scope():
+            self.model = build_model(cfg.model, self.data.n_features, self.data.n_outputs)
+            self.trainer = Trainer(
+                self.model, instantiate(cfg.loss), instantiate(cfg.optimizer), self.data,
+                batch_size=cfg.trainer.batch_size, seed=cfg.trainer.seed,
+                compile=cfg.trainer.compile, jit_compile=cfg.trainer.jit_compile)
+            epochs = cfg.trainer.epochs
+            check_epochs = self.check_schedule(epochs)
+            if 0 in check_epochs:
+                self.check_gradients(0)
+            stops = sorted(set(range(cfg.trainer.log_every, epochs, cfg.trainer.log_every))
+                           | {e for e in check_epochs if e > 0} | {epochs})
+            with console.progress(epochs) if not self.quiet else _nothing() as bar:
+                for stretch in self.trainer.train(stops):
+                    self.record(stretch)
+                    if bar is not None:
+                        bar.update(bar.task_ids[0], completed=self.trainer.epoch,
+                                   loss=f"{stretch.values['loss'][-1]:.6g}")
+                    if self.trainer.epoch in check_epochs and self.trainer.epoch > 0:
+                        self.check_gradients(self.trainer.epoch)
+            final_loss = self.trainer.evaluate()
+        scalars = {k: float(v) for k, v in self.model.scalars().items()}
+        for key, value in {"final_loss": final_loss, **{f"final_{k}": v
+                                                        for k, v in scalars.items()}}.items():
+            self.tracker.log_metric(key, value, epochs)
+        self.save_artifacts()
+        result = RunResult(final_loss, epochs, self.tracker.run_id, self.tracker.experiment_id,
+                           self.tracker.uri, self.checks[-1].passed if self.checks else None,
+                           scalars, self.merged_history())
+        if not self.quiet:
+            self.print_summary(result)
+        return result
+
+    def check_schedule(self, epochs: int) -> set[int]:
+        gc = self.cfg.gradcheck
+        if not gc.enabled:
+            return set()
+        wanted = set(range(gc.every_n_epochs, epochs, gc.every_n_epochs)) if gc.every_n_epochs \
+            else set()
+        if gc.at_start:
+            wanted.add(0)
+        if gc.at_end:
+            wanted.add(epochs)
+        return wanted
+
+    def record(self, stretch) -> None:
+        """Keep and log one stretch of epochs; stop at the first NaN or infinite value."""
+        bad_epoch = stretch.first_nonfinite_epoch()
+        if bad_epoch is not None:
+            stretch = stretch.upto(bad_epoch)
+        if len(stretch.values["loss"]):
+            self.first_epochs.append(stretch.first_epoch)
+            for key, values in stretch.values.items():
+                self.history.setdefault(key, []).append(values)
+            self.tracker.log_history(stretch.first_epoch, stretch.values)
+        if bad_epoch is not None:
+            lr = self.cfg.optimizer.learning_rate
+            self.tracker.set_tags({"gradexp.failure": "diverged",
+                                   "gradexp.failure_epoch": bad_epoch})
+            raise Diverged(
+                f"the loss or its gradient became NaN or infinite at epoch {bad_epoch}: "
+                f"the learning rate is probably too high (optimizer.learning_rate={lr}); "
+                "try a smaller one")
+
+    def check_gradients(self, epoch: int) -> None:
+        from gradexp.verification import check_training_gradients
+
+        result = check_training_gradients(self.cfg.gradcheck, self.model, self.cfg.loss,
+                                          self.data, epoch)
+        self.checks.append(result)
+        for key, value in result.metrics().items():
+            self.tracker.log_metric(key, value, epoch)
+        self.tracker.log_dict(result.to_dict(), f"gradcheck/report_epoch_{epoch:05d}.json")
+        if self.cfg.gradcheck.plots:
+            self.log_heatmaps(result)
+        if not result.passed:
+            lines = "; ".join(result.failures())
+            self.tracker.set_tags({"gradexp.gradcheck": "failed"})
+            message = f"gradient check failed at epoch {epoch}: {lines}"
+            if self.cfg.gradcheck.on_fail == "fail":
+                self.tracker.set_tags({"gradexp.failure": "gradcheck",
+                                       "gradexp.failure_epoch": epoch})
+                raise GradientCheckFailed(message)
+            if not self.quiet:
+                console.console().print(f"[yellow]warning:[/yellow] {message}")
+
+    def log_heatmaps(self, result) -> None:
+        from gradexp.plots import jacobian_heatmaps
+        from gradexp.verification import heatmap_arrays
+
+        for name, (analytical, numerical) in heatmap_arrays(result).items():
+            safe = name.replace("/", "_")
+            self.tracker.log_figure(jacobian_heatmaps(name, analytical, numerical),
+                                    f"gradcheck/heatmap_{safe}_epoch_{result.epoch:05d}.png")
+
+    # ---------------------------------------------------------------- endings
+    def merged_history(self) -> dict[str, np.ndarray]:
+        return {key: np.concatenate(parts) for key, parts in self.history.items()}
+
+    def save_artifacts(self) -> None:
+        """The resolved config, Hydra's .hydra/ files and the loss curve."""
+        from omegaconf import OmegaConf
+
+        from gradexp.plots import loss_curves
+
+        self.tracker.log_text(OmegaConf.to_yaml(self.cfg, resolve=True), "config.yaml")
+        if self.hydra_dir is not None:
+            self.tracker.log_folder(self.hydra_dir / ".hydra", ".hydra")
+        history = self.merged_history()
+        if "loss" in history and len(history["loss"]):
+            epochs = np.arange(self.first_epochs[0], self.first_epochs[0] + len(history["loss"]))
+            self.tracker.log_figure(loss_curves({"loss": (epochs, history["loss"])}),
+                                    "plots/loss_curve.png")
+
+    def save_what_we_have(self, status: str, reason: str, trace: str | None = None) -> None:
+        """On any ending but success: keep metrics and artifacts so far, then end the run."""
+        try:
+            self.tracker.set_tags({"gradexp.status_reason": reason[:5000]})
+            if trace:
+                self.tracker.log_text(trace, "error/traceback.txt")
+            self.save_artifacts()
+        finally:
+            self.tracker.end(status)
+
+    def print_summary(self, result: RunResult) -> None:
+        from gradexp.tracking import runs_view_link
+
+        verdict = None
+        if self.checks:
+            last = self.checks[-1]
+            verdict = (f"{'passed' if last.passed else 'FAILED'} "
+                       f"(max abs error {last.max_abs_error:.2g}, "
+                       f"max rel error {last.max_rel_error:.2g})")
+        rows = {"final loss": result.final_loss, **result.scalars, "epochs": result.epochs,
+                "gradient check": verdict, "mlflow run": result.run_id}
+        if result.run_id:
+            rows["mlflow ui"] = _ui_command(result.tracking_uri)
+            rows["runs view"] = runs_view_link(result.tracking_uri, result.experiment_id)
+        console.print_summary(rows)
+
+
+def _ui_command(uri: str) -> str:
+    from gradexp.tracking import redact_uri
+
+    if uri.startswith("http"):
+        return f"open {redact_uri(uri)}"
+    return f"mlflow ui --backend-store-uri {uri}"
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield None

@@ -1,0 +1,55 @@
+"""Plots (matplotlib figures, drawn off-screen): loss curves and gradient-check heat maps."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed: figures go to files and MLflow
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def loss_curves(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], title: str = "loss"):
+    """One line per name: (epochs, losses). Log scale when the loss spans decades."""
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(7, 4.5), dpi=100)
+    for name, (epochs, losses) in curves.items():
+        axes.plot(epochs, losses, label=name, linewidth=1.5)
+    values = np.concatenate([losses for _, losses in curves.values()]) if curves else np.ones(1)
+    positive = values[np.isfinite(values) & (values > 0)]
+    if positive.size and positive.max() / positive.min() > 100:
+        axes.set_yscale("log")
+    axes.set_xlabel("epoch")
+    axes.set_ylabel("loss")
+    axes.set_title(title)
+    axes.grid(alpha=0.3)
+    if len(curves) > 1:
+        axes.legend(fontsize=8)
+    figure.tight_layout()
+    return figure
+
+
+def jacobian_heatmaps(name: str, analytical: np.ndarray, numerical: np.ndarray):
+    """Analytical, numerical and their difference side by side, for one checked variable."""
+    plt = _pyplot()
+    analytical = np.atleast_2d(analytical)
+    numerical = np.atleast_2d(numerical)
+    panels = {"analytical": analytical, "numerical": numerical,
+              "analytical - numerical": analytical - numerical}
+    figure, axes = plt.subplots(1, 3, figsize=(12, 3.8), dpi=100)
+    for axis, (title, values) in zip(axes, panels.items()):
+        image = axis.imshow(values, aspect="auto", cmap="coolwarm", interpolation="nearest")
+        axis.set_title(title)
+        axis.set_xlabel("input element")
+        axis.set_ylabel("output element")
+        figure.colorbar(image, ax=axis)
+    figure.suptitle(f"Jacobian of the loss w.r.t. {name}")
+    figure.tight_layout()
+    return figure

@@ -1,0 +1,329 @@
+"""Config schemas: what every config group accepts, checked before TensorFlow loads.
+
+Each group option in conf/ starts its defaults list with its schema from here (for example
+`/schema/optimizer/adam@_here_`), so Hydra rejects a wrong type or an unknown key at composition
+and names the full key. `check_ranges` then checks the values Hydra cannot (learning_rate > 0, ...).
+Enums stand for closed choices: hydra-core 1.3 has no Literal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+
+class Activation(str, Enum):
+    relu = "relu"
+    tanh = "tanh"
+    sigmoid = "sigmoid"
+    gelu = "gelu"
+    elu = "elu"
+    softplus = "softplus"
+    swish = "swish"
+
+
+class Device(str, Enum):
+    auto = "auto"
+    cpu = "cpu"
+    gpu = "gpu"
+    mirrored = "mirrored"
+
+
+class CheckMethod(str, Enum):
+    jacobian = "jacobian"
+    probe = "probe"
+    both = "both"
+
+
+class CheckWrt(str, Enum):
+    variables = "variables"
+    inputs = "inputs"
+    both = "both"
+
+
+class OnFail(str, Enum):
+    warn = "warn"
+    fail = "fail"
+
+
+class Tracker(str, Enum):
+    mlflow = "mlflow"
+    none = "none"
+
+
+# ---------------------------------------------------------------- data
+@dataclass
+class LinearData:
+    name: str = "linear"
+    n_samples: int = 100
+    n_features: int = 1
+    slope: float = 3.0
+    intercept: float = 4.0
+    noise: float = 0.1
+    outliers: float = 0.0
+    outlier_scale: float = 10.0
+    seed: int = 0
+
+
+@dataclass
+class SineData:
+    name: str = "sine"
+    n_samples: int = 256
+    frequency: float = 1.0
+    noise: float = 0.1
+    seed: int = 0
+
+
+@dataclass
+class BlobsData:
+    name: str = "blobs"
+    n_samples: int = 300
+    n_features: int = 2
+    n_classes: int = 3
+    spread: float = 1.0
+    seed: int = 0
+
+
+@dataclass
+class CsvData:
+    name: str = "csv"
+    path: str = MISSING
+    target: str = MISSING
+
+
+# ---------------------------------------------------------------- model
+@dataclass
+class LinearModel:
+    name: str = "linear"
+    init_scale: float = 1.0
+    seed: int = 0
+
+
+@dataclass
+class MlpModel:
+    name: str = "mlp"
+    hidden: list[int] = field(default_factory=lambda: [32, 32])
+    activation: Activation = Activation.tanh
+    seed: int = 0
+
+
+@dataclass
+class BuggyLinearModel(LinearModel):
+    name: str = "buggy_linear"
+    bug_scale: float = 1.1
+
+
+# ---------------------------------------------------------------- loss
+@dataclass
+class Loss:
+    _target_: str = MISSING
+    name: str = MISSING
+
+
+@dataclass
+class HuberLoss(Loss):
+    delta: float = 1.0
+
+
+@dataclass
+class CrossEntropyLoss(Loss):
+    from_logits: bool = True
+
+
+# ---------------------------------------------------------------- optimizer
+@dataclass
+class Optimizer:
+    _target_: str = MISSING
+    name: str = MISSING
+    learning_rate: float = 0.1
+
+
+@dataclass
+class SgdOptimizer(Optimizer):
+    momentum: float = 0.0
+    nesterov: bool = False
+
+
+@dataclass
+class AdamOptimizer(Optimizer):
+    beta_1: float = 0.9
+    beta_2: float = 0.999
+    epsilon: float = 1e-7
+
+
+@dataclass
+class AdamWOptimizer(AdamOptimizer):
+    weight_decay: float = 0.004
+
+
+@dataclass
+class RmspropOptimizer(Optimizer):
+    rho: float = 0.9
+    momentum: float = 0.0
+    epsilon: float = 1e-7
+
+
+@dataclass
+class AdagradOptimizer(Optimizer):
+    initial_accumulator_value: float = 0.1
+    epsilon: float = 1e-7
+
+
+# ---------------------------------------------------------------- the rest
+@dataclass
+class DeviceConfig:
+    name: Device = Device.auto
+
+
+@dataclass
+class TrainerConfig:
+    name: str = "default"
+    epochs: int = 100
+    batch_size: int | None = None
+    seed: int = 0
+    log_every: int = 10
+    compile: bool = True
+    jit_compile: bool = False
+
+
+@dataclass
+class GradcheckConfig:
+    name: str = "default"
+    enabled: bool = True
+    method: CheckMethod = CheckMethod.probe
+    probes: int = 4
+    every_n_epochs: int | None = None
+    at_start: bool = True
+    at_end: bool = True
+    wrt: CheckWrt = CheckWrt.variables
+    on_fail: OnFail = OnFail.warn
+    dtype: str = "float64"
+    max_jacobian_size: int = 2000
+    plots: bool = True
+
+
+@dataclass
+class TrackingConfig:
+    name: Tracker = Tracker.mlflow
+    uri: str | None = None
+    experiment: str = "gradexp"
+    run_name: str | None = None
+
+
+@dataclass
+class SweepConfig:
+    skip_finished: bool = False
+    continue_on_failure: bool = True
+
+
+@dataclass
+class Config:
+    data: Any = MISSING
+    model: Any = MISSING
+    loss: Any = MISSING
+    optimizer: Any = MISSING
+    device: Any = MISSING
+    trainer: Any = MISSING
+    gradcheck: Any = MISSING
+    tracking: Any = MISSING
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+
+
+SCHEMAS: dict[str, dict[str, type]] = {
+    "data": {"linear": LinearData, "sine": SineData, "blobs": BlobsData, "csv": CsvData},
+    "model": {"linear": LinearModel, "mlp": MlpModel, "buggy_linear": BuggyLinearModel},
+    "loss": {"plain": Loss, "huber": HuberLoss, "crossentropy": CrossEntropyLoss},
+    "optimizer": {
+        "sgd": SgdOptimizer,
+        "adam": AdamOptimizer,
+        "adamw": AdamWOptimizer,
+        "rmsprop": RmspropOptimizer,
+        "adagrad": AdagradOptimizer,
+    },
+    "device": {"device": DeviceConfig},
+    "trainer": {"trainer": TrainerConfig},
+    "gradcheck": {"gradcheck": GradcheckConfig},
+    "tracking": {"tracking": TrackingConfig},
+}
+
+
+def register_schemas() -> None:
+    """Store every schema in Hydra's ConfigStore as `schema/<group>/<name>`."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    store.store(name="config_schema", node=Config)
+    for group, options in SCHEMAS.items():
+        for name, node in options.items():
+            store.store(group=f"schema/{group}", name=name, node=node)
+
+
+# ---------------------------------------------------------------- range checks
+class ConfigError(ValueError):
+    """A value a person chose that gradexp cannot use; its message is one line for them."""
+
+
+def _positive(value: Any) -> bool:
+    return value > 0
+
+
+def _at_least(minimum: int):
+    return lambda value: isinstance(value, int) and value >= minimum
+
+
+def _non_negative(value: Any) -> bool:
+    return value >= 0
+
+
+def _fraction(value: Any) -> bool:
+    return 0 <= value < 1
+
+
+def _widths(value: Any) -> bool:
+    return all(isinstance(width, int) and width >= 1 for width in value)
+
+
+# (key, check, what is accepted). A missing key (other data or model option) is skipped.
+RANGE_RULES: list[tuple[str, Any, str]] = [
+    ("optimizer.learning_rate", _positive, "must be a number > 0"),
+    ("optimizer.momentum", _non_negative, "must be a number >= 0"),
+    ("optimizer.weight_decay", _non_negative, "must be a number >= 0"),
+    ("optimizer.epsilon", _positive, "must be a number > 0"),
+    ("optimizer.beta_1", _fraction, "must be a number in [0, 1)"),
+    ("optimizer.beta_2", _fraction, "must be a number in [0, 1)"),
+    ("optimizer.rho", _fraction, "must be a number in [0, 1)"),
+    ("loss.delta", _positive, "must be a number > 0"),
+    ("trainer.epochs", _at_least(1), "must be an integer >= 1"),
+    ("trainer.batch_size", _at_least(1), "must be an integer >= 1, or null for the full batch"),
+    ("trainer.log_every", _at_least(1), "must be an integer >= 1"),
+    ("gradcheck.probes", _at_least(1), "must be an integer >= 1"),
+    ("gradcheck.every_n_epochs", _at_least(1), "must be an integer >= 1, or null for never"),
+    ("gradcheck.max_jacobian_size", _at_least(1), "must be an integer >= 1"),
+    ("data.n_samples", _at_least(2), "must be an integer >= 2"),
+    ("data.n_features", _at_least(1), "must be an integer >= 1"),
+    ("data.n_classes", _at_least(2), "must be an integer >= 2"),
+    ("data.noise", _non_negative, "must be a number >= 0"),
+    ("data.spread", _positive, "must be a number > 0"),
+    ("data.outliers", _fraction, "must be a fraction in [0, 1)"),
+    ("model.hidden", _widths, "must be a list of integers >= 1, e.g. [32,32]"),
+    ("model.init_scale", _non_negative, "must be a number >= 0"),
+]
+
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def check_ranges(cfg: DictConfig) -> None:
+    """Raise ConfigError on the first value outside its range, naming key, value and the range."""
+    for key, accepted, accepted_text in RANGE_RULES:
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not accepted(value):
+            shown = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+            raise ConfigError(f"{key}={shown}: {accepted_text}")
+    dtype = OmegaConf.select(cfg, "gradcheck.dtype", default=None)
+    if dtype is not None and dtype not in FLOAT_DTYPES:
+        raise ConfigError(f"gradcheck.dtype={dtype}: must be one of {', '.join(FLOAT_DTYPES)}")

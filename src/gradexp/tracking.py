@@ -1,0 +1,244 @@
+"""Tracking: record a run in MLflow through MlflowClient (no global "active run" state).
+
+Writes are batched (per-epoch metrics go out with log_batch, at most 1,000 a call) because every
+MLflow write to sqlite costs about 12 ms however little it carries. Writes that meet a locked sqlite
+store (several sweep jobs writing at once) are retried, not lost.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from gradexp.schema import ConfigError
+
+T = TypeVar("T")
+
+MAX_METRICS_PER_BATCH = 1000
+MAX_PARAMS_PER_BATCH = 100
+MAX_PARAM_LENGTH = 6000
+FLUSH_SECONDS = 10.0  # per-epoch metrics reach the UI at least this often during long runs
+SECRET_KEY = re.compile(r"password|passwd|token|secret|(^|[._])(api_?)?key$", re.IGNORECASE)
+MASK = "***"
+
+
+# ---------------------------------------------------------------- plain helpers
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}; lists stay whole values."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, dotted + "."))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def mask_secrets(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Values whose key looks like a secret (password, token, secret, key) become ***."""
+    return {
+        key: MASK if SECRET_KEY.search(key.rsplit(".", 1)[-1]) and value is not None else value
+        for key, value in params.items()
+    }
+
+
+def redact_uri(uri: str) -> str:
+    """The URI without credentials: http://user:pw@host -> http://***@host."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.username or parts.password:
+        host = parts.hostname or ""
+        netloc = f"{MASK}@{host}" + (f":{parts.port}" if parts.port else "")
+        return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    return uri
+
+
+def resolve_uri(uri: str | None, base_dir: Path) -> str:
+    """None -> MLflow's own default (MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in base_dir);
+    a relative sqlite path is made absolute, so sweep workers in other folders share the store."""
+    if not uri:
+        uri = os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        uri = f"sqlite:///{(base_dir / uri[len('sqlite:///'):]).resolve()}"
+    elif "://" not in uri:  # a plain folder: MLflow's file store
+        uri = str((base_dir / uri).resolve())
+    return uri
+
+
+def check_server(uri: str, timeout: float = 5.0) -> None:
+    """Fail fast (one line, no retry storm) when an http tracking server does not answer."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout):
+            pass
+    except urllib.error.HTTPError:
+        return  # something answered; MLflow will say more if it is not an MLflow server
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        raise ConfigError(
+            f"tracking.uri={redact_uri(uri)}: no MLflow server answers ({reason}); "
+            "start one (mlflow server) or use the local store (omit tracking.uri)"
+        ) from None
+
+
+def retry_locked(action: Callable[[], T], attempts: int = 30) -> T:
+    """Run `action`, retrying while sqlite says "database is locked" (parallel sweep jobs)."""
+    for attempt in range(attempts):
+        try:
+            return action()
+        except Exception as error:  # MLflow wraps sqlite's OperationalError in its own types
+            if "locked" not in str(error).lower() or attempt == attempts - 1:
+                raise
+            time.sleep(min(0.05 * 2**attempt, 2.0))
+    raise AssertionError("unreachable")
+
+
+def git_commit(folder: Path) -> str | None:
+    """The commit checked out in `folder`, when it is a git work tree."""
+    try:
+        result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True,
+                                text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip() or None if result.returncode == 0 else None
+
+
+def open_client(uri: str):
+    """An MlflowClient for `uri`, after checking that a server URI answers."""
+    check_server(uri)
+    # A dead server should fail in seconds, not after MLflow's default retries (minutes).
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def experiment_id(client, name: str) -> str:
+    """The id of experiment `name`, created if needed (two jobs may race to create it)."""
+    def get_or_create() -> str:
+        found = client.get_experiment_by_name(name)
+        if found is not None:
+            return found.experiment_id
+        try:
+            return client.create_experiment(name)
+        except Exception:
+            found = client.get_experiment_by_name(name)
+            if found is None:
+                raise
+            return found.experiment_id
+
+    return retry_locked(get_or_create)
+
+
+def runs_view_link(uri: str, exp_id: str) -> str:
+    """Where the runs of an experiment show (MLflow 3's UI opens in its GenAI view otherwise)."""
+    base = redact_uri(uri).rstrip("/") if uri.startswith("http") else "http://127.0.0.1:5000"
+    return f"{base}/#/experiments/{exp_id}/runs?workflowType=machine_learning"
+
+
+# ---------------------------------------------------------------- trackers
+class NullTracker:
+    """tracking=none: the same calls, nothing recorded."""
+
+    run_id: str | None = None
+    uri: str | None = None
+    experiment_id: str | None = None
+
+    def log_params(self, params: Mapping[str, Any]) -> None: ...
+    def log_metric(self, key: str, value: float, step: int) -> None: ...
+    def log_history(self, first_step: int, values: Mapping[str, Iterable[float]]) -> None: ...
+    def set_tags(self, tags: Mapping[str, Any]) -> None: ...
+    def log_dict(self, data: dict, artifact_file: str) -> None: ...
+    def log_text(self, text: str, artifact_file: str) -> None: ...
+    def log_figure(self, figure, artifact_file: str) -> None: ...
+    def log_folder(self, folder: Path, artifact_path: str) -> None: ...
+    def flush(self) -> None: ...
+    def end(self, status: str) -> None: ...
+
+
+class MlflowTracker(NullTracker):
+    """One MLflow run: params, buffered metrics, tags, artifacts, and its end status."""
+
+    def __init__(self, uri: str, experiment: str, run_name: str, *,
+                 parent_run_id: str | None = None, tags: Mapping[str, Any] | None = None):
+        self.uri = uri
+        self.client = open_client(uri)
+        self.experiment_id = experiment_id(self.client, experiment)
+        all_tags = {key: str(value) for key, value in (tags or {}).items() if value is not None}
+        if parent_run_id:
+            all_tags["mlflow.parentRunId"] = parent_run_id
+        run = retry_locked(lambda: self.client.create_run(
+            self.experiment_id, run_name=run_name, tags=all_tags))
+        self.run_id: str = run.info.run_id
+        self._pending: list = []
+        self._last_flush = time.monotonic()
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(key, str(value)[:MAX_PARAM_LENGTH]) for key, value in params.items()]
+        for start in range(0, len(items), MAX_PARAMS_PER_BATCH):
+            batch = items[start:start + MAX_PARAMS_PER_BATCH]
+            retry_locked(lambda batch=batch: self.client.log_batch(self.run_id, params=batch))
+
+    def log_metric(self, key: str, value: float, step: int) -> None:
+        from mlflow.entities import Metric
+
+        self._pending.append(Metric(key, float(value), int(time.time() * 1000), int(step)))
+
+    def log_history(self, first_step: int, values: Mapping[str, Iterable[float]]) -> None:
+        """Per-epoch values (step = first_step, first_step + 1, ...); written in batches."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        for key, series in values.items():
+            self._pending.extend(Metric(key, float(value), now, first_step + i)
+                                 for i, value in enumerate(series))
+        if time.monotonic() - self._last_flush > FLUSH_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        while self._pending:
+            batch = self._pending[:MAX_METRICS_PER_BATCH]
+            retry_locked(lambda batch=batch: self.client.log_batch(self.run_id, metrics=batch))
+            del self._pending[:MAX_METRICS_PER_BATCH]
+        self._last_flush = time.monotonic()
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        for key, value in tags.items():
+            if value is not None:
+                retry_locked(lambda key=key, value=value: self.client.set_tag(
+                    self.run_id, key, str(value)))
+
+    def log_dict(self, data: dict, artifact_file: str) -> None:
+        self.client.log_dict(self.run_id, data, artifact_file)
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        self.client.log_text(self.run_id, text, artifact_file)
+
+    def log_figure(self, figure, artifact_file: str) -> None:
+        import matplotlib.pyplot as plt
+
+        self.client.log_figure(self.run_id, figure, artifact_file)
+        plt.close(figure)
+
+    def log_folder(self, folder: Path, artifact_path: str) -> None:
+        if folder.is_dir():
+            self.client.log_artifacts(self.run_id, str(folder), artifact_path)
+
+    def end(self, status: str) -> None:
+        """Flush what is pending and mark the run FINISHED, FAILED or KILLED."""
+        try:
+            self.flush()
+        finally:
+            retry_locked(lambda: self.client.set_terminated(self.run_id, status))

@@ -1,0 +1,107 @@
+"""Training: GradientTape steps, many epochs per compiled call, metrics kept on the device.
+
+The trainer knows nothing about MLflow or the console. `Trainer.train(stops)` runs the epochs up to
+each stop as one call (one `tf.function` with a `tf.range` loop: no host sync inside) and yields the
+per-epoch metrics of that stretch as numpy arrays; the caller logs them, checks gradients, prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import tensorflow as tf
+
+from gradexp.data import Dataset
+from gradexp.models import Model
+
+
+@dataclass
+class EpochMetrics:
+    """Metrics of the epochs first_epoch .. first_epoch + len - 1 (step = epoch, from 0)."""
+
+    first_epoch: int
+    values: dict[str, np.ndarray]  # "loss", "grad_norm", and model scalars such as "W", "b"
+
+    @property
+    def epochs(self) -> np.ndarray:
+        return self.first_epoch + np.arange(len(self.values["loss"]))
+
+    def first_nonfinite_epoch(self) -> int | None:
+        """The first epoch whose loss or gradient norm is NaN or infinite, else None."""
+        bad = ~(np.isfinite(self.values["loss"]) & np.isfinite(self.values["grad_norm"]))
+        return int(self.epochs[np.argmax(bad)]) if bad.any() else None
+
+    def upto(self, epoch: int) -> EpochMetrics:
+        """The metrics of the epochs before `epoch` (to keep what was good before a divergence)."""
+        count = epoch - self.first_epoch
+        return EpochMetrics(self.first_epoch, {k: v[:count] for k, v in self.values.items()})
+
+
+class Trainer:
+    """Minimises `loss(y, model(x))` over `data` with a Keras optimizer."""
+
+    def __init__(self, model: Model, loss, optimizer, data: Dataset, *, batch_size: int | None,
+                 seed: int, compile: bool = True, jit_compile: bool = False):
+        self.model = model
+        self.loss = loss
+        self.optimizer = optimizer
+        self.x = tf.constant(data.x)
+        self.y = tf.constant(data.y)
+        self.n_samples = data.x.shape[0]
+        self.batch_size = min(batch_size or self.n_samples, self.n_samples)
+        self.n_batches = -(-self.n_samples // self.batch_size)
+        self.shuffle = tf.random.Generator.from_seed(seed)
+        self.epoch = 0
+        self.optimizer.build(model.params)
+        run = self._run_epochs
+        self._run = tf.function(run, jit_compile=jit_compile or None) if compile else run
+
+    def evaluate(self) -> float:
+        """The loss on the whole data set with the current parameters."""
+        return float(self.loss(self.y, self.model(self.x)))
+
+    def train(self, stops: list[int]) -> Iterator[EpochMetrics]:
+        """Train until each epoch count in `stops` (ascending), yielding each stretch's metrics."""
+        for stop in stops:
+            count = stop - self.epoch
+            if count <= 0:
+                continue
+            values = self._run(tf.constant(count, dtype=tf.int32))
+            metrics = EpochMetrics(self.epoch, {k: v.numpy() for k, v in values.items()})
+            self.epoch = stop
+            yield metrics
+
+    # ---------------------------------------------------------------- compiled parts
+    def _step(self, x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        with tf.GradientTape() as tape:
+            loss = self.loss(y, self.model(x))
+        gradients = tape.gradient(loss, self.model.params)
+        self.optimizer.apply_gradients(zip(gradients, self.model.params))
+        return loss, tf.linalg.global_norm(gradients)
+
+    def _epoch(self) -> tuple[tf.Tensor, tf.Tensor]:
+        """One pass over the data: mean batch loss and mean gradient norm."""
+        if self.n_batches == 1:
+            return self._step(self.x, self.y)
+        order = tf.argsort(self.shuffle.uniform([self.n_samples]))
+        total_loss = tf.constant(0.0)
+        total_norm = tf.constant(0.0)
+        for batch in tf.range(self.n_batches):
+            rows = order[batch * self.batch_size:(batch + 1) * self.batch_size]
+            loss, norm = self._step(tf.gather(self.x, rows), tf.gather(self.y, rows))
+            total_loss += loss
+            total_norm += norm
+        return total_loss / self.n_batches, total_norm / self.n_batches
+
+    def _run_epochs(self, count: tf.Tensor) -> dict[str, tf.Tensor]:
+        """`count` epochs; every per-epoch value stays in a TensorArray until the end."""
+        names = ["loss", "grad_norm", *self.model.scalars()]
+        # One list reassigned whole each pass: autograph carries it as the while loop's state.
+        arrays = [tf.TensorArray(tf.float32, size=count) for _ in names]
+        for i in tf.range(count):
+            loss, norm = self._epoch()
+            values = [loss, norm, *self.model.scalars().values()]
+            arrays = [array.write(i, value) for array, value in zip(arrays, values)]
+        return {name: array.stack() for name, array in zip(names, arrays)}

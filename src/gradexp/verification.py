@@ -1,0 +1,135 @@
+"""Gradient checks during a run: the runner's use of gradexp.gradcheck.
+
+Checks the training loss's gradient with respect to the model's variables (and/or the inputs, as
+seed 000 does), evaluated on a float64 copy of the parameters and data (`gradcheck.dtype`), so the
+finite differences are not drowned in float32 rounding. The variables themselves are not touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import tensorflow as tf
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from gradexp.data import Dataset
+from gradexp.gradcheck import GradCheckReport, check_gradients
+from gradexp.models import Model
+
+
+@dataclass
+class CheckResult:
+    """Every report of one check pass (one epoch), keyed "variables/probe", "inputs/jacobian"..."""
+
+    epoch: int
+    reports: dict[str, GradCheckReport] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return all(report.passed for report in self.reports.values())
+
+    @property
+    def max_abs_error(self) -> float:
+        return max((r.max_abs_error for r in self.reports.values()), default=0.0)
+
+    @property
+    def max_rel_error(self) -> float:
+        return max((r.max_rel_error for r in self.reports.values()), default=0.0)
+
+    def metrics(self) -> dict[str, float]:
+        """MLflow metrics: the overall errors and verdict, then per variable (or input)."""
+        values = {
+            "gradcheck/max_abs_error": self.max_abs_error,
+            "gradcheck/max_rel_error": self.max_rel_error,
+            "gradcheck/passed": float(self.passed),
+        }
+        for report in self.reports.values():
+            for entry in report.entries:
+                prefix = f"gradcheck/{entry.name}"
+                for key, value in (("max_abs_error", entry.max_abs_error),
+                                   ("max_rel_error", entry.max_rel_error),
+                                   ("passed", float(entry.passed))):
+                    name = f"{prefix}/{key}"
+                    worse = min if key == "passed" else max
+                    values[name] = worse(values.get(name, value), value)
+        return values
+
+    def to_dict(self) -> dict:
+        return {"epoch": self.epoch, "passed": self.passed, "max_abs_error": self.max_abs_error,
+                "max_rel_error": self.max_rel_error,
+                "reports": {key: report.to_dict() for key, report in self.reports.items()}}
+
+    def failures(self) -> list[str]:
+        """One readable line per failing input or variable."""
+        return [f"{key}: {entry.name} max abs error {entry.max_abs_error:.3g}, "
+                f"max rel error {entry.max_rel_error:.3g}"
+                for key, report in self.reports.items()
+                for entry in report.entries if not entry.passed]
+
+
+def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig,
+                             data: Dataset, epoch: int) -> CheckResult:
+    """Run the checks `gradcheck` asks for on the current parameters."""
+    dtype = tf.as_dtype(cfg.dtype)
+    x = tf.constant(data.x, dtype)
+    y = tf.constant(data.y, dtype)
+    loss = instantiate(loss_cfg, dtype=cfg.dtype)
+    params = [tf.constant(v.numpy(), dtype) for v in model.params]
+    names = [v.name.split(":")[0] for v in model.params]
+    method = getattr(cfg.method, "value", cfg.method)
+    wrt = getattr(cfg.wrt, "value", cfg.wrt)
+    options = {"probes": cfg.probes, "dtype": cfg.dtype, "max_jacobian_size": cfg.max_jacobian_size}
+
+    targets: list[tuple[str, Callable, list[tf.Tensor], list[str]]] = []
+    if wrt in ("variables", "both"):
+        targets.append(("variables", lambda *ps: loss(y, model.apply(list(ps), x)), params, names))
+    if wrt in ("inputs", "both"):
+        targets.append(("inputs", lambda xs: loss(y, model.apply(params, xs)), [x], ["inputs"]))
+
+    result = CheckResult(epoch)
+    for target, function, xs, xs_names in targets:
+        if method in ("probe", "both"):
+            result.reports[f"{target}/probe"] = check_gradients(
+                function, xs, method="probe", names=xs_names, **options)
+        if method == "jacobian":
+            result.reports[f"{target}/jacobian"] = check_gradients(
+                function, xs, method="jacobian", names=xs_names, **options)
+        elif method == "both":
+            small = [i for i, t in enumerate(xs) if int(tf.size(t)) <= cfg.max_jacobian_size]
+            if small:
+                result.reports[f"{target}/jacobian"] = check_gradients(
+                    _only(function, xs, small), [xs[i] for i in small], method="jacobian",
+                    names=[xs_names[i] for i in small], **options)
+    return result
+
+
+def _only(function: Callable, xs: list[tf.Tensor], varying: list[int]) -> Callable:
+    """`function` of the inputs at positions `varying` only, the others held at their values."""
+    def partial(*values):
+        full = list(xs)
+        for position, value in zip(varying, values):
+            full[position] = value
+        return function(*full)
+
+    return partial
+
+
+def heatmap_arrays(result: CheckResult) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """(analytical, numerical) per variable checked by the Jacobian method, shaped for a picture:
+    a scalar loss's one-row Jacobian is folded back into the variable's own 2-D shape."""
+    arrays = {}
+    for key, report in result.reports.items():
+        if not key.endswith("/jacobian"):
+            continue
+        for entry in report.entries:
+            if entry.analytical is None:
+                continue
+            analytical, numerical = np.asarray(entry.analytical), np.asarray(entry.numerical)
+            shape = tuple(entry.shape)
+            if analytical.shape[0] == 1 and len(shape) == 2:
+                analytical, numerical = analytical.reshape(shape), numerical.reshape(shape)
+            arrays[entry.name] = (analytical, numerical)
+    return arrays
