@@ -64,6 +64,7 @@ def task(cfg: DictConfig) -> float:
             launch_dir=Path(hydra_cfg.runtime.cwd),
             hydra_dir=Path(hydra_cfg.runtime.output_dir),
             parent_run_id=parent.read_text().strip() if parent and parent.exists() else None,
+            show_config=not multirun,  # a sweep's jobs differ only in what Hydra prints per job
         )
     except (ConfigError, RunFailed) as failure:
         error_line(str(failure))

@@ -50,7 +50,7 @@ def print_summary(rows: Mapping[str, Any]) -> None:
     """The end-of-run table: final loss, W and b, gradient-check verdict, where the run is."""
     table = Table(title="gradexp run", show_header=False, title_justify="left")
     table.add_column(style="bold")
-    table.add_column()
+    table.add_column(overflow="fold")
     for key, value in rows.items():
         if value is not None:
             table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))

@@ -92,13 +92,13 @@ def open_tracker(cfg: DictConfig, run_name: str, launch_dir: Path,
 
 def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: Path | None = None,
                    hydra_dir: Path | None = None, parent_run_id: str | None = None,
-                   quiet: bool = False) -> RunResult:
+                   quiet: bool = False, show_config: bool = True) -> RunResult:
     """Train and check one configuration; record it; return the final loss and where it is."""
     launch_dir = launch_dir or Path.cwd()
     check_ranges(cfg)  # before anything slow: a wrong value answers in about a second
     data = load_data(cfg.data, launch_dir)
     params = mask_secrets(flatten(console.to_plain(cfg)))
-    if not quiet:
+    if show_config and not quiet:
         console.print_config(cfg, params)
     tracker = open_tracker(cfg, run_name, launch_dir, parent_run_id)
     tracker.log_params(params)
@@ -144,6 +144,8 @@ class _Run:
         from gradexp.trainer import Trainer
 
         cfg = self.cfg
+        # Each job builds a fresh model and so a fresh tf.function: retracing is expected here.
+        tf.get_logger().setLevel("ERROR")
         tf.random.set_seed(cfg.trainer.seed)
         device = select_device(getattr(cfg.device.name, "value", cfg.device.name))
         self.tracker.set_tags({"tensorflow.version": tf.__version__, "device": device.used,
@@ -283,10 +285,12 @@ class _Run:
                        f"max rel error {last.max_rel_error:.2g})")
         rows = {"final loss": result.final_loss, **result.scalars, "epochs": result.epochs,
                 "gradient check": verdict, "mlflow run": result.run_id}
-        if result.run_id:
-            rows["mlflow ui"] = _ui_command(result.tracking_uri)
-            rows["runs view"] = runs_view_link(result.tracking_uri, result.experiment_id)
         console.print_summary(rows)
+        if result.run_id:
+            link = runs_view_link(result.tracking_uri, result.experiment_id)
+            out = console.console()
+            out.print(f"open the MLflow UI: {_ui_command(result.tracking_uri)}", highlight=False)
+            out.print(f"then this experiment's runs: {link}", highlight=False)
 
 
 def _ui_command(uri: str) -> str:

@@ -124,10 +124,11 @@ def print_sweep(rows: list[dict[str, Any]], tracker) -> None:
 
     table = Table(title=f"sweep {tracker.run_id}", title_justify="left")
     for column in ("run", "status", "final loss", "gradient check"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(row["run_name"], row["status"], f"{row['final_loss']:.6g}",
                       row["gradcheck"] or "-")
     out = console()
     out.print(table)
-    out.print(f"compare the runs: {runs_view_link(tracker.uri, tracker.experiment_id)}")
+    out.print(f"compare the runs: {runs_view_link(tracker.uri, tracker.experiment_id)}",
+              highlight=False)

@@ -1,0 +1,96 @@
+"""Config composition: every group option composes and names itself; wrong input is refused
+before TensorFlow loads, naming the key and what is accepted."""
+
+from __future__ import annotations
+
+import pytest
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from conftest import CONF, compose_config
+from gradexp.schema import ConfigError, check_ranges
+
+GROUPS = ["data", "model", "loss", "optimizer", "device", "trainer", "gradcheck", "tracking"]
+OPTIONS = [(group, path.stem) for group in GROUPS for path in sorted((CONF / group).glob("*.yaml"))]
+
+
+def test_every_group_has_its_documented_options():
+    names = {group: {o for g, o in OPTIONS if g == group} for group in GROUPS}
+    assert names["data"] == {"linear", "sine", "blobs", "csv"}
+    assert names["model"] >= {"linear", "mlp", "buggy_linear"}
+    assert names["loss"] == {"mse", "mae", "huber", "log_cosh", "binary_crossentropy",
+                             "categorical_crossentropy"}
+    assert names["optimizer"] == {"sgd", "momentum", "adam", "adamw", "rmsprop", "adagrad",
+                                  "nadam"}
+    assert names["device"] == {"auto", "cpu", "gpu", "mirrored"}
+    assert names["gradcheck"] >= {"off", "default"}
+    assert names["tracking"] == {"mlflow", "none"}
+
+
+@pytest.mark.parametrize(("group", "option"), OPTIONS)
+def test_every_option_composes_and_sets_name(group, option):
+    extra = ["data.path=x.csv", "data.target=y"] if (group, option) == ("data", "csv") else []
+    cfg = compose_config(f"{group}={option}", *extra)
+    name = cfg[group].name
+    assert getattr(name, "value", name) == option
+    check_ranges(cfg)
+
+
+def test_defaults_are_seed_004():
+    cfg = compose_config()
+    assert (cfg.data.name, cfg.model.name, cfg.loss.name, cfg.optimizer.name) == (
+        "linear", "linear", "mse", "sgd")
+    assert cfg.optimizer.learning_rate == 0.1
+    assert cfg.trainer.epochs == 100 and cfg.trainer.batch_size is None
+    assert (cfg.data.slope, cfg.data.intercept, cfg.data.noise, cfg.data.n_samples) == (
+        3.0, 4.0, 0.1, 100)
+    assert cfg.tracking.uri is None and cfg.tracking.experiment == "gradexp"
+
+
+def test_every_optimizer_has_a_learning_rate_that_can_be_overridden():
+    for _, option in [o for o in OPTIONS if o[0] == "optimizer"]:
+        cfg = compose_config(f"optimizer={option}", "optimizer.learning_rate=0.005")
+        assert cfg.optimizer.learning_rate == 0.005
+
+
+@pytest.mark.parametrize(("override", "key"), [
+    ("optimizer.learning_rate=abc", "optimizer.learning_rate"),
+    ("trainer.epochs=1.5", "trainer.epochs"),
+    ("model.activation=banana", "model.activation"),
+    ("device=tpu", "device"),
+])
+def test_wrong_types_and_options_fail_at_composition_naming_the_key(override, key):
+    extra = ["model=mlp"] if override.startswith("model.") else []
+    with pytest.raises(ConfigCompositionException) as failure:
+        compose_config(*extra, override)
+    text = str(failure.value) + str(failure.value.__cause__)
+    assert key in text
+
+
+def test_unknown_key_is_refused():
+    with pytest.raises(ConfigCompositionException, match="trainer.epoch"):
+        compose_config("trainer.epoch=5")
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("trainer.epochs=0", "trainer.epochs=0: must be an integer >= 1"),
+    ("optimizer.learning_rate=-1", "optimizer.learning_rate=-1.0: must be a number > 0"),
+    ("trainer.batch_size=0", "trainer.batch_size=0: must be an integer >= 1"),
+    ("data.noise=-0.5", "data.noise=-0.5: must be a number >= 0"),
+    ("gradcheck.probes=0", "gradcheck.probes=0: must be an integer >= 1"),
+])
+def test_out_of_range_values_name_key_value_and_range(override, message):
+    with pytest.raises(ConfigError) as failure:
+        check_ranges(compose_config(override))
+    assert str(failure.value).startswith(message)
+
+
+def test_mlp_widths_are_checked():
+    with pytest.raises(ConfigError, match=r"model.hidden=\[8, 0\]: must be a list of integers"):
+        check_ranges(compose_config("model=mlp", "model.hidden=[8,0]"))
+
+
+def test_composed_config_round_trips_to_yaml():
+    cfg = compose_config("optimizer=adam", "loss=huber")
+    text = OmegaConf.to_yaml(cfg)
+    assert "_target_: keras.optimizers.Adam" in text and "delta: 1.0" in text

@@ -1,0 +1,405 @@
+"""Tests for gradexp.gradcheck: right gradients pass, planted wrong ones are caught and located.
+
+Wrong gradients are planted with tf.custom_gradient, so the forward function is right and only
+the backward is wrong, which is exactly what a gradient checker must see. Inputs are drawn away
+from kinks (|x| at 0, Huber at delta) so finite differences are valid there.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+try:
+    import gradexp.gradcheck  # noqa: F401
+except ImportError:  # running from a checkout without `pip install -e .`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from gradexp.gradcheck import (  # noqa: E402
+    GradCheckEntry,
+    GradCheckReport,
+    check_gradients,
+    check_variables,
+    miss_probability,
+)
+
+METHODS = ["jacobian", "probe"]
+
+
+def away_from_zero(rng: np.random.Generator, shape, low: float = 0.3, high: float = 1.5):
+    """Random values with |x| in [low, high]: no sampling into kinks at 0."""
+    return rng.choice([-1.0, 1.0], size=shape) * rng.uniform(low, high, size=shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Correct gradients pass
+
+
+def _mlp(x, w1, b1, w2):
+    return tf.nn.softplus(tf.matmul(tf.tanh(tf.matmul(x, w1) + b1), w2))
+
+
+@tf.custom_gradient
+def _good_softplus(x):
+    def grad(up):
+        return up * tf.sigmoid(x)
+
+    return tf.nn.softplus(x), grad
+
+
+def _correct_cases(rng: np.random.Generator, dtype: str = "float64") -> dict:
+    """name -> (f, xs). Keras losses compute in their own dtype, so they get the test's."""
+    losses = keras.losses
+    labels = np.eye(4)[rng.integers(0, 4, size=5)]
+    target = rng.standard_normal((6, 3))
+    residual = away_from_zero(rng, (6, 3), 0.2, 0.8)  # Huber/MAE kinks at |r| = 1 and 0
+    a = 3.0 * np.eye(4) + 0.3 * rng.standard_normal((4, 4))  # well conditioned
+    return {
+        "matmul": (tf.matmul, [rng.standard_normal((4, 3)), rng.standard_normal((3, 5))]),
+        "mlp tanh/softplus": (_mlp, [rng.standard_normal((5, 3)), rng.standard_normal((3, 6)),
+                                     rng.standard_normal(6), rng.standard_normal((6, 2))]),
+        "keras mse": (losses.MeanSquaredError(dtype=dtype), [target, rng.standard_normal((6, 3))]),
+        "keras huber": (lambda p: losses.Huber(delta=1.0, dtype=dtype)(target, p),
+                        [target + residual]),
+        "keras huber (linear part)": (lambda p: losses.Huber(delta=0.1, dtype=dtype)(target, p),
+                                      [target + residual]),
+        "keras mae away from kinks": (
+            lambda p: losses.MeanAbsoluteError(dtype=dtype)(target, p), [target + residual]),
+        "keras log_cosh": (losses.LogCosh(dtype=dtype), [target, rng.standard_normal((6, 3))]),
+        "keras cce from logits": (
+            lambda z: losses.CategoricalCrossentropy(from_logits=True, dtype=dtype)(labels, z),
+            [2.0 * rng.standard_normal((5, 4))],
+        ),
+        "softmax ce per example": (
+            lambda z: tf.nn.softmax_cross_entropy_with_logits(labels, z),
+            [2.0 * rng.standard_normal((5, 4))],
+        ),
+        "right custom gradient": (lambda x: _good_softplus(x) * 2.0, [rng.standard_normal(7)]),
+        "linalg inv": (tf.linalg.inv, [a]),
+        "linalg solve": (tf.linalg.solve, [a, rng.standard_normal((4, 2))]),
+    }
+
+
+CORRECT = list(_correct_cases(np.random.default_rng(0)))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("case", CORRECT)
+def test_correct_gradients_pass(case, method, dtype):
+    f, xs = _correct_cases(np.random.default_rng(0), dtype)[case]
+    report = check_gradients(f, [np.asarray(x, dtype) for x in xs], method=method)
+    assert report.passed, str(report)
+    assert report.dtype_used == dtype
+    assert all(e.checked and e.passed for e in report.entries)
+    # No accidental pass by huge tolerances: the errors seen are far below a real bug's.
+    assert report.max_rel_error < (1e-6 if dtype == "float64" else 1e-2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Wrong gradients are caught, by both methods, on the right input
+
+
+def _planted(forward, backward):
+    """forward(x) with a hand-written backward(x, upstream): the way real bugs get in."""
+
+    @tf.custom_gradient
+    def op(x):
+        return forward(x), lambda up: backward(x, up)
+
+    return op
+
+
+scaled_1pct = _planted(tf.square, lambda x, up: up * 2.0 * x * 1.01)
+tanh_3pct = _planted(tf.tanh, lambda x, up: up * (1.0 - tf.tanh(x) ** 2) * 1.03)
+sign_flipped = _planted(tf.sin, lambda x, up: -up * tf.cos(x))
+missing_term = _planted(lambda x: x * tf.sin(x), lambda x, up: up * x * tf.cos(x))
+ignores_upstream = _planted(tf.square, lambda x, up: 2.0 * x)
+ignores_upstream_loss = _planted(tf.reduce_sum, lambda x, up: tf.ones_like(x))
+negative_branch = _planted(
+    lambda x: tf.where(x > 0, x, 0.1 * x),
+    lambda x, up: up * tf.where(x > 0, tf.ones_like(x), 0.2 * tf.ones_like(x)),
+)
+
+
+def _one_wrong_element(n: int, index: int):
+    mask = np.zeros(n)
+    mask[index] = 1.0
+    return _planted(tf.square, lambda x, up: up * 2.0 * x * (1.0 + mask.reshape(x.shape)))
+
+
+def _matmul_bad_grad(wrong):
+    """a @ b whose gradient for a is wrong(correct gradient); b's gradient is right."""
+
+    @tf.custom_gradient
+    def mm(a, b):
+        def grad(up):
+            return (wrong(tf.matmul(up, b, transpose_b=True)),
+                    tf.matmul(a, up, transpose_a=True))
+
+        return tf.matmul(a, b), grad
+
+    return mm
+
+
+_transposed = _matmul_bad_grad(tf.transpose)
+_layout = _matmul_bad_grad(lambda g: tf.reshape(tf.transpose(g), tf.shape(g)))
+
+
+def _bug_cases(rng: np.random.Generator) -> dict:
+    """name -> (f, xs, name of the wrong input, flat index of a wrong element or None)."""
+    x = away_from_zero(rng, 12)
+    w = rng.standard_normal((5, 3))
+    x32 = rng.standard_normal((4, 5)).astype(np.float32)
+    a = rng.standard_normal((4, 4))
+    c = rng.standard_normal((4, 3))
+    return {
+        "1% scale error (float64)": (lambda x, w: tf.reduce_sum(scaled_1pct(x) * w[0, 0]),
+                                     [x, w], "x0", None),
+        "3% error (float32)": (lambda x, w: tf.reduce_mean(tanh_3pct(tf.matmul(x, w))),
+                               [x32, w.astype(np.float32)], None, None),
+        "sign flip": (lambda x: sign_flipped(x) * 3.0, [x], "x0", None),
+        "missing term": (lambda x: tf.reduce_sum(missing_term(x)), [x], "x0", None),
+        "ignores upstream, vector output": (ignores_upstream, [x], "x0", None),
+        "ignores upstream, scalar output": (ignores_upstream_loss, [x], "x0", None),
+        "negative branch only": (lambda x: tf.reduce_sum(negative_branch(x) ** 2), [x], "x0",
+                                 None),
+        "one wrong element of 300": (lambda x: tf.reduce_sum(_one_wrong_element(300, 123)(x)),
+                                     [away_from_zero(rng, 300)], "x0", 123),
+        "transposed gradient, square": (lambda a, c: tf.reduce_sum(_transposed(a, c) ** 2),
+                                        [a, c], "x0", None),
+        "mis-laid-out gradient, non-square": (
+            lambda a, c: tf.reduce_sum(_layout(a, c) * np.arange(6.0).reshape(2, 3)),
+            [rng.standard_normal((2, 4)), c], "x0", None,
+        ),
+        "wrong-shaped gradient": (lambda a: tf.reduce_sum(_transposed(a, c[:3, :2]) ** 2),
+                                  [rng.standard_normal((4, 3))], "x0", None),
+    }
+
+
+BUGS = list(_bug_cases(np.random.default_rng(1)))
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("case", BUGS)
+def test_wrong_gradients_are_caught(case, method):
+    f, xs, wrong_input, wrong_index = _bug_cases(np.random.default_rng(1))[case]
+    report = check_gradients(f, xs, method=method)
+    assert not report.passed, str(report)
+    failed = [e.name for e in report.failed_entries]
+    if wrong_input is not None:
+        assert failed == [wrong_input], str(report)
+    if wrong_index is not None:
+        entry = report.failed_entries[0]
+        assert entry.worst_input_index == (wrong_index,), str(report)
+        assert entry.worst_output_index == ()
+    assert f"FAIL  {failed[0]}" in str(report)
+
+
+def test_ignored_upstream_at_a_scalar_loss_is_named():
+    """One-hot cotangents (what tf.test.compute_gradient uses) cannot see this bug."""
+    x = away_from_zero(np.random.default_rng(2), 5)
+    (theoretical,), (numerical,) = tf.test.compute_gradient(ignores_upstream_loss, [x])
+    np.testing.assert_allclose(theoretical, numerical, rtol=1e-6)  # TF alone: looks right
+    for method in METHODS:
+        report = check_gradients(ignores_upstream_loss, [x], method=method)
+        assert not report.passed
+        assert report.entries[0].linearity_error > 1
+        assert "not linear in its upstream gradient" in str(report)
+
+
+def test_probe_finds_one_wrong_element_among_20000():
+    n, bad = 20_000, 13_579
+    x = away_from_zero(np.random.default_rng(3), n)
+    wrong = _one_wrong_element(n, bad)
+    report = check_gradients(lambda x: tf.reduce_sum(wrong(x)), [x], method="probe")
+    entry = report.entries[0]
+    assert not report.passed
+    assert entry.worst_input_index == (bad,)
+    assert entry.worst_numerical == pytest.approx(2 * x[bad], rel=1e-6)
+    assert entry.worst_analytical == pytest.approx(4 * x[bad], rel=1e-6)
+    assert report.function_evaluations < 200  # bisection, not 2 x 20,000 evaluations
+    assert f"x0[{bad}]" in str(report)
+    # The same function with the right gradient passes.
+    assert check_gradients(lambda x: tf.reduce_sum(x * x), [x]).passed
+
+
+def test_probe_names_the_output_element_of_a_vector_function():
+    x = away_from_zero(np.random.default_rng(4), (3, 4))
+    wrong = _one_wrong_element(12, 7)
+    report = check_gradients(lambda x: wrong(x) * 2.0, [x], method="probe")
+    entry = report.entries[0]
+    assert entry.worst_input_index == (1, 3)
+    assert entry.worst_output_index == (1, 3)
+    assert entry.worst_numerical == pytest.approx(4 * x[1, 3], rel=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# Options, report, cost
+
+
+def test_jacobian_refuses_large_inputs_and_suggests_probe():
+    x = np.ones(20_001)
+    with pytest.raises(ValueError, match='method="probe"') as info:
+        check_gradients(tf.reduce_sum, [x], method="jacobian")
+    assert "20,001" in str(info.value)
+    small = check_gradients(tf.reduce_sum, [x[:50]], method="jacobian", max_jacobian_size=50)
+    assert small.passed
+
+
+def test_jacobian_entries_keep_both_jacobians_for_plots():
+    x, w = np.random.default_rng(5).standard_normal((2, 3)), np.ones((3, 4))
+    report = check_gradients(tf.matmul, [x, w], method="jacobian")
+    entry = report.entries[1]
+    assert entry.analytical.shape == entry.numerical.shape == (8, 12)
+    np.testing.assert_allclose(entry.analytical, entry.numerical, atol=1e-8)
+    assert "analytical" not in entry.to_dict()
+    probe = check_gradients(tf.matmul, [x, w], method="probe")
+    assert probe.entries[1].analytical is None
+
+
+def test_report_is_json_ready_and_readable():
+    f, xs, _, _ = _bug_cases(np.random.default_rng(1))["wrong-shaped gradient"]
+    shape_bug = check_gradients(f, xs, method="probe")
+    x = away_from_zero(np.random.default_rng(6), 4)
+    report = check_gradients(lambda x, y: tf.reduce_sum(sign_flipped(x) * y), [x, x],
+                             names=["weights", "bias"])
+    for r in (report, shape_bug):
+        assert isinstance(r, GradCheckReport)
+        assert all(isinstance(e, GradCheckEntry) for e in r.entries)
+        text = json.dumps(r.to_dict(), allow_nan=False)
+        assert json.loads(text)["passed"] is False
+    data = report.to_dict()
+    assert [e["name"] for e in data["entries"]] == ["weights", "bias"]
+    assert data["entries"][0]["passed"] is False and data["entries"][1]["passed"] is True
+    assert isinstance(data["max_abs_error"], float) and isinstance(data["entries"][0]["shape"],
+                                                                   list)
+    text = str(report)
+    assert "FAIL  weights" in text and "ok    bias" in text
+    assert "float64" in text and "step" in text and "rtol" in text
+    assert "worst element" in text and "weights[" in text
+    assert "transposed or mis-shaped" in str(shape_bug)
+
+
+def test_float64_evaluation_and_its_fallback():
+    x = np.random.default_rng(7).standard_normal(6).astype(np.float32)
+    ok = check_gradients(lambda x: tf.reduce_sum(tf.tanh(x)), [x], dtype="float64")
+    assert ok.dtype_used == "float64" and ok.entries[0].dtype == "float64" and ok.passed
+    casts = check_gradients(lambda x: tf.reduce_sum(tf.tanh(tf.cast(x, tf.float32))), [x],
+                            dtype="float64")
+    assert casts.dtype_used == "float32" and casts.passed
+    assert "float64" in casts.notes[0] and "float32" in casts.notes[0]
+    w32 = tf.constant(np.ones(6, np.float32))
+    fails = check_gradients(lambda x: tf.reduce_sum(x * w32), [x], dtype="float64")
+    assert fails.dtype_used == "float32" and "raised" in fails.notes[0]
+    # What float64 buys: a 0.2% error is inside float32's tolerance, outside float64's.
+    small = _planted(tf.tanh, lambda x, up: up * (1.0 - tf.tanh(x) ** 2) * 1.002)
+    f = lambda x: tf.reduce_sum(small(x))  # noqa: E731
+    assert check_gradients(f, [x]).passed
+    assert not check_gradients(f, [x], dtype="float64").passed
+
+
+def test_probe_cost_does_not_grow_with_size():
+    f = lambda x: tf.reduce_sum(tf.tanh(x) * x)  # noqa: E731
+    rng = np.random.default_rng(8)
+    small = check_gradients(f, [rng.standard_normal(10)])
+    large = check_gradients(f, [rng.standard_normal(200_000)])
+    assert small.passed and large.passed
+    assert small.function_evaluations == large.function_evaluations == 1 + 4 * 4
+    assert small.backward_passes == large.backward_passes == 4 + 1
+
+
+def test_options_are_validated():
+    with pytest.raises(ValueError, match="method"):
+        check_gradients(tf.reduce_sum, [np.ones(3)], method="exact")
+    with pytest.raises(ValueError, match="probes"):
+        check_gradients(tf.reduce_sum, [np.ones(3)], probes=0)
+    with pytest.raises(ValueError, match="dtype"):
+        check_gradients(tf.reduce_sum, [np.ones(3)], dtype="float16")
+    with pytest.raises(ValueError, match="names"):
+        check_gradients(tf.reduce_sum, [np.ones(3)], names=["a", "b"])
+
+
+def test_miss_probability():
+    assert miss_probability(10.0, 1) == pytest.approx(0.0797, abs=1e-4)
+    assert miss_probability(10.0, 4) == pytest.approx(0.0797**4, rel=1e-2)
+    assert miss_probability(1.0, 4) > miss_probability(2.0, 4) > miss_probability(2.0, 8)
+
+
+# ---------------------------------------------------------------------------------------------
+# Variables
+
+
+def _linear_model(bad_w: bool = False):
+    rng = np.random.default_rng(9)
+    w = tf.Variable(rng.standard_normal((3, 2)), name="w")
+    b = tf.Variable(rng.standard_normal(2), name="b")
+    x = tf.constant(rng.standard_normal((5, 3)))
+    use_w = scaled_1pct if bad_w else tf.identity
+
+    def loss():
+        return tf.reduce_mean(tf.square(tf.matmul(x, use_w(w)) + b))
+
+    return loss, [w, b]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_variables_pass_and_are_restored(method):
+    loss, variables = _linear_model()
+    before = [v.numpy().copy() for v in variables]
+    report = check_variables(loss, variables, method=method)
+    assert report.passed, str(report)
+    assert [e.name for e in report.entries] == ["w", "b"]
+    for v, old in zip(variables, before):
+        np.testing.assert_array_equal(v.numpy(), old)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_wrong_gradient_is_reported_on_that_variable_only(method):
+    loss, variables = _linear_model(bad_w=True)
+    report = check_variables(loss, variables, method=method)
+    assert [e.name for e in report.failed_entries] == ["w"], str(report)
+    assert report.entries[1].passed
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_variables_are_restored_when_the_loss_raises(method):
+    loss, variables = _linear_model()
+    before = [v.numpy().copy() for v in variables]
+    calls = {"n": 0}
+
+    def flaky():
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise RuntimeError("data loader died")
+        return loss()
+
+    with pytest.raises(RuntimeError, match="data loader died"):
+        check_variables(flaky, variables, method=method)
+    for v, old in zip(variables, before):
+        np.testing.assert_array_equal(v.numpy(), old)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_keras_model_variables(method):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="tanh"),
+                              keras.layers.Dense(2)])
+    x = np.random.default_rng(10).standard_normal((8, 3)).astype(np.float32)
+    y = np.random.default_rng(11).standard_normal((8, 2)).astype(np.float32)
+    before = [v.numpy().copy() for v in model.trainable_variables]
+    report = check_variables(lambda: keras.losses.MeanSquaredError()(y, model(x)),
+                             model.trainable_variables, method=method, dtype="float64")
+    assert report.passed, str(report)
+    assert report.dtype_used == "float32" and "float64" in report.notes[0]
+    names = [e.name for e in report.entries]
+    assert len(set(names)) == 4 and names[0].endswith("kernel")
+    for v, old in zip(model.trainable_variables, before):
+        np.testing.assert_array_equal(v.numpy(), old)
