@@ -1,0 +1,74 @@
+"""`python -m gradexp` as a process: where the process boundary is the point."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def test_help_and_cfg_answer_without_importing_tensorflow(tmp_path):
+    for args in (["--help"], ["--cfg", "job", "optimizer=adam"]):
+        done = subprocess.run([sys.executable, "-X", "importtime", "-m", "gradexp", *args],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines()}
+        assert "tensorflow" not in imported and "mlflow" not in imported
+    assert "optimizer: adagrad, adam, adamw, momentum, nadam, rmsprop, sgd" in run_cli(
+        "--help", cwd=tmp_path).stdout
+
+
+def test_a_sweep_is_one_parent_run_with_a_finished_child_per_job(tmp_path):
+    done = run_cli("-m", "optimizer=sgd,adam", "loss=mse,mae", "trainer.epochs=5",
+                   "gradcheck=off", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("gradexp").experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and len(children) == 4
+    (parent,) = parents
+    assert parent.info.status == "FINISHED"
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
+    assert all(c.info.status == "FINISHED" for c in children)
+    assert {(c.data.params["optimizer.name"], c.data.params["loss.name"]) for c in children} == {
+        ("sgd", "mse"), ("sgd", "mae"), ("adam", "mse"), ("adam", "mae")}
+    names = {c.info.run_name for c in children}
+    assert "gradcheck=off,loss=mae,optimizer=adam,trainer.epochs=5" in names
+    assert parent.data.tags["gradexp.best_run_id"] in {c.info.run_id for c in children}
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert "sweep_summary.json" in artifacts
+    assert "workflowType=machine_learning" in done.stdout
+
+
+def test_wheel_ships_conf_and_experiments_and_runs_from_any_folder(tmp_path):
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels),
+                    str(REPO)], check=True, capture_output=True, timeout=300)
+    (wheel,) = wheels.glob("gradexp-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "gradexp/conf/config.yaml" in names and "gradexp/conf/optimizer/adam.yaml" in names
+    assert any(n.startswith("gradexp/experiments/") for n in names)
+    # Install only the wheel (dependencies are already here) and run it from an unrelated folder.
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
+                    str(target), str(wheel)], check=True, capture_output=True, timeout=300)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = subprocess.run([sys.executable, "-m", "gradexp", "--cfg", "job", "optimizer=nadam"],
+                          cwd=elsewhere, env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "_target_: keras.optimizers.Nadam" in done.stdout
+    located = subprocess.run([sys.executable, "-c", "import gradexp; print(gradexp.__file__)"],
+                             env={"PYTHONPATH": str(target)}, capture_output=True, text=True)
+    assert located.stdout.startswith(str(target))
