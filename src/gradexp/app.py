@@ -19,8 +19,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from gradexp.console import error_line
+from gradexp.errors import USER_ERRORS, one_line
 from gradexp.schema import ConfigError, register_schemas
 
+EXIT_BAD_INPUT = 2  # as argparse: the command line asked for something that cannot be
 EXIT_INTERRUPTED = 130  # Ctrl-C, the shell's convention (128 + SIGINT)
 EXIT_TERMINATED = 143  # SIGTERM (128 + 15)
 
@@ -51,7 +54,6 @@ def parent_run_file(sweep_dir: str | Path) -> Path:
 
 def task(cfg: DictConfig) -> float:
     """One job: run the experiment and return its final loss (what sweepers minimise)."""
-    from gradexp.console import error_line
     from gradexp.experiment import RunFailed, Terminated, run_experiment
 
     hydra_cfg = HydraConfig.get()
@@ -70,7 +72,7 @@ def task(cfg: DictConfig) -> float:
         error_line(str(failure))
         if multirun and cfg.sweep.continue_on_failure:
             return float("nan")  # the sweep goes on; its summary lists this job as FAILED
-        sys.exit(getattr(failure, "exit_code", 2))
+        sys.exit(getattr(failure, "exit_code", EXIT_BAD_INPUT))
     except Terminated:
         error_line("terminated (SIGTERM): the run is recorded as KILLED")
         sys.exit(EXIT_TERMINATED)
@@ -85,11 +87,25 @@ def main() -> None:
     # TensorFlow's C++ start-up chatter (CUDA probing, oneDNN notes) is noise here; its real
     # errors still surface as Python exceptions. A person can set their own level.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    if sys.argv[1:2] == ["compare"]:
+        from gradexp.compare import main as compare
+
+        sys.exit(compare(sys.argv[2:]))
     register_schemas()
     register_experiments()
     run = hydra.main(config_path=str(resource_dir("conf")), config_name="config",
                      version_base="1.3")(task)
-    run()
+    # Let Hydra's exceptions reach us (instead of its multi-line report) to say them in one line;
+    # a person who asks for HYDRA_FULL_ERROR=1 gets Hydra's full traceback as usual.
+    wants_traceback = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        run()
+    except USER_ERRORS as error:
+        if wants_traceback:
+            raise
+        error_line(one_line(error))
+        sys.exit(EXIT_BAD_INPUT)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 
 from gradexp import console
 from gradexp.data import load_data
-from gradexp.schema import check_ranges
+from gradexp.schema import ConfigError, check_ranges
 from gradexp.tracking import (
     MlflowTracker,
     NullTracker,
@@ -109,7 +109,7 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
         except KeyboardInterrupt:
             run.save_what_we_have("KILLED", "interrupted (Ctrl-C or SIGTERM)")
             raise
-        except RunFailed as failure:
+        except (RunFailed, ConfigError) as failure:  # e.g. device=gpu with no GPU visible
             run.save_what_we_have("FAILED", str(failure))
             raise
         except BaseException as error:
@@ -136,9 +136,11 @@ class _Run:
 
     # ---------------------------------------------------------------- the happy path
     def execute(self) -> RunResult:
-        import tensorflow as tf
         from hydra.utils import instantiate
 
+        from gradexp.tensorflow_import import import_tensorflow
+
+        tf = import_tensorflow()
         from gradexp.devices import select_device
         from gradexp.models import build_model
         from gradexp.trainer import Trainer

@@ -1,0 +1,90 @@
+"""Turn what Hydra and OmegaConf raise for a mistyped command line into one line for a person.
+
+Hydra's own reports span several lines (the override, the cause, the full key, the object type, a
+hint about HYDRA_FULL_ERROR). A person needs: which key or value, what is wrong, what is accepted.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import fields
+
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+
+from gradexp.schema import SCHEMAS, SweepConfig
+
+USER_ERRORS = (HydraException, OmegaConfBaseException)
+
+
+def known_keys() -> list[str]:
+    """Every dotted key some option of some group accepts."""
+    keys = {f"{group}.{f.name}" for group, options in SCHEMAS.items()
+            for schema in options.values() for f in fields(schema)}
+    return sorted(keys | {f"sweep.{f.name}" for f in fields(SweepConfig)})
+
+
+def one_line(error: BaseException) -> str:
+    """The message for a composition or config error, without Hydra's extra lines."""
+    cause = error.__cause__ or error.__context__
+    text = str(error)
+    if isinstance(error, MissingConfigException):
+        return _missing_option(text)
+    if isinstance(error, OverrideParseException):
+        return f"cannot read the override: {_first_line(text)}"
+    override = re.search(r"(?:override|Could not override) '?([^'\s]+)'?", text)
+    shown = override.group(1) if override else None
+    if isinstance(cause, ConfigKeyError) or "Could not override" in text:
+        key = getattr(cause, "full_key", None) or (shown or "").split("=")[0]
+        return _unknown_key(key, shown)
+    if isinstance(cause, ValidationError):
+        return f"{shown or cause.full_key}: {_plain_validation(cause)}"
+    if isinstance(error, OmegaConfBaseException):
+        key = getattr(error, "full_key", None)
+        message = _first_line(getattr(error, "msg", None) or text)
+        return f"{key}: {message}" if key else message
+    return _first_line(text) + (f": {_first_line(str(cause))}" if cause else "")
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0].strip() if text.strip() else text
+
+
+def _missing_option(text: str) -> str:
+    """Hydra: In 'config': Could not find 'optimizer/adamm' + the available options, one a line."""
+    found = re.search(r"Could not find '([^']+)'", text)
+    wanted = found.group(1) if found else "?"
+    group, _, option = wanted.rpartition("/")
+    listed = text.split("Config search path")[0]  # Hydra appends its search path after the list
+    options = [line.strip() for line in listed.splitlines() if line.startswith("\t")]
+    if not group:
+        return f"{wanted}: no such config"
+    accepted = ", ".join(options) if options else "none"
+    return f"{group}={option}: no such option; available: {accepted}"
+
+
+def _unknown_key(key: str, override: str | None) -> str:
+    group = key.split(".")[0]
+    if key in known_keys():
+        return (f"{override or key}: the chosen {group} option has no key {key} "
+                f"(other {group} options do; see python -m gradexp --cfg job {group}=OPTION)")
+    close = difflib.get_close_matches(key, known_keys(), n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return f"{override or key}: unknown key {key}{hint}"
+
+
+def _plain_validation(error: ValidationError) -> str:
+    """OmegaConf: Value 'abc' of type 'str' could not be converted to Float -> must be a float."""
+    message = _first_line(getattr(error, "msg", "") or str(error))
+    kind = re.search(r"could not be converted to (\w+)", message)
+    if kind:
+        return f"must be {_article(kind.group(1).lower())} {kind.group(1).lower()}"
+    invalid = re.search(r"Invalid value '([^']*)', expected one of \[([^\]]*)\]", message)
+    if invalid:
+        return f"must be one of {invalid.group(2)}"
+    return message
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"

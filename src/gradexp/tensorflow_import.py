@@ -1,0 +1,33 @@
+"""Import TensorFlow (and Keras) without its start-up chatter on the terminal.
+
+TensorFlow 2.21 writes C++ log lines (CUDA probing, oneDNN notes) to stderr while it loads, before
+TF_CPP_MIN_LOG_LEVEL takes effect, and Keras' first import repeats them. They say nothing a
+gradexp user can act on, so stderr's file descriptor is pointed at /dev/null during the import
+alone. Python errors raised by the import are not lost: they propagate after stderr is restored.
+Set GRADEXP_TF_CHATTER=1 to see the lines.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from types import ModuleType
+
+
+def import_tensorflow() -> ModuleType:
+    """`import tensorflow as tf; import keras`, quietly the first time; returns tf."""
+    if "tensorflow" in sys.modules or os.environ.get("GRADEXP_TF_CHATTER") == "1":
+        import tensorflow as tf
+
+        return tf
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            import keras  # noqa: F401  (loads the same C++ runtime: its chatter goes too)
+            import tensorflow as tf
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    return tf
