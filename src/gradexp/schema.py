@@ -211,6 +211,7 @@ class TrackingConfig:
     uri: str | None = None
     experiment: str = "gradexp"
     run_name: str | None = None
+    max_points: int = 10_000
 
 
 @dataclass
@@ -300,6 +301,7 @@ RANGE_RULES: list[tuple[str, Any, str]] = [
     ("trainer.batch_size", _at_least(1), "must be an integer >= 1, or null for the full batch"),
     ("trainer.log_every", _at_least(1), "must be an integer >= 1"),
     ("gradcheck.probes", _at_least(1), "must be an integer >= 1"),
+    ("tracking.max_points", _at_least(1), "must be an integer >= 1"),
     ("gradcheck.every_n_epochs", _at_least(1), "must be an integer >= 1, or null for never"),
     ("gradcheck.max_jacobian_size", _at_least(1), "must be an integer >= 1"),
     ("data.n_samples", _at_least(2), "must be an integer >= 2"),

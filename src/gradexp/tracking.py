@@ -7,14 +7,17 @@ store (several sweep jobs writing at once) are retried, not lost.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -90,11 +93,39 @@ def check_server(uri: str, timeout: float = 5.0) -> None:
         ) from None
 
 
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM until the block ends, then deliver them.
+
+    A KeyboardInterrupt inside an sqlite write can leave the store's connection holding its lock,
+    and the run's own final writes (ending it KILLED) would then wait on it. So each write
+    finishes first and the interrupt lands right after it.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if caught:
+            handler = previous[caught[0]]
+            if callable(handler):
+                handler(caught[0], None)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(caught[0])
+
+
 def retry_locked(action: Callable[[], T], attempts: int = 30) -> T:
     """Run `action`, retrying while sqlite says "database is locked" (parallel sweep jobs)."""
     for attempt in range(attempts):
         try:
-            return action()
+            with interrupts_deferred():
+                return action()
         except Exception as error:  # MLflow wraps sqlite's OperationalError in its own types
             if "locked" not in str(error).lower() or attempt == attempts - 1:
                 raise
@@ -156,7 +187,8 @@ class NullTracker:
 
     def log_params(self, params: Mapping[str, Any]) -> None: ...
     def log_metric(self, key: str, value: float, step: int) -> None: ...
-    def log_history(self, first_step: int, values: Mapping[str, Iterable[float]]) -> None: ...
+    def log_history(self, steps: Sequence[int], values: Mapping[str, Iterable[float]]) -> None:
+        ...
     def set_tags(self, tags: Mapping[str, Any]) -> None: ...
     def log_dict(self, data: dict, artifact_file: str) -> None: ...
     def log_text(self, text: str, artifact_file: str) -> None: ...
@@ -196,14 +228,14 @@ class MlflowTracker(NullTracker):
 
         self._pending.append(Metric(key, float(value), int(time.time() * 1000), int(step)))
 
-    def log_history(self, first_step: int, values: Mapping[str, Iterable[float]]) -> None:
-        """Per-epoch values (step = first_step, first_step + 1, ...); written in batches."""
+    def log_history(self, steps: Sequence[int], values: Mapping[str, Iterable[float]]) -> None:
+        """Per-epoch values, one series per key, at `steps`; written in batches."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         for key, series in values.items():
-            self._pending.extend(Metric(key, float(value), now, first_step + i)
-                                 for i, value in enumerate(series))
+            self._pending.extend(Metric(key, float(value), now, int(step))
+                                 for step, value in zip(steps, series))
         if time.monotonic() - self._last_flush > FLUSH_SECONDS:
             self.flush()
 

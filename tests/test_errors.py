@@ -1,0 +1,176 @@
+"""Bad input, failures and interruptions, as a person meets them on the command line:
+one line naming the key or value and what is accepted, a non-zero exit, no traceback, and no
+MLflow run left RUNNING."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+
+pytestmark = pytest.mark.slow
+
+CSV_FILES = {
+    "good.csv": "id,x1,x2,y\na,1,2,3\nb,2,3,5\nc,3,5,8\n",
+    "text.csv": "x,y\n1,2\n2,oops\n",
+    "nan.csv": "x,y\n1,2\nnan,3\n",
+    "empty.csv": "",
+    "ragged.csv": "x,y\n1,2\n3\n",
+    "blank_cell.csv": "x,y\n1,2\n,3\n",
+    "binary.csv": None,  # written as invalid UTF-8 below
+}
+
+# (command-line arguments, exit code, the message that must be on stderr)
+BAD_INPUTS = [
+    (["optimizer.learning_rate=abc"], 2, "optimizer.learning_rate=abc: must be a float"),
+    (["trainer.epochs=1.5"], 2, "trainer.epochs=1.5: must be an integer"),
+    (["trainer.epoch=5"], 2, "did you mean trainer.epochs?"),
+    (["optimizer=adamm"], 2, "optimizer=adamm: no such option; available: adagrad, adam,"),
+    (["loss=mse2"], 2, "loss=mse2: no such option; available: binary_crossentropy"),
+    (["experiment=nope"], 2, "experiment=nope: no such option; available:"),
+    (["model=mlp", "model.activation=banana"], 2, "model.activation=banana: must be one of"),
+    (["gradcheck.method=exact"], 2, "gradcheck.method=exact: must be one of"),
+    (["trainer.epochs=[1"], 2, "cannot read the override"),
+    (["trainer.epochs=0"], 2, "trainer.epochs=0: must be an integer >= 1"),
+    (["optimizer.learning_rate=-0.1"], 2, "optimizer.learning_rate=-0.1: must be a number > 0"),
+    (["trainer.batch_size=0"], 2, "trainer.batch_size=0: must be an integer >= 1"),
+    (["gradcheck.probes=0"], 2, "gradcheck.probes=0: must be an integer >= 1"),
+    (["model=mlp", "model.hidden=[4,0]"], 2, "model.hidden=[4, 0]: must be a list of integers"),
+    (["data.noise=-1"], 2, "data.noise=-1.0: must be a number >= 0"),
+    (["data=csv"], 2, "data.path is required here"),
+    (["data=csv", "data.path=missing.csv", "data.target=y"], 2, "data.path=missing.csv: no such"),
+    (["data=csv", "data.path=good.csv", "data.target=price"], 2,
+     "data.target=price: no such column in good.csv (columns: id, x1, x2, y)"),
+    (["data=csv", "data.path=text.csv", "data.target=y"], 2,
+     "data.path=text.csv: column 'y' line 3 is not a number: 'oops'"),
+    (["data=csv", "data.path=nan.csv", "data.target=y"], 2,
+     "data.path=nan.csv: column 'x' line 3 is nan (NaN or infinite"),
+    (["data=csv", "data.path=empty.csv", "data.target=y"], 2, "data.path=empty.csv: the file is"),
+    (["data=csv", "data.path=ragged.csv", "data.target=y"], 2, "line 3 has 1 fields"),
+    (["data=csv", "data.path=blank_cell.csv", "data.target=y"], 2,
+     "column 'x' line 3 is empty"),
+    (["data=csv", "data.path=binary.csv", "data.target=y"], 2, "data.path=binary.csv: cannot"),
+    (["tracking.uri=http://127.0.0.1:9"], 2,
+     "tracking.uri=http://127.0.0.1:9: no MLflow server answers"),
+    (["device=gpu"], 2, "device=gpu: TensorFlow sees no GPU"),
+    (["device=mirrored"], 2, "device=mirrored: TensorFlow sees no GPU"),
+    (["optimizer.learning_rate=1000", "trainer.epochs=200"], 1,
+     "became NaN or infinite at epoch"),
+]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("bad_inputs")
+    for name, text in CSV_FILES.items():
+        if text is None:
+            (folder / name).write_bytes(b"x,y\n\xff\xfe,\x80\n")
+        else:
+            (folder / name).write_text(text)
+    return folder
+
+
+def running_runs(folder: Path) -> int:
+    db = folder / "mlflow.db"
+    if not db.exists():
+        return 0
+    with sqlite3.connect(db) as connection:
+        return connection.execute("select count(*) from runs where status='RUNNING'").fetchone()[0]
+
+
+@pytest.mark.parametrize(("args", "code", "message"), BAD_INPUTS,
+                         ids=[" ".join(args) for args, _, _ in BAD_INPUTS])
+def test_bad_input_is_one_clear_line(workdir, args, code, message):
+    started = time.monotonic()
+    done = run_cli(*args, "gradcheck=off", cwd=workdir, timeout=120)
+    elapsed = time.monotonic() - started
+    assert done.returncode == code, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, done.stderr
+    assert message in errors[0]
+    assert "Traceback" not in done.stderr and "HYDRA_FULL_ERROR" not in done.stderr
+    assert running_runs(workdir) == 0
+    if code == 2 and not args[0].startswith("device="):
+        assert elapsed < 20  # answered before training (generous bound: loaded CI machines)
+
+
+def test_a_bug_still_shows_its_traceback(tmp_path):
+    """Errors a person cannot fix are bugs: the traceback stays (HYDRA_FULL_ERROR works too)."""
+    done = run_cli("trainer.epochs=1", "gradcheck=off", cwd=tmp_path,
+                   env={"HYDRA_FULL_ERROR": "1"})
+    assert done.returncode == 0
+    done = run_cli("optimizer=adamm", cwd=tmp_path, env={"HYDRA_FULL_ERROR": "1"})
+    assert done.returncode == 1 and "Traceback" in done.stderr
+
+
+def _interrupt_when_training(args: list[str], cwd: Path, sig: int) -> subprocess.CompletedProcess:
+    """Start `python -m gradexp ARGS`, wait until a run is RUNNING in MLflow, send `sig`."""
+    process = subprocess.Popen([sys.executable, "-m", "gradexp", *args], cwd=cwd,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 120
+    while running_runs(cwd) == 0 or _loss_points(cwd) < 20:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "training never started"
+        time.sleep(0.5)
+    process.send_signal(sig)
+    stdout, stderr = process.communicate(timeout=60)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def _loss_points(folder: Path) -> int:
+    try:
+        with sqlite3.connect(folder / "mlflow.db") as connection:
+            return connection.execute(
+                "select count(*) from metrics where key='loss'").fetchone()[0]
+    except sqlite3.OperationalError:  # tables not made yet
+        return 0
+
+
+def _statuses(folder: Path) -> list[tuple[str, str]]:
+    with sqlite3.connect(folder / "mlflow.db") as connection:
+        return connection.execute("select name, status from runs order by start_time").fetchall()
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupted_run_ends_killed_and_keeps_its_metrics(tmp_path, sig, code):
+    # Metrics reach the store at least every 10 s while training, and the rest when the run
+    # ends, whatever ends it.
+    done = _interrupt_when_training(
+        ["trainer.epochs=1000000", "trainer.log_every=1000", "gradcheck=off"], tmp_path, sig)
+    assert done.returncode == code, done.stderr
+    assert "recorded as KILLED" in done.stderr and "Traceback" not in done.stderr
+    ((_, status),) = _statuses(tmp_path)
+    assert status == "KILLED"
+    assert _loss_points(tmp_path) >= 20
+
+
+def test_interrupted_sweep_ends_parent_killed_and_keeps_finished_children(tmp_path):
+    done = _interrupt_when_training(
+        ["-m", "trainer.epochs=5,1000000", "trainer.log_every=1000", "gradcheck=off"],
+        tmp_path, signal.SIGINT)
+    assert done.returncode == 130, done.stderr
+    statuses = dict(_statuses(tmp_path))
+    parent = [status for name, status in statuses.items() if name.startswith("sweep:")]
+    assert parent == ["KILLED"]
+    assert statuses["gradcheck=off,trainer.epochs=5,trainer.log_every=1000"] == "FINISHED"
+    assert statuses["gradcheck=off,trainer.epochs=1000000,trainer.log_every=1000"] == "KILLED"
+
+
+def test_failing_job_does_not_stop_the_sweep_but_the_exit_code_says_so(tmp_path):
+    done = run_cli("-m", "optimizer.learning_rate=0.1,1000", "trainer.epochs=200",
+                   "gradcheck=off", cwd=tmp_path)
+    assert done.returncode == 1
+    statuses = dict(_statuses(tmp_path))
+    assert statuses["gradcheck=off,optimizer.learning_rate=0.1,trainer.epochs=200"] == "FINISHED"
+    assert statuses["gradcheck=off,optimizer.learning_rate=1000,trainer.epochs=200"] == "FAILED"
+    assert [s for n, s in statuses.items() if n.startswith("sweep:")] == ["FAILED"]
+    assert "became NaN" in done.stderr
