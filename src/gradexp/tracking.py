@@ -47,11 +47,16 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def mask_secrets(params: Mapping[str, Any]) -> dict[str, Any]:
-    """Values whose key looks like a secret (password, token, secret, key) become ***."""
-    return {
-        key: MASK if SECRET_KEY.search(key.rsplit(".", 1)[-1]) and value is not None else value
-        for key, value in params.items()
-    }
+    """Values whose key looks like a secret (password, token, secret, key) become ***, and
+    credentials inside URIs (http://user:pw@host) are cut out."""
+    masked = {}
+    for key, value in params.items():
+        if value is not None and SECRET_KEY.search(key.rsplit(".", 1)[-1]):
+            value = MASK
+        elif isinstance(value, str) and "://" in value and "@" in value:
+            value = redact_uri(value)
+        masked[key] = value
+    return masked
 
 
 def redact_uri(uri: str) -> str:
