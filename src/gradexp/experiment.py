@@ -169,8 +169,7 @@ class _Run:
                 for stretch in self.trainer.train(stops):
                     self.record(stretch)
                     if bar is not None:
-                        bar.update(bar.task_ids[0], completed=self.trainer.epoch,
-                                   loss=f"{stretch.values['loss'][-1]:.6g}")
+                        self.report_progress(bar, stretch, epochs)
                     if self.trainer.epoch in check_epochs and self.trainer.epoch > 0:
                         self.check_gradients(self.trainer.epoch)
             final_loss = self.trainer.evaluate()
@@ -185,6 +184,17 @@ class _Run:
         if not self.quiet:
             self.print_summary(result)
         return result
+
+    def report_progress(self, bar, stretch, epochs: int) -> None:
+        """Move the bar; about ten times a run print a line as seed 004 does (loss, W, b)."""
+        latest = {key: values[-1] for key, values in stretch.values.items()}
+        bar.update(bar.task_ids[0], completed=self.trainer.epoch, loss=f"{latest['loss']:.6g}")
+        log_every = self.cfg.trainer.log_every
+        print_every = log_every * max(1, round(epochs / 10 / log_every))
+        if self.trainer.epoch % print_every == 0 or self.trainer.epoch == epochs:
+            values = "  ".join(f"{key} {value:.6g}" for key, value in latest.items())
+            bar.console.print(f"epoch {self.trainer.epoch:>{len(str(epochs))}}/{epochs}  {values}",
+                              highlight=False)
 
     def check_schedule(self, epochs: int) -> set[int]:
         gc = self.cfg.gradcheck
