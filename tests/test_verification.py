@@ -1,0 +1,78 @@
+"""Gradient checks inside a run: recorded in MLflow, near zero for the built-in models and
+losses, and loud for a wrong gradient (model=buggy_linear)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import compose_config
+from gradexp.experiment import GradientCheckFailed, run_experiment
+
+
+def read_json(client, run_id: str, path: str) -> dict:
+    with open(client.download_artifacts(run_id, path)) as handle:
+        return json.load(handle)
+
+
+def run(store, *overrides, tmp_path=None):
+    cfg = compose_config(f"tracking.uri={store}", *overrides)
+    return run_experiment(cfg, quiet=True, launch_dir=tmp_path)
+
+
+def test_default_check_runs_at_start_and_end_and_is_recorded(store, client):
+    result = run(store, "trainer.epochs=20")
+    assert result.gradcheck_passed is True
+    passed = client.get_metric_history(result.run_id, "gradcheck/passed")
+    assert sorted((m.step, m.value) for m in passed) == [(0, 1.0), (20, 1.0)]
+    metrics = client.get_run(result.run_id).data.metrics
+    assert metrics["gradcheck/max_abs_error"] < 1e-8  # float64: differences far below float32's
+    assert metrics["gradcheck/W/max_abs_error"] < 1e-8 and metrics["gradcheck/b/passed"] == 1.0
+    files = {a.path for a in client.list_artifacts(result.run_id, "gradcheck")}
+    assert {"gradcheck/report_epoch_00000.json", "gradcheck/report_epoch_00020.json"} <= files
+    assert "gradcheck/heatmap_W_epoch_00000.png" in files
+    report = read_json(client, result.run_id, "gradcheck/report_epoch_00020.json")
+    assert report["passed"] is True and set(report["reports"]) == {"variables/probe",
+                                                                  "variables/jacobian"}
+
+
+@pytest.mark.parametrize("overrides", [
+    ("loss=mse",), ("loss=mae",), ("loss=huber",), ("loss=log_cosh",),
+    ("model=mlp", "model.hidden=[8,8]", "data=sine"),
+    ("model=mlp", "model.hidden=[6]", "model.activation=relu", "loss=huber", "data=sine"),
+    ("model=mlp", "model.hidden=[6]", "data=blobs", "loss=categorical_crossentropy"),
+    ("model=mlp", "model.hidden=[6]", "data=blobs", "loss=binary_crossentropy"),
+    ("data.n_features=4", "gradcheck.wrt=both"),
+])
+def test_built_in_models_and_losses_pass_with_errors_near_zero(store, client, overrides):
+    result = run(store, "trainer.epochs=3", "gradcheck=strict", "gradcheck.every_n_epochs=2",
+                 *overrides)
+    assert result.gradcheck_passed is True
+    metrics = client.get_run(result.run_id).data.metrics
+    assert metrics["gradcheck/max_rel_error"] < 1e-5
+
+
+def test_wrong_custom_gradient_is_caught_and_located(store, client):
+    result = run(store, "model=buggy_linear", "gradcheck=jacobian", "trainer.epochs=5")
+    assert result.gradcheck_passed is False
+    stored = client.get_run(result.run_id)
+    assert stored.info.status == "FINISHED"  # on_fail=warn: recorded, training went on
+    metrics = stored.data.metrics
+    assert metrics["gradcheck/passed"] == 0.0
+    assert metrics["gradcheck/W/passed"] == 0.0 and metrics["gradcheck/b/passed"] == 1.0
+    assert metrics["gradcheck/W/max_rel_error"] == pytest.approx(0.1, rel=0.05)  # bug_scale 1.1
+    report = read_json(client, result.run_id, "gradcheck/report_epoch_00000.json")
+    (w_entry,) = [e for e in report["reports"]["variables/jacobian"]["entries"]
+                  if e["name"] == "W"]
+    assert w_entry["passed"] is False
+
+
+def test_on_fail_fail_ends_the_run_failed_with_the_report_kept(store, client):
+    with pytest.raises(GradientCheckFailed, match="gradient check failed at epoch 0.*W"):
+        run(store, "model=buggy_linear", "gradcheck=strict", "trainer.epochs=5")
+    (stored,) = client.search_runs(["1"])
+    assert stored.info.status == "FAILED"
+    assert stored.data.tags["gradexp.failure"] == "gradcheck"
+    files = {a.path for a in client.list_artifacts(stored.info.run_id, "gradcheck")}
+    assert "gradcheck/report_epoch_00000.json" in files
