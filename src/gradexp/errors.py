@@ -71,7 +71,7 @@ def _unknown_key(key: str, override: str | None) -> str:
                 f"(other {group} options do; see python -m gradexp --cfg job {group}=OPTION)")
     close = difflib.get_close_matches(key, known_keys(), n=1)
     hint = f"; did you mean {close[0]}?" if close else ""
-    return f"{override or key}: unknown key {key}{hint}"
+    return f"{override or key}: unknown key{hint}"
 
 
 def _plain_validation(error: ValidationError) -> str:
