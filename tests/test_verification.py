@@ -31,7 +31,7 @@ def test_default_check_runs_at_start_and_end_and_is_recorded(store, client):
     assert metrics["gradcheck/W/max_abs_error"] < 1e-8 and metrics["gradcheck/b/passed"] == 1.0
     files = {a.path for a in client.list_artifacts(result.run_id, "gradcheck")}
     assert {"gradcheck/report_epoch_00000.json", "gradcheck/report_epoch_00020.json"} <= files
-    assert "gradcheck/heatmap_W_epoch_00000.png" in files
+    assert not any("heatmap" in f for f in files)  # W and b have one element: nothing to draw
     report = read_json(client, result.run_id, "gradcheck/report_epoch_00020.json")
     assert report["passed"] is True and set(report["reports"]) == {"variables/probe",
                                                                   "variables/jacobian"}
@@ -76,3 +76,14 @@ def test_on_fail_fail_ends_the_run_failed_with_the_report_kept(store, client):
     assert stored.data.tags["gradexp.failure"] == "gradcheck"
     files = {a.path for a in client.list_artifacts(stored.info.run_id, "gradcheck")}
     assert "gradcheck/report_epoch_00000.json" in files
+
+
+def test_jacobian_heat_maps_are_drawn_for_small_variables_after_training(store, client):
+    result = run(store, "model=mlp", "model.hidden=[4]", "data=sine", "gradcheck=jacobian",
+                 "trainer.epochs=2")
+    files = {a.path for a in client.list_artifacts(result.run_id, "gradcheck")}
+    # dense0/kernel is 1x4, dense1/kernel 4x1, dense0/bias 4: drawn; dense1/bias (1): not
+    assert {"gradcheck/heatmap_dense0_kernel_epoch_00002.png",
+            "gradcheck/heatmap_dense1_kernel_epoch_00002.png",
+            "gradcheck/heatmap_dense0_bias_epoch_00002.png"} <= files
+    assert not any("dense1_bias" in f or "epoch_00000.png" in f for f in files)

@@ -187,7 +187,7 @@ class _Run:
 
     def report_progress(self, bar, stretch, epochs: int) -> None:
         """Move the bar; about ten times a run print a line as seed 004 does (loss, W, b)."""
-        latest = {key: values[-1] for key, values in stretch.values.items()}
+        latest = {**{key: values[-1] for key, values in stretch.values.items()}, **stretch.latest}
         bar.update(bar.task_ids[0], completed=self.trainer.epoch, loss=f"{latest['loss']:.6g}")
         log_every = self.cfg.trainer.log_every
         print_every = log_every * max(1, round(epochs / 10 / log_every))
@@ -222,6 +222,9 @@ class _Run:
             keep = stretch.epochs % self.metric_stride == 0
             self.tracker.log_history(stretch.epochs[keep],
                                      {key: values[keep] for key, values in stretch.values.items()})
+            if bad_epoch is None:  # W and b at each logging point, as seed 004 prints them
+                for key, value in stretch.latest.items():
+                    self.tracker.log_metric(key, value, stretch.last_epoch)
         if bad_epoch is not None:
             lr = self.cfg.optimizer.learning_rate
             self.tracker.set_tags({"gradexp.failure": "diverged",
@@ -240,7 +243,8 @@ class _Run:
         for key, value in result.metrics().items():
             self.tracker.log_metric(key, value, epoch)
         self.tracker.log_dict(result.to_dict(), f"gradcheck/report_epoch_{epoch:05d}.json")
-        if self.cfg.gradcheck.plots:
+        # Heat maps where they help: after training, and whenever a check fails.
+        if self.cfg.gradcheck.plots and (epoch == self.cfg.trainer.epochs or not result.passed):
             self.log_heatmaps(result)
         if not result.passed:
             lines = "; ".join(result.failures())

@@ -264,10 +264,7 @@ class MlflowTracker(NullTracker):
         self.client.log_text(self.run_id, text, artifact_file)
 
     def log_figure(self, figure, artifact_file: str) -> None:
-        import matplotlib.pyplot as plt
-
         self.client.log_figure(self.run_id, figure, artifact_file)
-        plt.close(figure)
 
     def log_folder(self, folder: Path, artifact_path: str) -> None:
         if folder.is_dir():

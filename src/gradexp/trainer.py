@@ -8,7 +8,7 @@ per-epoch metrics of that stretch as numpy arrays; the caller logs them, checks 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import tensorflow as tf
@@ -22,7 +22,12 @@ class EpochMetrics:
     """Metrics of the epochs first_epoch .. first_epoch + len - 1 (step = epoch, from 0)."""
 
     first_epoch: int
-    values: dict[str, np.ndarray]  # "loss", "grad_norm", and model scalars such as "W", "b"
+    values: dict[str, np.ndarray]  # per epoch: "loss", "grad_norm"
+    latest: dict[str, float] = field(default_factory=dict)  # after the last epoch: "W", "b"
+
+    @property
+    def last_epoch(self) -> int:
+        return self.first_epoch + len(self.values["loss"]) - 1
 
     @property
     def epochs(self) -> np.ndarray:
@@ -37,6 +42,7 @@ class EpochMetrics:
         """The metrics of the epochs before `epoch` (to keep what was good before a divergence)."""
         count = epoch - self.first_epoch
         return EpochMetrics(self.first_epoch, {k: v[:count] for k, v in self.values.items()})
+
 
 
 class Trainer:
@@ -68,8 +74,10 @@ class Trainer:
             count = stop - self.epoch
             if count <= 0:
                 continue
-            values = self._run(tf.constant(count, dtype=tf.int32))
-            metrics = EpochMetrics(self.epoch, {k: v.numpy() for k, v in values.items()})
+            per_epoch = self._run(tf.constant(count, dtype=tf.int32))
+            latest = {name: float(value) for name, value in self.model.scalars().items()}
+            metrics = EpochMetrics(self.epoch, {k: v.numpy() for k, v in per_epoch.items()},
+                                   latest)
             self.epoch = stop
             yield metrics
 
@@ -96,12 +104,11 @@ class Trainer:
         return total_loss / self.n_batches, total_norm / self.n_batches
 
     def _run_epochs(self, count: tf.Tensor) -> dict[str, tf.Tensor]:
-        """`count` epochs; every per-epoch value stays in a TensorArray until the end."""
-        names = ["loss", "grad_norm", *self.model.scalars()]
-        # One list reassigned whole each pass: autograph carries it as the while loop's state.
-        arrays = [tf.TensorArray(tf.float32, size=count) for _ in names]
+        """`count` epochs; per-epoch loss and gradient norm stay in TensorArrays until the end."""
+        losses = tf.TensorArray(tf.float32, size=count)
+        norms = tf.TensorArray(tf.float32, size=count)
         for i in tf.range(count):
             loss, norm = self._epoch()
-            values = [loss, norm, *self.model.scalars().values()]
-            arrays = [array.write(i, value) for array, value in zip(arrays, values)]
-        return {name: array.stack() for name, array in zip(names, arrays)}
+            losses = losses.write(i, loss)
+            norms = norms.write(i, norm)
+        return {"loss": losses.stack(), "grad_norm": norms.stack()}

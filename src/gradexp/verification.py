@@ -117,15 +117,18 @@ def _only(function: Callable, xs: list[tf.Tensor], varying: list[int]) -> Callab
     return partial
 
 
+HEATMAP_SIZES = range(2, 401)  # a 1-element map says nothing; beyond ~400 cells it is a blur
+
+
 def heatmap_arrays(result: CheckResult) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """(analytical, numerical) per variable checked by the Jacobian method, shaped for a picture:
-    a scalar loss's one-row Jacobian is folded back into the variable's own 2-D shape."""
+    """(analytical, numerical) per small variable checked by the Jacobian method, shaped for a
+    picture: a scalar loss's one-row Jacobian is folded back into the variable's 2-D shape."""
     arrays = {}
     for key, report in result.reports.items():
         if not key.endswith("/jacobian"):
             continue
         for entry in report.entries:
-            if entry.analytical is None:
+            if entry.analytical is None or np.size(entry.analytical) not in HEATMAP_SIZES:
                 continue
             analytical, numerical = np.asarray(entry.analytical), np.asarray(entry.numerical)
             shape = tuple(entry.shape)

@@ -1,0 +1,392 @@
+"""`gradexp compare`: the runs of an experiment, or of one sweep, side by side in the terminal.
+
+    gradexp compare                          newest 50 runs of experiment "gradexp", best first
+    gradexp compare --sweep latest           the child runs of the newest sweep
+    gradexp compare --sweep 1a2b3c4d --sort grad_norm --desc --plot curves.png
+
+Only the params that differ between the runs shown become columns; the ones they share are
+counted, not listed. Reads the store (sqlite file or MLflow server) and never writes to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_EXPERIMENT = "gradexp"
+DEFAULT_SORT = "final_loss"
+DEFAULT_LIMIT = 50
+SHORT = 8  # characters of a run id shown; --sweep accepts such a prefix
+SWEEP_TAG = "gradexp.sweep"
+PARENT_TAG = "mlflow.parentRunId"
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+NEWEST_FIRST = ["attributes.start_time DESC"]
+
+
+class BadInput(Exception):
+    """A value the person typed that names nothing in the store; the message is one line."""
+
+
+@dataclass
+class Selection:
+    """The runs to show, in order, and what they are."""
+
+    title: str
+    experiment_id: str
+    runs: list = field(default_factory=list)  # mlflow.entities.Run
+    in_sweep: bool = False
+    more: bool = False  # --limit left some out
+    hint: str | None = None
+
+
+# ---------------------------------------------------------------- command line
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, not argparse's usage block
+        from gradexp.console import error_line
+
+        error_line(f"{message} (see: gradexp compare --help)")
+        raise SystemExit(2)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = _Parser(prog="gradexp compare", formatter_class=argparse.RawDescriptionHelpFormatter,
+                     description="The runs of an experiment, or of one sweep, side by side: only "
+                                 "the params that differ,\nthe final metrics, sorted by a metric.",
+                     epilog="examples:\n" + __doc__.split("\n\n")[1])
+    parser.add_argument("--experiment", metavar="NAME",
+                        help=f'MLflow experiment (default: "{DEFAULT_EXPERIMENT}")')
+    parser.add_argument("--sweep", metavar="RUN_ID",
+                        help="only the child runs of this sweep: its parent run id, a prefix of "
+                             f"it (the tables show {SHORT} characters), or 'latest'")
+    parser.add_argument("--sort", metavar="METRIC",
+                        help=f"order by this metric, smallest first (default: {DEFAULT_SORT})")
+    parser.add_argument("--desc", action="store_true", help="largest first")
+    parser.add_argument("--plot", metavar="FILE.png", type=Path,
+                        help="also write the loss curves of the runs shown to this file")
+    parser.add_argument("--tracking-uri", metavar="URI",
+                        help="MLflow store (default: $MLFLOW_TRACKING_URI, else "
+                             "sqlite:///mlflow.db in this folder)")
+    parser.add_argument("--limit", metavar="N", type=int, default=DEFAULT_LIMIT,
+                        help=f"show at most N runs, newest first (default: {DEFAULT_LIMIT})")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`gradexp compare ...`: 0 when the table was shown, 2 when an argument names nothing."""
+    from gradexp.console import error_line
+
+    try:
+        args = parse_args(argv)
+    except SystemExit as stop:  # --help (0), or a usage error already reported (2)
+        return int(stop.code or 0)
+    try:
+        check_args(args)
+        client, uri = open_store(args.tracking_uri)
+        selection = select(client, args)
+        sort_runs(selection.runs, args.sort, args.desc)
+        print_table(selection, args.sort or DEFAULT_SORT, args.desc, uri)
+        if args.plot:
+            write_plot(client, selection, args.plot)
+    except BadInput as error:
+        error_line(str(error))
+        return 2
+    return 0
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """What can be checked before the store is opened (that takes seconds)."""
+    if args.limit < 1:
+        raise BadInput(f"--limit {args.limit}: must be a whole number of runs, 1 or more")
+    if args.plot:
+        if args.plot.suffix.lower() not in PLOT_SUFFIXES:
+            raise BadInput(f"--plot {args.plot}: the file name must end in "
+                           f"{', '.join(PLOT_SUFFIXES)}")
+        if not args.plot.resolve().parent.is_dir():
+            raise BadInput(f"--plot {args.plot}: folder {args.plot.resolve().parent} "
+                           "does not exist")
+
+
+# ---------------------------------------------------------------- reading the store
+def open_store(uri_arg: str | None):
+    """(client, uri) for --tracking-uri / MLFLOW_TRACKING_URI / ./mlflow.db, without creating
+    an empty store where none is (a sqlite URI to a missing file would make one)."""
+    from gradexp.schema import ConfigError
+    from gradexp.tracking import open_client, redact_uri, resolve_uri
+
+    uri = resolve_uri(uri_arg, Path.cwd())
+    local = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else (
+        None if "://" in uri else uri)
+    if local is not None and not Path(local).exists():
+        raise BadInput(f"no MLflow store at {redact_uri(uri)}: run gradexp in this folder first, "
+                       "or pass --tracking-uri (or set MLFLOW_TRACKING_URI)")
+    try:
+        client = open_client(uri)
+        client.search_experiments(max_results=1)
+    except ConfigError as error:
+        raise BadInput(str(error).replace("tracking.uri=", "--tracking-uri ", 1)) from None
+    except Exception as error:  # not a database, an old schema, not an MLflow server, ...
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise BadInput(f"{redact_uri(uri)}: not a readable MLflow store ({reason[:200]})") from None
+    return client, uri
+
+
+def find_experiment(client, name: str):
+    found = client.get_experiment_by_name(name)
+    if found is None or found.lifecycle_stage != "active":
+        names = sorted(e.name for e in client.search_experiments())
+        raise BadInput(f"--experiment {name}: no such experiment; existing: "
+                       f"{', '.join(names) or '(none)'}")
+    return found
+
+
+def select(client, args: argparse.Namespace) -> Selection:
+    """The runs asked for: one sweep's children, or the experiment's runs without sweep parents."""
+    experiment = None
+    if not (args.sweep and len(args.sweep) == 32):  # a full id names its own experiment
+        experiment = find_experiment(client, args.experiment or DEFAULT_EXPERIMENT)
+    if args.sweep:
+        parent = find_sweep(client, args.sweep, experiment, args.experiment)
+        runs = client.search_runs([parent.info.experiment_id],
+                                  filter_string=f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'",
+                                  order_by=NEWEST_FIRST, max_results=args.limit + 1)
+        return Selection(f"sweep {parent.info.run_id[:SHORT]}: {sweep_label(parent)}",
+                         parent.info.experiment_id, list(runs)[:args.limit], in_sweep=True,
+                         more=len(runs) > args.limit)
+    runs, token = [], None
+    while len(runs) <= args.limit:  # sweep parents only hold the summary: skip them
+        page = client.search_runs([experiment.experiment_id], order_by=NEWEST_FIRST,
+                                  max_results=min(1000, 2 * args.limit), page_token=token)
+        runs += [run for run in page if run.data.tags.get(SWEEP_TAG) != "true"]
+        token = page.token
+        if not token:
+            break
+    latest = newest_sweeps(client, experiment.experiment_id, 1)
+    named = "" if experiment.name == DEFAULT_EXPERIMENT else f" --experiment {experiment.name}"
+    hint = (f"one sweep's runs only: gradexp compare{named} --sweep "
+            f"{latest[0].info.run_id[:SHORT]}  (newest: {sweep_label(latest[0])})"
+            if latest else None)
+    return Selection(f"experiment {experiment.name}", experiment.experiment_id,
+                     runs[:args.limit], more=len(runs) > args.limit, hint=hint)
+
+
+def newest_sweeps(client, experiment_id: str, count: int) -> list:
+    return list(client.search_runs([experiment_id], filter_string=f"tags.`{SWEEP_TAG}` = 'true'",
+                                   order_by=NEWEST_FIRST, max_results=count))
+
+
+def sweep_label(parent) -> str:
+    """A sweep parent's name without the "sweep: " gradexp puts before its overrides."""
+    return (parent.info.run_name or "").removeprefix("sweep: ")
+
+
+def find_sweep(client, ref: str, experiment, experiment_arg: str | None):
+    """The parent run `ref` names: a full run id, a prefix of one, or 'latest'."""
+    from mlflow.exceptions import MlflowException
+
+    if len(ref) == 32:
+        try:
+            parent = client.get_run(ref)
+        except MlflowException:
+            parent = None
+        if parent is not None and experiment_arg:
+            experiment = find_experiment(client, experiment_arg)
+            if parent.info.experiment_id != experiment.experiment_id:
+                parent = None
+        if parent is not None:
+            if parent.data.tags.get(SWEEP_TAG) != "true" and not client.search_runs(
+                    [parent.info.experiment_id], max_results=1,
+                    filter_string=f"tags.`{PARENT_TAG}` = '{ref}'"):
+                own = parent.data.tags.get(PARENT_TAG)
+                raise BadInput(f"--sweep {ref}: that run is not a sweep (no child runs)"
+                               + (f"; it is a job of sweep {own}" if own else ""))
+            return parent
+        experiment = experiment or find_experiment(client, experiment_arg or DEFAULT_EXPERIMENT)
+    sweeps = newest_sweeps(client, experiment.experiment_id, 1000)
+    if ref == "latest" and sweeps:
+        return sweeps[0]
+    matches = [run for run in sweeps if run.info.run_id.startswith(ref.lower())]
+    if len(ref) >= 4 and len(matches) == 1:
+        return matches[0]
+    known = ", ".join(f"{run.info.run_id[:SHORT]} ({sweep_label(run)})" for run in sweeps[:5])
+    problem = "matches several sweeps, give more characters" if len(matches) > 1 else (
+        "no sweep with that id")
+    raise BadInput(f"--sweep {ref}: {problem} in experiment {experiment.name}; "
+                   f"its sweeps, newest first: {known or '(none)'}")
+
+
+# ---------------------------------------------------------------- what is shown
+def sort_runs(runs: list, metric: str | None, desc: bool) -> None:
+    """In place, by `metric` (runs without it last, ties stay newest first). A --sort metric no
+    run has is an error; the default (final_loss) missing everywhere keeps newest first."""
+    name = metric or DEFAULT_SORT
+    available = sorted({key for run in runs for key in run.data.metrics})
+    if name not in available:
+        if metric and runs:
+            raise BadInput(f"--sort {metric}: no run shown has that metric; available: "
+                           f"{', '.join(available) or '(none)'}")
+        return
+
+    def key(run) -> tuple[int, float]:
+        value = run.data.metrics.get(name, math.nan)
+        return (1, 0.0) if math.isnan(value) else (0, -value if desc else value)
+
+    runs.sort(key=key)
+
+
+def differing_params(runs: list) -> tuple[list[str], list[str], int]:
+    """Which param keys to list: (keys whose value differs between the runs, keys that differ but
+    only follow from a group's option, number of keys the same everywhere). A missing key counts
+    as a value of its own."""
+    keys = sorted({key for run in runs for key in run.data.params})
+    differ = [key for key in keys if len({run.data.params.get(key) for run in runs}) > 1]
+    implied = [key for key in differ if follows_from_option(runs, key)]
+    return [key for key in differ if key not in implied], implied, len(keys) - len(differ)
+
+
+def follows_from_option(runs: list, key: str) -> bool:
+    """optimizer.beta_1 (only Adam has it) or optimizer._target_ when optimizer.name differs:
+    the value is fixed by which option was chosen, so the `.name` column already says it."""
+    group, _, leaf = key.partition(".")
+    name_key = f"{group}.name"
+    if leaf in ("", "name") or not all(name_key in run.data.params for run in runs):
+        return False
+    if leaf != "_target_" and all(key in run.data.params for run in runs):
+        return False  # a value every option has (learning_rate): worth a column
+    by_option: dict[str, set] = {}
+    for run in runs:
+        by_option.setdefault(run.data.params[name_key], set()).add(run.data.params.get(key))
+    return all(len(values) == 1 for values in by_option.values())
+
+
+def verdict(run) -> str:
+    passed = run.data.metrics.get("gradcheck/passed")
+    return "-" if passed is None else ("passed" if passed == 1.0 else "failed")
+
+
+def number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.6g}"
+
+
+CELL_STYLE = {"FINISHED": "green", "FAILED": "red", "KILLED": "yellow", "RUNNING": "cyan",
+              "failed": "red"}
+MAX_PARAM_WIDTH = 32  # longer param values are cut (…) when the table fits; folded otherwise
+TEXT_COLUMNS = ("run id", "sweep", "gradcheck", "status")
+STYLED = ("gradcheck", "status")
+MIN_NAME_WIDTH = 12  # below this the run name column is left out (the params say the same)
+
+
+def columns(selection: Selection, params: list[str], sort: str, desc: bool) -> dict[str, list]:
+    """Header -> plain cell texts, left to right: id, name, [sweep], params, metrics, status."""
+    runs = selection.runs
+    arrow = " ↓" if desc else " ↑"
+    table = {"run id": [run.info.run_id[:SHORT] for run in runs],
+             "run": [run.info.run_name or "" for run in runs]}
+    if not selection.in_sweep and any(PARENT_TAG in run.data.tags for run in runs):
+        table["sweep"] = [run.data.tags.get(PARENT_TAG, "-")[:SHORT] for run in runs]
+    table.update({key: [run.data.params.get(key, "-") for run in runs] for key in params})
+    table["final_loss" + (arrow if sort == "final_loss" else "")] = [
+        number(run.data.metrics.get("final_loss")) for run in runs]
+    if sort != "final_loss":
+        table[sort + arrow] = [number(run.data.metrics.get(sort)) for run in runs]
+    table["gradcheck"] = [verdict(run) for run in runs]
+    table["status"] = [run.info.status for run in runs]
+    return table
+
+
+def build_table(title: str, cols: dict[str, list], params: list[str], width: int):
+    """A rich table that fits `width`: the run name gives way first, then params fold."""
+    from rich.table import Table
+    from rich.text import Text
+
+    def natural(header: str) -> int:
+        widest = max(len(text) for text in [header, *cols[header]])
+        return 3 + (min(widest, max(MAX_PARAM_WIDTH, len(header))) if header in params else widest)
+
+    others = 1 + sum(natural(header) for header in cols if header != "run")
+    show_name = others + 3 + MIN_NAME_WIDTH <= width
+    whole = others <= width
+    table = Table(title=title, title_justify="left")
+    for header in cols:
+        if header == "run":
+            if show_name:
+                table.add_column(header, overflow="ellipsis", max_width=48)
+        elif header in params:
+            table.add_column(header, style="bold cyan", no_wrap=whole,
+                             overflow="ellipsis" if whole else "fold",
+                             max_width=max(MAX_PARAM_WIDTH, len(header)) if whole else None)
+        else:  # metrics (numbers) right-aligned
+            table.add_column(header, no_wrap=True, justify="left" if header in TEXT_COLUMNS
+                             else "right")
+    shown = [header for header in cols if header != "run" or show_name]
+    for row in zip(*(cols[header] for header in shown)):
+        table.add_row(*(Text(text, style=CELL_STYLE.get(text, "") if header in STYLED else "")
+                        for header, text in zip(shown, row)))
+    return table
+
+
+def print_table(selection: Selection, sort: str, desc: bool, uri: str) -> None:
+    """The table, what it leaves out, and where the same runs are in the MLflow UI."""
+    from gradexp.console import console
+    from gradexp.tracking import redact_uri, runs_view_link
+
+    out = console()
+    if not out.is_terminal and "COLUMNS" not in os.environ:
+        out.width = 200  # into a file or pipe: no terminal to fit, so keep rows whole
+    if not selection.runs:
+        out.print(f"{selection.title}: no runs yet ({redact_uri(uri)})", highlight=False)
+        return
+    params, implied, same = differing_params(selection.runs)
+    cols = columns(selection, params, sort, desc)
+    count = f"newest {len(selection.runs)} runs (--limit N for more)" if selection.more else (
+        f"{len(selection.runs)} runs")
+    out.print(build_table(f"{selection.title} · {count}", cols, params, out.width))
+    groups = sorted({key.partition(".")[0] + ".name" for key in implied})
+    out.print(f"not listed: {same} params the same in every run"
+              + (f", {len(implied)} that follow from {' and '.join(groups)} "
+                 f"({', '.join(implied[:3])}{', ...' if len(implied) > 3 else ''})"
+                 if implied else "")
+              + ("" if params else "; no param differs"), highlight=False)
+    if selection.hint:
+        out.print(selection.hint, highlight=False)
+    where = ("" if uri.startswith("http") else
+             f"mlflow ui --backend-store-uri {redact_uri(uri)}, then ")
+    out.print(f"in the MLflow UI: {where}{runs_view_link(uri, selection.experiment_id)}",
+              highlight=False)
+
+
+def write_plot(client, selection: Selection, path: Path) -> None:
+    """The per-epoch `loss` of the runs shown, overlaid (gradexp.plots.loss_curves)."""
+    import numpy as np
+
+    from gradexp.console import console, error_line
+    from gradexp.plots import loss_curves
+
+    params = differing_params(selection.runs)[0]  # a line's label: what sets it apart
+    names = [" ".join(f"{key.removesuffix('.name')}={run.data.params.get(key, '-')}"
+                      for key in params) or run.info.run_name or run.info.run_id[:SHORT]
+             for run in selection.runs]
+    curves: dict[str, tuple[Any, Any]] = {}
+    for run, name in zip(selection.runs, names):
+        history = sorted(client.get_metric_history(run.info.run_id, "loss"), key=lambda m: m.step)
+        if history:
+            label = name if names.count(name) == 1 else f"{name} ({run.info.run_id[:SHORT]})"
+            curves[label] = (np.array([m.step for m in history]),
+                             np.array([m.value for m in history]))
+    if not curves:
+        error_line(f"--plot {path}: no run shown has a per-epoch loss; nothing written")
+        return
+    figure = loss_curves(curves, f"loss · {selection.title}")
+    figure.savefig(path)
+    import matplotlib.pyplot as plt
+
+    plt.close(figure)
+    console().print(f"wrote the loss curves of {len(curves)} runs: {path}", highlight=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
