@@ -15,7 +15,9 @@ def loss_curves(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], title: str 
     """One line per name: (epochs, losses). Log scale when the loss spans decades."""
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(7, 4.5), dpi=100, layout="tight")
+    # Fixed margins: layout="tight" doubles savefig's time (~0.2 s) for the same picture here.
+    figure = Figure(figsize=(7, 4.5), dpi=100)
+    figure.subplots_adjust(left=0.11, right=0.97, top=0.92, bottom=0.12)
     axes = figure.subplots()
     for name, (epochs, losses) in curves.items():
         axes.plot(epochs, losses, label=name, linewidth=1.5)
