@@ -8,21 +8,13 @@ from kinks (|x| at 0, Huber at delta) so finite differences are valid there.
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
+import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
-try:
-    import gradexp.gradcheck  # noqa: F401
-except ImportError:  # running from a checkout without `pip install -e .`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from gradexp.gradcheck import (  # noqa: E402
+from gradexp.gradcheck import (
     GradCheckEntry,
     GradCheckReport,
     check_gradients,
@@ -123,6 +115,7 @@ sign_flipped = _planted(tf.sin, lambda x, up: -up * tf.cos(x))
 missing_term = _planted(lambda x: x * tf.sin(x), lambda x, up: up * x * tf.cos(x))
 ignores_upstream = _planted(tf.square, lambda x, up: 2.0 * x)
 ignores_upstream_loss = _planted(tf.reduce_sum, lambda x, up: tf.ones_like(x))
+misrouted_upstream = _planted(tf.square, lambda x, up: tf.reverse(up, [0]) * 2.0 * x)
 negative_branch = _planted(
     lambda x: tf.where(x > 0, x, 0.1 * x),
     lambda x, up: up * tf.where(x > 0, tf.ones_like(x), 0.2 * tf.ones_like(x)),
@@ -169,6 +162,7 @@ def _bug_cases(rng: np.random.Generator) -> dict:
         "missing term": (lambda x: tf.reduce_sum(missing_term(x)), [x], "x0", None),
         "ignores upstream, vector output": (ignores_upstream, [x], "x0", None),
         "ignores upstream, scalar output": (ignores_upstream_loss, [x], "x0", None),
+        "upstream of the wrong element": (misrouted_upstream, [x], "x0", None),
         "negative branch only": (lambda x: tf.reduce_sum(negative_branch(x) ** 2), [x], "x0",
                                  None),
         "one wrong element of 300": (lambda x: tf.reduce_sum(_one_wrong_element(300, 123)(x)),
@@ -301,13 +295,18 @@ def test_float64_evaluation_and_its_fallback():
     assert fails.dtype_used == "float32" and "raised" in fails.notes[0]
     # What float64 buys: a 0.2% error is inside float32's tolerance, outside float64's.
     small = _planted(tf.tanh, lambda x, up: up * (1.0 - tf.tanh(x) ** 2) * 1.002)
-    f = lambda x: tf.reduce_sum(small(x))  # noqa: E731
+
+    def f(x):
+        return tf.reduce_sum(small(x))
+
     assert check_gradients(f, [x]).passed
     assert not check_gradients(f, [x], dtype="float64").passed
 
 
 def test_probe_cost_does_not_grow_with_size():
-    f = lambda x: tf.reduce_sum(tf.tanh(x) * x)  # noqa: E731
+    def f(x):
+        return tf.reduce_sum(tf.tanh(x) * x)
+
     rng = np.random.default_rng(8)
     small = check_gradients(f, [rng.standard_normal(10)])
     large = check_gradients(f, [rng.standard_normal(200_000)])
@@ -327,8 +326,17 @@ def test_options_are_validated():
         check_gradients(tf.reduce_sum, [np.ones(3)], names=["a", "b"])
 
 
+def test_integer_inputs_are_listed_not_checked():
+    x = away_from_zero(np.random.default_rng(12), 3)
+    report = check_gradients(lambda x, k: tf.reduce_sum(sign_flipped(x) * tf.cast(k, x.dtype)),
+                             [x, np.arange(1, 4)])
+    assert [e.checked for e in report.entries] == [True, False]
+    assert [e.name for e in report.failed_entries] == ["x0"]
+    assert "skip  x1" in str(report) and "int64" in str(report)
+
+
 def test_miss_probability():
-    assert miss_probability(10.0, 1) == pytest.approx(0.0797, abs=1e-4)
+    assert miss_probability(10.0, 1) == pytest.approx(0.0797, abs=1e-4)  # erf(0.1 / sqrt 2)
     assert miss_probability(10.0, 4) == pytest.approx(0.0797**4, rel=1e-2)
     assert miss_probability(1.0, 4) > miss_probability(2.0, 4) > miss_probability(2.0, 8)
 

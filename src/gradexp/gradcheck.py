@@ -37,7 +37,9 @@ Finite differences are noise-limited in low precision (float32: about 1e-3 relat
 ``dtype="float64"`` evaluates the function in float64 when it allows it. Otherwise the step is
 cbrt(machine epsilon) · max(1, rms(x)) and the tolerances come from the dtype; the probe method
 also measures the finite-difference error (steps h and 2h) and widens its tolerance by it, so a
-noisy function is reported as noisy instead of wrong.
+noisy function is reported as noisy instead of wrong. Kinks (relu or |x| at 0) inside the step
+make finite differences wrong, not the gradient: a failing probe whose analytical gradient jumps
+within the step is repeated with smaller steps and the report says so.
 
 TensorFlow is imported inside the functions that need it, so importing this module is cheap.
 """
@@ -74,8 +76,11 @@ _TOLERANCES = {
     "bfloat16": (1e-2, 1e-1),
 }
 
+# How often a probe that stepped over a kink is repeated with a smaller step.
+_KINK_RETRIES = 3
+
 # Bisection stops at this many elements; they are then checked one by one (4 evaluations each).
-_NARROW_BLOCK = 16
+_NARROW_BLOCK = 4
 
 
 @dataclass
@@ -89,6 +94,8 @@ class GradCheckEntry:
     most: ``worst_output_index`` / ``worst_input_index`` are indices into the output's and this
     input's shapes; ``worst_output_index`` is None when the element is of the cotangent-weighted
     gradient vᵀJ (the Jacobian column could not be formed), see ``worst_kind``.
+    ``dtype`` is the dtype the input was evaluated in; ``precision`` the coarser of it and the
+    output's dtype, which sets the default ``delta`` (the step), ``atol`` and ``rtol``.
     ``error_to_tolerance`` is the largest error divided by its tolerance (> 1 fails): how close
     a passing check came to failing. ``noise`` is the probe's measured finite-difference error
     relative to the directional derivative; ``linearity_error`` the relative gap between
@@ -193,9 +200,9 @@ class GradCheckReport:
         lines = [
             f"Gradient check {verdict} ({how})",
             f"  evaluated in {self.dtype_used}{requested}; output shape {list(self.output_shape)}",
-            f"  max abs error {self.max_abs_error:.3e}, max rel error {self.max_rel_error:.3e}; "
-            f"cost {self.function_evaluations} evaluations + {self.backward_passes} backward "
-            f"passes, {self.seconds:.2f} s",
+            (f"  max abs error {self.max_abs_error:.3e}, max rel error {self.max_rel_error:.3e}; "
+             f"cost {self.function_evaluations} evaluations + {self.backward_passes} backward "
+             f"passes, {self.seconds:.2f} s"),
         ]
         lines += [f"  note: {n}" for n in self.notes]
         for e in self.entries:
@@ -203,16 +210,18 @@ class GradCheckReport:
         return "\n".join(lines)
 
 
-def miss_probability(error_to_tolerance: float, probes: int) -> float:
-    """Chance that ``probes`` Gaussian probes all miss an error ``error_to_tolerance`` x tolerance.
+def miss_probability(error_std_to_tolerance: float, probes: int) -> float:
+    """Chance that ``probes`` independent probes all miss a wrong gradient.
 
-    With u ~ N(0, I), the directional error e·u is N(0, ‖e‖²); one probe misses when it lands in
-    [-tol, tol], i.e. with probability erf(tol / (‖e‖ √2)); independent probes must all miss.
-    (For a direction normalised to the sphere the miss chance is smaller still, so this bounds it.)
+    ``error_std_to_tolerance`` is t = σ / tol, where σ is the standard deviation of one probe's
+    directional error: with u ~ N(0, I) and a gradient error e, e·u is N(0, ‖e‖²) (the checker
+    divides by ‖u‖·‖v‖, so σ ≈ ‖e‖ / (√n ‖v‖)). One probe misses when that Gaussian lands in
+    [-tol, tol], with probability erf(1 / (t √2)); every probe has to miss. For small 1/t this
+    is about (0.8 / t) ** probes.
     """
-    if error_to_tolerance <= 0:
+    if error_std_to_tolerance <= 0:
         return 1.0
-    return math.erf(1.0 / (error_to_tolerance * math.sqrt(2.0))) ** probes
+    return math.erf(1.0 / (error_std_to_tolerance * math.sqrt(2.0))) ** probes
 
 
 def check_gradients(
@@ -382,7 +391,7 @@ def _variable_handle(v: Any) -> Any:
 def _variable_name(v: Any) -> str:
     path = getattr(v, "path", None)  # Keras 3: "dense/kernel" is clearer than "kernel"
     name = path if isinstance(path, str) and path else str(getattr(v, "name", "variable"))
-    return name[:-2] if name.endswith(":0") else name
+    return name.removesuffix(":0")
 
 
 def _try_float64(f: Callable[..., Any], tensors: list[Any], notes: list[str]) -> list[Any]:
@@ -395,7 +404,7 @@ def _try_float64(f: Callable[..., Any], tensors: list[Any], notes: list[str]) ->
     try:
         y = tf.convert_to_tensor(f(*cast))
         reason = None if y.dtype == tf.float64 else f"f returned {y.dtype.name} for float64 inputs"
-    except Exception as exc:  # any failure means: f does not allow float64
+    except Exception as exc:  # noqa: BLE001 - whatever f raises means: no float64 here
         first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
         reason = f"f raised {type(exc).__name__} for float64 inputs ({first})"
     if reason is None:
@@ -518,22 +527,26 @@ class _Target:
         """VJPs (float64, flat, one per input) for each cotangent, from the recorded forward."""
         import tensorflow as tf
 
-        sources = self._sources()
+        checked = [k for k, why in enumerate(self.skip) if why is None]
+        sources = [self._sources()[k] for k in checked]
         out = []
         for c in cotangents:
             grads = self._tape.gradient(
                 self._y, sources, output_gradients=tf.constant(c, dtype=self._y.dtype),
                 unconnected_gradients=tf.UnconnectedGradients.ZERO,
-            )
+            ) if sources else []
             self.backward_passes += 1
-            out.append([self._flat_grad(i, g) for i, g in enumerate(grads)])
+            flat = [np.zeros(x.size) for x in self.values]
+            for k, g in zip(checked, grads):
+                flat[k] = self._flat_grad(k, g)
+            out.append(flat)
         return out
 
     def _flat_grad(self, i: int, g: Any) -> np.ndarray:
         import tensorflow as tf
 
         shape = self.values[i].shape
-        if g is None or self.skip[i] is not None:
+        if g is None:
             return np.zeros(self.values[i].size)
         g = tf.convert_to_tensor(g)  # IndexedSlices (gathers, embeddings) -> dense
         if tuple(g.shape) != tuple(shape):
@@ -543,6 +556,28 @@ class _Target:
             )
             return np.full(self.values[i].size, np.nan)
         return g.numpy().astype(np.float64).reshape(-1)
+
+    def vjp_at(self, i: int, value: np.ndarray, cotangent: np.ndarray) -> np.ndarray:
+        """VJP for input ``i`` (float64, flat) with that input replaced by ``value``."""
+        import tensorflow as tf
+
+        source = self._replaced_source(i, value)
+        try:
+            with tf.GradientTape() as tape:
+                tape.watch(source)
+                y = self._call(i, source)
+            g = tape.gradient(y, source, output_gradients=tf.constant(cotangent, y.dtype),
+                              unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        finally:
+            self._restore(i)
+        self.backward_passes += 1
+        return tf.convert_to_tensor(g).numpy().astype(np.float64).reshape(-1)
+
+    def _replaced_source(self, i: int, value: np.ndarray) -> Any:
+        raise NotImplementedError
+
+    def _restore(self, i: int) -> None:
+        """Undo _replaced_source (variables only)."""
 
     def column(self, i: int, j: int, cotangent: np.ndarray) -> np.ndarray | None:
         """Analytical Jacobian column d out / d input_i[j], by differentiating the VJP in v.
@@ -566,7 +601,7 @@ class _Target:
                 gj = tf.reshape(tf.convert_to_tensor(g), [-1])[j]
             col = outer.gradient(gj, v)
             self.backward_passes += 2
-        except Exception:  # e.g. an op without a second-order gradient
+        except Exception:  # noqa: BLE001 - e.g. an op without a second-order gradient
             return None
         if col is None:
             return np.zeros(self.out0.size)
@@ -612,13 +647,18 @@ class _FunctionTarget(_Target):
     def _sources(self) -> list[Any]:
         return self.tensors
 
-    def _forward(self, i: int | None = None, value: np.ndarray | None = None) -> Any:
+    def _forward(self, i: int | None = None, value: Any = None) -> Any:
         import tensorflow as tf
 
         args = list(self.tensors)
         if i is not None:
-            args[i] = tf.constant(value, dtype=self.tensors[i].dtype)
+            args[i] = value if tf.is_tensor(value) else tf.constant(value, self.tensors[i].dtype)
         return self.f(*args)
+
+    def _replaced_source(self, i: int, value: np.ndarray) -> Any:
+        import tensorflow as tf
+
+        return tf.constant(value, dtype=self.tensors[i].dtype)
 
     def jacobians(self, i: int, delta: float) -> tuple[np.ndarray, np.ndarray]:
         """TensorFlow's own full-Jacobian check, on input ``i`` with the others held fixed."""
@@ -648,14 +688,21 @@ class _VariableTarget(_Target):
     def _sources(self) -> list[Any]:
         return self.handles
 
-    def _forward(self, i: int | None = None, value: np.ndarray | None = None) -> Any:
-        if i is None:
+    def _forward(self, i: int | None = None, value: Any = None) -> Any:
+        if i is None or value is self.handles[i]:
             return self.loss_fn()
         self.handles[i].assign(value)
         try:
             return self.loss_fn()
         finally:
             self.handles[i].assign(self.values[i])
+
+    def _replaced_source(self, i: int, value: np.ndarray) -> Any:
+        self.handles[i].assign(value)  # undone by _restore, also on error
+        return self.handles[i]
+
+    def _restore(self, i: int) -> None:
+        self.handles[i].assign(self.values[i])
 
     def restore(self) -> None:
         """Put every variable back to the value it had before the check."""
@@ -694,9 +741,9 @@ def _run(target: _Target, opts: _Options, notes: list[str]) -> GradCheckReport:
         target.close()
     checked = [e for e in entries if e.checked]
     dtype_used = _coarsest([e.precision for e in checked] + [target.out_dtype])
-    if any(e.noise > 0.1 for e in checked if e.passed):
-        notes.append("finite differences were noisy (see the entries' notes): only errors larger "
-                     "than that noise can be seen; dtype='float64' helps.")
+    if any(_noisy(e) for e in checked if e.passed):
+        notes.append("finite differences were noisy for some entries (see their notes): only "
+                     "gradient errors larger than that noise can be seen there.")
     return GradCheckReport(
         passed=all(e.passed for e in entries),
         method=opts.method,
@@ -716,6 +763,11 @@ def _run(target: _Target, opts: _Options, notes: list[str]) -> GradCheckReport:
         seconds=time.perf_counter() - start,
         notes=notes,
     )
+
+
+def _noisy(entry: GradCheckEntry) -> bool:
+    """Is the measured finite-difference error what limits this entry's verdict?"""
+    return entry.noise > max(10 * entry.rtol, 0.01)
 
 
 def _refuse_large(target: _Target, limit: int) -> None:
@@ -865,6 +917,7 @@ class _Probe:
     numerical: float
     fd_error: float  # |difference between the step-h and step-2h estimates|
     rounding: float  # a-priori rounding error of the outputs
+    step: float
 
 
 def _probe_entries(target: _Target, opts: _Options, rng: np.random.Generator
@@ -886,22 +939,70 @@ def _probe_one(entry: GradCheckEntry, target: _Target, i: int, vs: list[np.ndarr
                gs: list[np.ndarray], rng: np.random.Generator) -> None:
     x = target.values[i]
     x64 = x.astype(np.float64).reshape(-1)
-    h = entry.delta
+    vs = [v.reshape(-1) for v in vs]
+    directions = [rng.standard_normal(x64.size) for _ in vs]
+    results = [_measure(target, i, x, x64, u, entry.delta, v, g, entry)
+               for u, v, g in zip(directions, vs, gs)]
+    ratio, noise = _judge(results, entry)
+    # A probe that fails because it stepped over a kink is repeated with smaller steps (fewer
+    # kinks inside; more rounding noise, which the tolerance then accounts for).
+    shrink = 1 / 64 if _EPS[entry.precision] < 1e-10 else 1 / 8
+    kinks: list[int] = []
+    retries = [0] * len(results)
+    while True:  # re-judged after each round: a retried probe changes the others' tolerance
+        todo = [k for k in np.flatnonzero(~(ratio <= 1)) if retries[k] < _KINK_RETRIES]
+        for k in todo:
+            retries[k] = _KINK_RETRIES
+            if _crosses_kink(target, i, x, x64, directions[k], vs[k], gs[k], results[k]):
+                retries[k] = kinks.count(k) + 1
+                kinks.append(k)
+                results[k] = _measure(target, i, x, x64, directions[k],
+                                      results[k].step * shrink, vs[k], gs[k], entry)
+        if not todo:
+            break
+        ratio, noise = _judge(results, entry)
+    if kinks:
+        steps = ", ".join(f"{results[k].step:.1e}" for k in sorted(set(kinks)))
+        entry.notes.append(
+            f"{len(set(kinks))} probe(s) crossed a kink (the analytical gradient jumps within the "
+            "step, e.g. relu at 0), where finite differences are wrong; repeated with smaller "
+            f"steps (down to {steps})"
+            + (": they agree." if np.all(ratio <= 1) else ": they still disagree.")
+        )
+    if _noisy(entry):
+        entry.notes.append(
+            f"finite differences are noisy here: their estimated error is {entry.noise:.1%} of "
+            f"the directional derivative, so gradient errors below about {2 * entry.noise:.0%} "
+            "cannot be seen (kinks or float32 rounding; dtype='float64' helps)."
+        )
+    if entry.probes_failed:
+        entry.passed = False
+    if not entry.passed:
+        k = int(np.argmax(ratio))
+        noise_abs = noise * float(np.linalg.norm(directions[k]) * np.linalg.norm(vs[k]))
+        _narrow(entry, target, i, directions[k], vs[k], gs[k], results[k].step, noise_abs)
+
+
+def _measure(target: _Target, i: int, x: np.ndarray, x64: np.ndarray, u: np.ndarray, h: float,
+             v: np.ndarray, g: np.ndarray, entry: GradCheckEntry) -> _Probe:
+    """One probe: directional derivatives at steps h and 2h, normalised by ‖u‖·‖v‖."""
     eps = _EPS[entry.precision]
-    results: list[_Probe] = []
-    directions = []
-    for v, g in zip(vs, gs):
-        v = v.reshape(-1)
-        u = rng.standard_normal(x64.size)
-        norm = float(np.linalg.norm(u) * np.linalg.norm(v)) or 1.0
-        r1, fp, fm = _directional(target, i, x, x64, u, h, v, g)
-        r2, _, _ = _directional(target, i, x, x64, u, 2 * h, v, g)
-        rounding = float(np.abs(v) @ (_rounding(fp, eps) + _rounding(fm, eps))) / (2 * h)
-        a1, n1 = r1
-        a2, n2 = r2
-        results.append(_Probe(a1 / norm, n1 / norm, abs((a1 - n1) - (a2 - n2)) / norm,
-                              rounding / norm))
-        directions.append(u)
+    norm = float(np.linalg.norm(u) * np.linalg.norm(v)) or 1.0
+    (a1, n1), fp, fm = _directional(target, i, x, x64, u, h, v, g)
+    (a2, n2), _, _ = _directional(target, i, x, x64, u, 2 * h, v, g)
+    rounding = float(np.abs(v) @ (_rounding(fp, eps) + _rounding(fm, eps))) / (2 * h)
+    # A gradient error is the same at both steps; the finite-difference error is not.
+    fd_error = abs((a1 - n1) - (a2 - n2))
+    return _Probe(a1 / norm, n1 / norm, fd_error / norm, rounding / norm, h)
+
+
+def _judge(results: list[_Probe], entry: GradCheckEntry) -> tuple[np.ndarray, float]:
+    """Error/tolerance ratio per probe (> 1 fails); fills the entry's error fields.
+
+    Tolerance: atol + rtol·scale + 2·noise, where scale is the probe's numerical directional
+    derivative (at least their rms, so a probe that happens to be ~0 is not judged relatively)
+    and noise the largest finite-difference error measured over the probes.
+    """
     numerical = np.array([p.numerical for p in results])
     analytical = np.array([p.analytical for p in results])
     noise = max(max(p.fd_error, p.rounding) for p in results)
@@ -917,18 +1018,25 @@ def _probe_one(entry: GradCheckEntry, target: _Target, i: int, vs: list[np.ndarr
     entry.max_abs_error = float(np.max(np.where(np.isnan(diff), np.inf, diff)))
     entry.max_rel_error = float(np.max(diff / np.maximum(scale, floor)))
     entry.noise = noise / max(rms, floor)
-    if entry.noise > 0.1:
-        entry.notes.append(
-            f"finite differences are noisy here: their estimated error is {entry.noise:.0%} of "
-            "the directional derivative, so smaller gradient errors cannot be seen "
-            "(dtype='float64' or a larger delta helps)."
-        )
-    if entry.probes_failed:
-        entry.passed = False
-    if not entry.passed:
-        k = int(np.argmax(ratio))
-        noise_abs = noise * float(np.linalg.norm(directions[k]) * np.linalg.norm(vs[k]))
-        _narrow(entry, target, i, directions[k], vs[k].reshape(-1), gs[k], noise_abs)
+    return ratio, noise
+
+
+def _crosses_kink(target: _Target, i: int, x: np.ndarray, x64: np.ndarray, u: np.ndarray,
+                  v: np.ndarray, g: np.ndarray, probe: _Probe) -> bool:
+    """Does the analytical gradient jump between x - hu and x + hu (two extra VJPs)?
+
+    For a smooth function the second difference of the directional derivative,
+    (g(x+hu) + g(x-hu) - 2 g(x))·u, is O(h²); a kink crossed inside the step makes it as large as
+    the jump, and a crossed kink can spoil the finite difference by up to half the jump. A wrong
+    but smooth gradient leaves it ~0, so real errors are not excused by this test.
+    """
+    h = probe.step
+    plus = (x64 + h * u).astype(x.dtype).reshape(x.shape)
+    minus = (x64 - h * u).astype(x.dtype).reshape(x.shape)
+    vv = v.reshape(target.out0.shape)
+    curve = float((target.vjp_at(i, plus, vv) + target.vjp_at(i, minus, vv) - 2 * g) @ u)
+    norm = float(np.linalg.norm(u) * np.linalg.norm(v)) or 1.0
+    return abs(curve) / norm >= 0.5 * abs(probe.analytical - probe.numerical)
 
 
 def _directional(target: _Target, i: int, x: np.ndarray, x64: np.ndarray, u: np.ndarray,
@@ -939,81 +1047,29 @@ def _directional(target: _Target, i: int, x: np.ndarray, x64: np.ndarray, u: np.
     Both use the perturbation actually realised in the input's dtype, so rounding the
     perturbed input (large in float32) does not count as a gradient error.
     """
-    plus = (x64 + h * u).astype(x.dtype)
-    minus = (x64 - h * u).astype(x.dtype)
+    hu = h * u
+    plus = (x64 + hu).astype(x.dtype, copy=False)
+    minus = (x64 - hu).astype(x.dtype, copy=False)
     fp = target.evaluate(i, plus.reshape(x.shape))
     fm = target.evaluate(i, minus.reshape(x.shape))
-    step = plus.astype(np.float64) - minus.astype(np.float64)
+    step = plus.astype(np.float64, copy=False) - minus.astype(np.float64, copy=False)
     analytical = float(g @ step) / (2 * h)
     numerical = float(v @ (fp - fm)) / (2 * h)
     return (analytical, numerical), fp, fm
 
 
 def _narrow(entry: GradCheckEntry, target: _Target, i: int, u: np.ndarray, v: np.ndarray,
-            g: np.ndarray, noise_abs: float) -> None:
+            g: np.ndarray, h: float, noise_abs: float) -> None:
     """Point at the wrong element of a failing input, at a cost of O(log n) evaluations.
 
-    Bisection: the failing probe's direction is restricted to each half of the current range and
-    the half whose directional error is larger (relative to its tolerance) is kept, down to
-    _NARROW_BLOCK elements. Those are checked one by one with central differences of vᵀf, and
+    Bisection on the failing probe (direction u, cotangent v, analytical VJP g, step h) down to
+    _NARROW_BLOCK elements; those are checked one by one with central differences of vᵀf, and
     for the worst one the exact Jacobian column (numerical: the two evaluations just made;
     analytical: derivative of the VJP in v) names the output element too.
     """
     x = target.values[i]
-    x64 = x.astype(np.float64).reshape(-1)
-    h = entry.delta
-    v_norm = float(np.linalg.norm(v)) or 1.0
-    lo, hi = 0, x64.size
-    work = x.reshape(-1).copy()
-
-    def ratio(a: int, b: int) -> float:
-        seg = u[a:b]
-        seg_norm = float(np.linalg.norm(seg)) * v_norm
-        if seg_norm == 0:
-            return 0.0
-        plus = (x64[a:b] + h * seg).astype(x.dtype)
-        minus = (x64[a:b] - h * seg).astype(x.dtype)
-        work[a:b] = plus
-        fp = target.evaluate(i, work.reshape(x.shape))
-        work[a:b] = minus
-        fm = target.evaluate(i, work.reshape(x.shape))
-        work[a:b] = x.reshape(-1)[a:b]
-        an = float(g[a:b] @ (plus.astype(np.float64) - minus.astype(np.float64)))
-        nu = float(v @ (fp - fm))
-        tol = entry.atol * 2 * h * seg_norm + entry.rtol * max(abs(an), abs(nu)) + 2 * noise_abs
-        return abs(an - nu) / tol if tol > 0 else float("inf")
-
-    while hi - lo > _NARROW_BLOCK:
-        mid = (lo + hi) // 2
-        left, right = ratio(lo, mid), ratio(mid, hi)
-        lo, hi = (lo, mid) if not left < right else (mid, hi)
-
-    best: tuple[float, int, float, np.ndarray, float] | None = None
-    eps = _EPS[entry.precision]
-    for j in range(lo, hi):
-        cols = []
-        for step in (h, 2 * h):
-            orig = work[j]
-            plus, minus = x.dtype.type(float(orig) + step), x.dtype.type(float(orig) - step)
-            realised = float(plus) - float(minus)
-            work[j] = plus
-            fp = target.evaluate(i, work.reshape(x.shape))
-            work[j] = minus
-            fm = target.evaluate(i, work.reshape(x.shape))
-            work[j] = orig
-            cols.append(((fp - fm) / realised, (_rounding(fp, eps) + _rounding(fm, eps)) / realised))
-        (col, rounding), (col2, _) = cols
-        num = float(v @ col)
-        noise = max(abs(num - float(v @ col2)), float(np.abs(v) @ rounding))
-        tol = entry.atol * v_norm + entry.rtol * abs(num) + 2 * noise
-        r = abs(float(g[j]) - num) / tol if tol > 0 else float("inf")
-        r = float("inf") if math.isnan(r) else r
-        if best is None or r > best[0]:
-            best = (r, j, num, col, float(np.max(np.abs(col - col2), initial=0.0)))
-    if best is None:
-        return
-    r, j, num, col, col_noise = best
-    in_index = _index(j, x.shape)
+    lo, hi = _bisect(entry, target, i, u, v, g, h, noise_abs)
+    r, j, num, col, col_noise = _worst_in_block(entry, target, i, v, g, h, lo, hi)
     analytical_col = None
     if entry.linearity_error <= _linearity_limit(entry):
         analytical_col = target.column(i, j, v.reshape(target.out0.shape))
@@ -1028,11 +1084,93 @@ def _narrow(entry: GradCheckEntry, target: _Target, i: int, u: np.ndarray, v: np
         entry.worst_analytical = float(g[j])
         entry.worst_numerical = num
         entry.worst_kind = "cotangent-weighted gradient (v^T J) with random v (bisection)"
-    entry.worst_input_index = in_index
+    entry.worst_input_index = _index(j, x.shape)
     if not r > 1:
         entry.notes.append("bisection did not isolate one clearly wrong element: the error may be "
                            "spread thinly over many elements; the element shown is the largest "
                            "found.")
+
+
+def _bisect(entry: GradCheckEntry, target: _Target, i: int, u: np.ndarray, v: np.ndarray,
+            g: np.ndarray, h: float, noise_abs: float) -> tuple[int, int]:
+    """Keep the half of [lo, hi) whose directional error is larger relative to its tolerance.
+
+    Only the left half is evaluated (2 evaluations a level): central differences are additive
+    over disjoint parts of the direction up to O(h³), so the right half is parent - left.
+    """
+    x = target.values[i]
+    x64 = x.astype(np.float64).reshape(-1)
+    work = x.reshape(-1).copy()
+    v_norm = float(np.linalg.norm(v)) or 1.0
+
+    def measure(a: int, b: int) -> tuple[float, float, float]:
+        """(analytical, numerical, ‖u[a:b]‖²) of vᵀJ·(realised step on [a, b))."""
+        seg = u[a:b]
+        plus = (x64[a:b] + h * seg).astype(x.dtype)
+        minus = (x64[a:b] - h * seg).astype(x.dtype)
+        work[a:b] = plus
+        fp = target.evaluate(i, work.reshape(x.shape))
+        work[a:b] = minus
+        fm = target.evaluate(i, work.reshape(x.shape))
+        work[a:b] = x.reshape(-1)[a:b]
+        an = float(g[a:b] @ (plus.astype(np.float64) - minus.astype(np.float64)))
+        return an, float(v @ (fp - fm)), float(seg @ seg)
+
+    def ratio(an: float, nu: float, norm2: float) -> float:
+        tol = (entry.atol * 2 * h * math.sqrt(max(norm2, 0.0)) * v_norm
+               + entry.rtol * max(abs(an), abs(nu)) + 2 * noise_abs)
+        return abs(an - nu) / tol if tol > 0 else float("inf")
+
+    lo, hi = 0, x64.size
+    parent = measure(lo, hi) if hi - lo > _NARROW_BLOCK else (0.0, 0.0, 0.0)
+    while hi - lo > _NARROW_BLOCK:
+        mid = (lo + hi) // 2
+        left = measure(lo, mid)
+        right = (parent[0] - left[0], parent[1] - left[1], parent[2] - left[2])
+        if ratio(*left) >= ratio(*right):
+            hi, parent = mid, left
+        else:
+            lo, parent = mid, right
+    return lo, hi
+
+
+def _worst_in_block(entry: GradCheckEntry, target: _Target, i: int, v: np.ndarray,
+                    g: np.ndarray, h: float, lo: int, hi: int
+                    ) -> tuple[float, int, float, np.ndarray, float]:
+    """Central differences (steps h and 2h) of each element in [lo, hi); the worst one.
+
+    Returns (error/tolerance, flat index, numerical (vᵀJ)[j], numerical column J[:, j], its
+    estimated finite-difference error).
+    """
+    x = target.values[i]
+    work = x.reshape(-1).copy()
+    eps = _EPS[entry.precision]
+    v_norm = float(np.linalg.norm(v)) or 1.0
+    best: tuple[float, int, float, np.ndarray, float] | None = None
+    for j in range(lo, hi):
+        cols = []
+        for step in (h, 2 * h):
+            orig = work[j]
+            plus, minus = x.dtype.type(float(orig) + step), x.dtype.type(float(orig) - step)
+            realised = float(plus) - float(minus)
+            work[j] = plus
+            fp = target.evaluate(i, work.reshape(x.shape))
+            work[j] = minus
+            fm = target.evaluate(i, work.reshape(x.shape))
+            work[j] = orig
+            rounding = (_rounding(fp, eps) + _rounding(fm, eps)) / realised
+            cols.append(((fp - fm) / realised, rounding))
+        (col, rounding), (col2, _) = cols
+        num = float(v @ col)
+        noise = max(abs(num - float(v @ col2)), float(np.abs(v) @ rounding))
+        tol = entry.atol * v_norm + entry.rtol * abs(num) + 2 * noise
+        r = abs(float(g[j]) - num) / tol if tol > 0 else float("inf")
+        r = float("inf") if math.isnan(r) else r
+        if best is None or r > best[0]:
+            col_noise = np.maximum(np.abs(col - col2), rounding)
+            best = (r, j, num, col, col_noise)
+    assert best is not None  # the block is never empty
+    return best
 
 
 # ----------------------------------------------------------------------------------------------
