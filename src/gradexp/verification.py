@@ -63,11 +63,14 @@ class CheckResult:
                 "reports": {key: report.to_dict() for key, report in self.reports.items()}}
 
     def failures(self) -> list[str]:
-        """One readable line per failing input or variable."""
-        return [f"{key}: {entry.name} max abs error {entry.max_abs_error:.3g}, "
-                f"max rel error {entry.max_rel_error:.3g}"
-                for key, report in self.reports.items()
-                for entry in report.entries if not entry.passed]
+        """One readable line per failing input or variable: which element, how far off."""
+        lines = []
+        for key, report in self.reports.items():
+            for entry in report.entries:
+                if not entry.passed:
+                    where = entry.describe_worst() or f"max abs error {entry.max_abs_error:.3g}"
+                    lines.append(f"{key}: {entry.name}: {where}")
+        return lines
 
 
 def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig,
