@@ -101,10 +101,10 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
     if show_config and not quiet:
         console.print_config(cfg, params)
     tracker = open_tracker(cfg, run_name, launch_dir, parent_run_id)
-    tracker.log_params(params)
     run = _Run(cfg, data, tracker, hydra_dir, quiet)
     with sigterm_as_interrupt():
         try:
+            tracker.log_params(params)
             result = run.execute()
         except KeyboardInterrupt:
             run.save_what_we_have("KILLED", "interrupted (Ctrl-C or SIGTERM)")
