@@ -55,11 +55,18 @@ def parent_run_file(sweep_dir: str | Path) -> Path:
 def task(cfg: DictConfig) -> float:
     """One job: run the experiment and return its final loss (what sweepers minimise)."""
     from gradexp.experiment import RunFailed, Terminated, run_experiment
+    from gradexp.sweep import reuse_finished_run
 
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
-    parent = parent_run_file(hydra_cfg.sweep.dir) if multirun else None
+    # From the launch folder: Ray and SLURM may run a job in another working folder (issue 4).
+    sweep_dir = Path(hydra_cfg.runtime.cwd) / hydra_cfg.sweep.dir
+    parent = parent_run_file(sweep_dir) if multirun else None
     try:
+        # sweep.skip_finished (issue 4, gradexp/sweep.py): a config that FINISHED is not rerun.
+        reused = reuse_finished_run(cfg, hydra_cfg) if multirun else None
+        if reused is not None:
+            return reused
         result = run_experiment(
             cfg,
             run_name=cfg.tracking.run_name or hydra_cfg.job.override_dirname or "defaults",

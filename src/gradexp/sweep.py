@@ -3,8 +3,16 @@
 A Hydra callback opens the parent run before the first job (so parallel jobs find the store, the
 experiment and the parent already made) and leaves its id in the sweep folder, where each job reads
 it. When the sweep ends it writes the summary (every child's overrides, final loss, gradient-check
-verdict and status; the best child tagged; the loss curves overlaid) and ends the parent. If the
-sweep is interrupted, an exit hook still ends the parent (KILLED), so nothing stays RUNNING.
+verdict and status; the best child tagged; the loss curves overlaid; an Optuna sweep's best
+parameters and value) and ends the parent. If the sweep is interrupted, an exit hook still ends the
+parent (KILLED), so nothing stays RUNNING.
+
+Any Hydra launcher or sweeper works underneath (basic, joblib, ray, submitit; basic, optuna): the
+callback only needs the jobs to share the tracking store and the sweep folder.
+
+`sweep.skip_finished=true`: a job whose resolved config already has a FINISHED child run in the
+experiment is not run again; it returns that run's final loss, and the new parent lists the run as
+reused. So re-running a sweep that crashed resumes it where it stopped.
 """
 
 from __future__ import annotations
@@ -12,13 +20,19 @@ from __future__ import annotations
 import atexit
 import math
 import sys
+import traceback
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 SUMMARY_FILE = "sweep_summary.json"
+OPTUNA_RESULTS_FILE = "optimization_results.yaml"  # what hydra-optuna-sweeper writes at the end
+REUSED_TAG = "gradexp.reused."  # + job number, on the parent: the FINISHED run a job reused
+PARENT_TAG = "mlflow.parentRunId"
 
 
 class MlflowSweepCallback(Callback):
@@ -28,9 +42,29 @@ class MlflowSweepCallback(Callback):
         self.tracker = None
         self.ended = False
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Launchers that run jobs in other processes (joblib, Ray, submitit) pickle Hydra's
+        callbacks with every job. The parent run's tracker (a client, a writer thread) stays in
+        this process; the jobs' copies have none and do nothing."""
+        return {**self.__dict__, "tracker": None}
+
+    # Hydra turns an exception raised in a callback into a warning and goes on, which would run
+    # the jobs without their parent run and end the sweep "successfully". So both hooks stop the
+    # sweep themselves (SystemExit passes Hydra's guard): one line for what a person can fix,
+    # a traceback for a bug.
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if getattr(config.tracking.name, "value", config.tracking.name) == "none":
+        if _tracking_off(config):
             return
+        with _stop_the_sweep_on_error():
+            self._open_parent(config)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if self.tracker is None:
+            return
+        with _stop_the_sweep_on_error():
+            self._close_parent(config)
+
+    def _open_parent(self, config: DictConfig) -> None:
         from gradexp.app import parent_run_file
         from gradexp.tracking import MlflowTracker, git_commit, resolve_uri
 
@@ -40,17 +74,17 @@ class MlflowSweepCallback(Callback):
             resolve_uri(config.tracking.uri, launch_dir), config.tracking.experiment,
             f"sweep: {overrides}",
             tags={"gradexp.sweep": "true", "mlflow.source.git.commit": git_commit(launch_dir),
-                  "gradexp.sweeper": config.hydra.sweeper._target_.rsplit(".", 1)[-1],
-                  "gradexp.launcher": config.hydra.launcher._target_.rsplit(".", 1)[-1]})
+                  "gradexp.sweeper": _plugin_name(config.hydra.sweeper),
+                  "gradexp.launcher": _plugin_name(config.hydra.launcher)})
         self.tracker.log_params({"sweep.overrides": overrides})
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         parent_run_file(sweep_dir).write_text(self.tracker.run_id)
         atexit.register(self._end_if_interrupted)
 
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        if self.tracker is None:
-            return
+    def _close_parent(self, config: DictConfig) -> None:
+        if _plugin_name(config.hydra.sweeper) == "OptunaSweeper":
+            record_optimization(self.tracker, Path(config.hydra.sweep.dir) / OPTUNA_RESULTS_FILE)
         summary = summarize_sweep(self.tracker)
         self.ended = True
         failed = [row for row in summary if row["status"] != "FINISHED"]
@@ -65,39 +99,65 @@ class MlflowSweepCallback(Callback):
             self.tracker.end("KILLED")
 
 
+@contextmanager
+def _stop_the_sweep_on_error() -> Iterator[None]:
+    from gradexp.app import EXIT_BAD_INPUT
+    from gradexp.console import error_line
+    from gradexp.schema import ConfigError
+
+    try:
+        yield
+    except ConfigError as error:  # e.g. no MLflow server answers at tracking.uri
+        error_line(str(error))
+        sys.exit(EXIT_BAD_INPUT)
+    except Exception:
+        traceback.print_exc()
+        sys.exit(1)
+
+
+def _tracking_off(config: DictConfig) -> bool:
+    return getattr(config.tracking.name, "value", config.tracking.name) == "none"
+
+
+def _plugin_name(node: DictConfig) -> str:
+    """OptunaSweeper, JoblibLauncher, RayLauncher, ... (the class name of a sweeper or launcher)."""
+    return str(node._target_).rsplit(".", 1)[-1]
+
+
+# ---------------------------------------------------------------- the sweep's end
 def summarize_sweep(tracker) -> list[dict[str, Any]]:
-    """Record the children's table, tag the best, overlay their loss curves; return the table."""
+    """Record the children's table, tag the best, overlay their loss curves; return the table.
+
+    The table holds this sweep's children and the FINISHED runs its jobs reused
+    (sweep.skip_finished), those marked `reused`.
+    """
     from gradexp.plots import loss_curves
+    from gradexp.tracking import retry_locked
 
     client, parent_id = tracker.client, tracker.run_id
-    children = client.search_runs([tracker.experiment_id],
-                                  filter_string=f"tags.mlflow.parentRunId = '{parent_id}'",
-                                  max_results=10_000)
-    rows = []
-    for child in children:
-        metrics = child.data.metrics
-        passed = metrics.get("gradcheck/passed")
-        rows.append({
-            "run_id": child.info.run_id,
-            "run_name": child.info.run_name,
-            "status": child.info.status,
-            "final_loss": metrics.get("final_loss", math.nan),
-            "gradcheck": None if passed is None else ("passed" if passed == 1.0 else "failed"),
-            "reason": child.data.tags.get("gradexp.status_reason"),
-        })
+    children = retry_locked(lambda: client.search_runs(
+        [tracker.experiment_id], filter_string=f"tags.{PARENT_TAG} = '{parent_id}'",
+        max_results=10_000))
+    parent_tags = retry_locked(lambda: client.get_run(parent_id)).data.tags
+    reused_ids = sorted({value for key, value in parent_tags.items() if key.startswith(REUSED_TAG)}
+                        - {child.info.run_id for child in children})
+    reused = [retry_locked(lambda run_id=run_id: client.get_run(run_id)) for run_id in reused_ids]
+    rows = [_row(child, reused=False) for child in children]
+    rows += [_row(run, reused=True) for run in reused]
     rows.sort(key=lambda row: (row["status"] != "FINISHED", _sortable(row["final_loss"])))
     tracker.log_dict({"parent_run_id": parent_id, "children": rows}, SUMMARY_FILE)
     finished = [row for row in rows if row["status"] == "FINISHED"
                 and math.isfinite(row["final_loss"])]
     if finished:
         best = finished[0]
-        client.set_tag(best["run_id"], "gradexp.best_in_sweep", "true")
+        if not best["reused"]:  # a reused run belongs to an earlier sweep: leave its tags alone
+            retry_locked(lambda: client.set_tag(best["run_id"], "gradexp.best_in_sweep", "true"))
         tracker.set_tags({"gradexp.best_run_id": best["run_id"],
                           "gradexp.best_run_name": best["run_name"]})
         tracker.log_metric("best_final_loss", best["final_loss"], 0)
     curves = {}
     for row in rows:
-        history = client.get_metric_history(row["run_id"], "loss")
+        history = retry_locked(lambda row=row: client.get_metric_history(row["run_id"], "loss"))
         if history:
             history.sort(key=lambda m: m.step)
             curves[row["run_name"]] = ([m.step for m in history], [m.value for m in history])
@@ -108,11 +168,37 @@ def summarize_sweep(tracker) -> list[dict[str, Any]]:
         tracker.log_figure(loss_curves(arrays, "loss of every job"), "plots/sweep_loss_curves.png")
     tracker.log_metric("children", len(rows), 0)
     tracker.log_metric("children_failed", sum(r["status"] != "FINISHED" for r in rows), 0)
+    tracker.log_metric("children_reused", sum(r["reused"] for r in rows), 0)
     return rows
+
+
+def _row(run, *, reused: bool) -> dict[str, Any]:
+    metrics = run.data.metrics
+    passed = metrics.get("gradcheck/passed")
+    return {
+        "run_id": run.info.run_id,
+        "run_name": run.info.run_name,
+        "status": run.info.status,
+        "final_loss": metrics.get("final_loss", math.nan),
+        "gradcheck": None if passed is None else ("passed" if passed == 1.0 else "failed"),
+        "reason": run.data.tags.get("gradexp.status_reason"),
+        "reused": reused,
+    }
 
 
 def _sortable(value: float) -> float:
     return value if math.isfinite(value) else math.inf
+
+
+def record_optimization(tracker, results_file: Path) -> None:
+    """An Optuna sweep's outcome on the parent: params best.<key>, metric best_value, the file."""
+    if not results_file.is_file():
+        return  # the sweeper stopped before its end (then Hydra does not reach here either)
+    results = OmegaConf.to_container(OmegaConf.load(results_file))
+    if "best_params" in results:  # one objective (gradexp's: the final loss, minimized)
+        tracker.log_params({f"best.{key}": value for key, value in results["best_params"].items()})
+        tracker.log_metric("best_value", float(results["best_value"]), 0)
+    tracker.log_text(results_file.read_text(), OPTUNA_RESULTS_FILE)
 
 
 def print_sweep(rows: list[dict[str, Any]], tracker) -> None:
@@ -126,9 +212,76 @@ def print_sweep(rows: list[dict[str, Any]], tracker) -> None:
     for column in ("run", "status", "final loss", "gradient check"):
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(row["run_name"], row["status"], f"{row['final_loss']:.6g}",
+        status = f"{row['status']} (reused)" if row["reused"] else row["status"]
+        table.add_row(row["run_name"], status, f"{row['final_loss']:.6g}",
                       row["gradcheck"] or "-")
     out = console()
     out.print(table)
     out.print(f"compare the runs: {runs_view_link(tracker.uri, tracker.experiment_id)}",
               highlight=False)
+
+
+# ---------------------------------------------------------------- sweep.skip_finished
+def config_params(cfg: DictConfig) -> dict[str, str]:
+    """The resolved config as a run's MLflow params hold it: dotted keys, secrets masked, text."""
+    from gradexp.console import to_plain
+    from gradexp.tracking import MAX_PARAM_LENGTH, flatten, mask_secrets
+
+    return {key: str(value)[:MAX_PARAM_LENGTH]
+            for key, value in mask_secrets(flatten(to_plain(cfg))).items()}
+
+
+def _what_a_job_computes(params: Mapping[str, str]) -> dict[str, str]:
+    """Params without sweep.* (those steer the sweep, e.g. skip_finished itself, not the job)."""
+    return {key: value for key, value in params.items() if not key.startswith("sweep.")}
+
+
+def reuse_finished_run(cfg: DictConfig, hydra_cfg: DictConfig) -> float | None:
+    """With sweep.skip_finished=true: the final loss of a FINISHED child run with this job's
+    resolved config in the experiment (the newest), after noting it on the sweep's parent run.
+    None means "run the job": skipping is off, tracking is off, or no such run exists."""
+    if not cfg.sweep.skip_finished or _tracking_off(cfg):
+        return None
+    from gradexp.app import parent_run_file
+    from gradexp.console import console
+    from gradexp.tracking import open_client, resolve_uri, retry_locked
+
+    launch_dir = Path(hydra_cfg.runtime.cwd)
+    client = open_client(resolve_uri(cfg.tracking.uri, launch_dir))
+    run = find_finished_run(client, cfg.tracking.experiment, config_params(cfg))
+    if run is None:
+        return None
+    parent = parent_run_file(launch_dir / hydra_cfg.sweep.dir)
+    if parent.exists():
+        parent_id = parent.read_text().strip()
+        retry_locked(lambda: client.set_tag(parent_id, f"{REUSED_TAG}{hydra_cfg.job.num}",
+                                            run.info.run_id))
+    loss = run.data.metrics["final_loss"]
+    console().print(f"skipped {hydra_cfg.job.override_dirname or 'defaults'}: the same config "
+                    f"FINISHED as run {run.info.run_id} (final loss {loss:.6g}); "
+                    "sweep.skip_finished=true", highlight=False)
+    return loss
+
+
+def find_finished_run(client, experiment: str, params: Mapping[str, str]):
+    """The newest FINISHED child run of `experiment` whose params are `params` (sweep.* aside)
+    and which has a finite final loss; None if there is none."""
+    from gradexp.tracking import retry_locked
+
+    found = retry_locked(lambda: client.get_experiment_by_name(experiment))
+    if found is None:
+        return None
+    wanted = _what_a_job_computes(params)
+    page_token = None
+    while True:
+        page = retry_locked(lambda token=page_token: client.search_runs(
+            [found.experiment_id], filter_string="attributes.status = 'FINISHED'",
+            max_results=1000, page_token=token))  # newest first
+        for run in page:
+            loss = run.data.metrics.get("final_loss")
+            if (PARENT_TAG in run.data.tags and loss is not None and math.isfinite(loss)
+                    and _what_a_job_computes(run.data.params) == wanted):
+                return run
+        page_token = page.token
+        if not page_token:
+            return None

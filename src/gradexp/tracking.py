@@ -276,18 +276,20 @@ class MlflowTracker(NullTracker):
                 retry_locked(lambda key=key, value=value: self.client.set_tag(
                     self.run_id, key, str(value)))
 
+    # Artifact calls look the run up in the store first, so they meet sqlite locks too.
     def log_dict(self, data: dict, artifact_file: str) -> None:
-        self.client.log_dict(self.run_id, data, artifact_file)
+        retry_locked(lambda: self.client.log_dict(self.run_id, data, artifact_file))
 
     def log_text(self, text: str, artifact_file: str) -> None:
-        self.client.log_text(self.run_id, text, artifact_file)
+        retry_locked(lambda: self.client.log_text(self.run_id, text, artifact_file))
 
     def log_figure(self, figure, artifact_file: str) -> None:
-        self.client.log_figure(self.run_id, figure, artifact_file)
+        retry_locked(lambda: self.client.log_figure(self.run_id, figure, artifact_file))
 
     def log_folder(self, folder: Path, artifact_path: str) -> None:
         if folder.is_dir():
-            self.client.log_artifacts(self.run_id, str(folder), artifact_path)
+            retry_locked(lambda: self.client.log_artifacts(self.run_id, str(folder),
+                                                           artifact_path))
 
     def end(self, status: str) -> None:
         """Store what is pending and mark the run FINISHED, FAILED or KILLED."""
