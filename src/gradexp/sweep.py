@@ -206,7 +206,7 @@ def print_sweep(rows: list[dict[str, Any]], tracker) -> None:
     from rich.table import Table
 
     from gradexp.console import console
-    from gradexp.tracking import runs_view_link
+    from gradexp.tracking import redact_uri, runs_view_link
 
     table = Table(title=f"sweep {tracker.run_id}", title_justify="left")
     for column in ("run", "status", "final loss", "gradient check"):
@@ -218,6 +218,9 @@ def print_sweep(rows: list[dict[str, Any]], tracker) -> None:
     out = console()
     out.print(table)
     out.print(f"compare the runs: {runs_view_link(tracker.uri, tracker.experiment_id)}",
+              highlight=False)
+    where = "" if tracker.uri.startswith("sqlite") else f" --tracking-uri {redact_uri(tracker.uri)}"
+    out.print(f"or in the terminal: gradexp compare --sweep {tracker.run_id}{where}",
               highlight=False)
 
 
