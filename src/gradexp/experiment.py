@@ -22,14 +22,7 @@ from omegaconf import DictConfig
 from gradexp import console
 from gradexp.data import load_data
 from gradexp.schema import ConfigError, check_ranges
-from gradexp.tracking import (
-    MlflowTracker,
-    NullTracker,
-    flatten,
-    git_commit,
-    mask_secrets,
-    resolve_uri,
-)
+from gradexp.tracking import MlflowTracker, NullTracker, config_params, git_commit, resolve_uri
 
 
 class RunFailed(Exception):
@@ -97,7 +90,7 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
     launch_dir = launch_dir or Path.cwd()
     check_ranges(cfg)  # before anything slow: a wrong value answers in about a second
     data = load_data(cfg.data, launch_dir)
-    params = mask_secrets(flatten(console.to_plain(cfg)))
+    params = config_params(cfg)
     if show_config and not quiet:
         console.print_config(cfg, params)
     tracker = open_tracker(cfg, run_name, launch_dir, parent_run_id)

@@ -225,15 +225,6 @@ def print_sweep(rows: list[dict[str, Any]], tracker) -> None:
 
 
 # ---------------------------------------------------------------- sweep.skip_finished
-def config_params(cfg: DictConfig) -> dict[str, str]:
-    """The resolved config as a run's MLflow params hold it: dotted keys, secrets masked, text."""
-    from gradexp.console import to_plain
-    from gradexp.tracking import MAX_PARAM_LENGTH, flatten, mask_secrets
-
-    return {key: str(value)[:MAX_PARAM_LENGTH]
-            for key, value in mask_secrets(flatten(to_plain(cfg))).items()}
-
-
 def _what_a_job_computes(params: Mapping[str, str]) -> dict[str, str]:
     """Params without sweep.* (those steer the sweep, e.g. skip_finished itself, not the job)."""
     return {key: value for key, value in params.items() if not key.startswith("sweep.")}
@@ -247,7 +238,7 @@ def reuse_finished_run(cfg: DictConfig, hydra_cfg: DictConfig) -> float | None:
         return None
     from gradexp.app import parent_run_file
     from gradexp.console import console
-    from gradexp.tracking import open_client, resolve_uri, retry_locked
+    from gradexp.tracking import config_params, open_client, resolve_uri, retry_locked
 
     launch_dir = Path(hydra_cfg.runtime.cwd)
     client = open_client(resolve_uri(cfg.tracking.uri, launch_dir))

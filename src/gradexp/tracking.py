@@ -60,6 +60,15 @@ def mask_secrets(params: Mapping[str, Any]) -> dict[str, Any]:
     return masked
 
 
+def config_params(cfg) -> dict[str, str]:
+    """The resolved config as a run's MLflow params hold it: dotted keys, secrets masked, text.
+    Runs log exactly this, and sweep.skip_finished matches on it."""
+    from gradexp.console import to_plain
+
+    return {key: str(value)[:MAX_PARAM_LENGTH]
+            for key, value in mask_secrets(flatten(to_plain(cfg))).items()}
+
+
 def redact_uri(uri: str) -> str:
     """The URI without credentials: http://user:pw@host -> http://***@host."""
     parts = urllib.parse.urlsplit(uri)
