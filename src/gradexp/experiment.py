@@ -12,7 +12,7 @@ from __future__ import annotations
 import signal
 import traceback
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -158,7 +158,7 @@ class _Run:
                 self.check_gradients(0)
             stops = sorted(set(range(cfg.trainer.log_every, epochs, cfg.trainer.log_every))
                            | {e for e in check_epochs if e > 0} | {epochs})
-            with console.progress(epochs) if not self.quiet else _nothing() as bar:
+            with console.progress(epochs) if not self.quiet else nullcontext() as bar:
                 for stretch in self.trainer.train(stops):
                     self.record(stretch)
                     if bar is not None:
@@ -313,8 +313,3 @@ def _ui_command(uri: str) -> str:
     if uri.startswith("http"):
         return f"open {redact_uri(uri)}"
     return f"mlflow ui --backend-store-uri {uri}"
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield None

@@ -319,7 +319,9 @@ FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 def check_ranges(cfg: DictConfig) -> None:
     """Raise ConfigError on the first value outside its range, naming key, value and the range."""
-    for key in sorted(OmegaConf.missing_keys(cfg)):
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:
+        key = missing[0]
         raise ConfigError(f"{key} is required here: set it on the command line, {key}=VALUE")
     for key, accepted, accepted_text in RANGE_RULES:
         value = OmegaConf.select(cfg, key, default=None)
