@@ -13,11 +13,13 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from gradexp.app import register_experiments, resource_dir
+from gradexp.objective import register_resolver
 from gradexp.schema import register_schemas
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 register_schemas()
 register_experiments()
+register_resolver()
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = resource_dir("conf")

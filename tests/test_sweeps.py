@@ -143,10 +143,10 @@ def test_optuna_sweep_records_the_best_trial_on_the_parent(tmp_path):
     assert parent.data.tags["gradexp.sweeper"] == "OptunaSweeper"
     rates = [float(c.data.params["optimizer.learning_rate"]) for c in children]
     assert len(set(rates)) == 4 and all(1e-4 <= rate <= 0.85 for rate in rates)
-    best = min(children, key=lambda c: c.data.metrics["final_loss"])
+    best = min(children, key=lambda c: c.data.metrics["val/mse"])  # the preset's objective
     assert float(parent.data.params["best.optimizer.learning_rate"]) == pytest.approx(
         float(best.data.params["optimizer.learning_rate"]))
-    assert parent.data.metrics["best_value"] == pytest.approx(best.data.metrics["final_loss"])
+    assert parent.data.metrics["best_value"] == pytest.approx(best.data.metrics["val/mse"])
     assert parent.data.tags["gradexp.best_run_id"] == best.info.run_id
     client = local_client(tmp_path)
     assert "optimization_results.yaml" in {a.path for a in client.list_artifacts(

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gradexp.console import error_line
 from gradexp.errors import USER_ERRORS, one_line
+from gradexp.objective import register_resolver
 from gradexp.schema import ConfigError, register_schemas
 
 EXIT_BAD_INPUT = 2  # as argparse: the command line asked for something that cannot be
@@ -53,7 +54,8 @@ def parent_run_file(sweep_dir: str | Path) -> Path:
 
 
 def task(cfg: DictConfig) -> float:
-    """One job: run the experiment and return its final loss (what sweepers minimise)."""
+    """One job: run the experiment and return its sweep objective (sweep.objective, e.g. the
+    final val/mse) to the sweeper; the final loss, said so, when the run has no such metric."""
     from gradexp.experiment import RunFailed, Terminated, run_experiment
     from gradexp.sweep import reuse_finished_run
 
@@ -86,7 +88,14 @@ def task(cfg: DictConfig) -> float:
     except KeyboardInterrupt:
         error_line("interrupted (Ctrl-C): the run is recorded as KILLED")
         sys.exit(EXIT_INTERRUPTED)
-    return result.final_loss
+    value = result.objective_value
+    if value is None:
+        if multirun:
+            error_line(f"sweep.objective={result.objective}: this run has no such metric (is "
+                       "there held-out data? data.n_val, data.val_fraction); the sweeper gets "
+                       f"its final_loss instead ({result.final_loss:.6g})")
+        return result.final_loss
+    return value
 
 
 def main() -> None:
@@ -100,6 +109,7 @@ def main() -> None:
         sys.exit(compare(sys.argv[2:]))
     register_schemas()
     register_experiments()
+    register_resolver()
     run = hydra.main(config_path=str(resource_dir("conf")), config_name="config",
                      version_base="1.3")(task)
     # Let Hydra's exceptions reach us (instead of its multi-line report) to say them in one line;

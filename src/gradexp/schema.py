@@ -55,43 +55,81 @@ class Tracker(str, Enum):
 
 
 # ---------------------------------------------------------------- data
+class Task(str, Enum):
+    regression = "regression"
+    classification = "classification"
+
+
 @dataclass
-class LinearData:
-    name: str = "linear"
+class SyntheticData:
+    """Drawn from a generator: n_samples training rows, n_val validation rows (0 = none)."""
+
+    _target_: str = MISSING
+    name: str = MISSING
+    task: Task = Task.regression
     n_samples: int = 100
+    n_val: int = 100
+    seed: int = 0
+
+
+@dataclass
+class LinearData(SyntheticData):
+    _target_: str = "gradexp.data.linear"
+    name: str = "linear"
     n_features: int = 1
     slope: float = 3.0
     intercept: float = 4.0
     noise: float = 0.1
     outliers: float = 0.0
     outlier_scale: float = 10.0
-    seed: int = 0
 
 
 @dataclass
-class SineData:
+class SineData(SyntheticData):
+    _target_: str = "gradexp.data.sine"
     name: str = "sine"
     n_samples: int = 256
     frequency: float = 1.0
     noise: float = 0.1
-    seed: int = 0
 
 
 @dataclass
-class BlobsData:
+class BlobsData(SyntheticData):
+    _target_: str = "gradexp.data.blobs"
     name: str = "blobs"
+    task: Task = Task.classification
     n_samples: int = 300
     n_features: int = 2
     n_classes: int = 3
     spread: float = 1.0
-    seed: int = 0
 
 
 @dataclass
-class CsvData:
+class TabularData:
+    """Rows read from a file, split at random into train / val / test."""
+
+    _target_: str = MISSING
+    name: str = MISSING
+    task: Task = Task.regression
+    val_fraction: float = 0.2
+    test_fraction: float = 0.0
+    split_seed: int = 0
+    standardize: bool = True
+
+
+@dataclass
+class CsvData(TabularData):
+    _target_: str = "gradexp.data.csv_table"
     name: str = "csv"
     path: str = MISSING
     target: str = MISSING
+
+
+@dataclass
+class SklearnData(TabularData):
+    _target_: str = "gradexp.data.sklearn"
+    name: str = "diabetes"
+    task: Any = None  # null = the data set's own (diabetes: regression, the others: classification)
 
 
 # ---------------------------------------------------------------- model
@@ -215,9 +253,24 @@ class TrackingConfig:
 
 
 @dataclass
+class EvalConfig:
+    metrics: Any = None  # a list of metric names or {_target_: ...}; null = the task's defaults
+    every: int | None = None  # epochs; null = at the progress points and the last epoch
+
+
+class Direction(str, Enum):
+    auto = "auto"
+    minimize = "minimize"
+    maximize = "maximize"
+
+
+@dataclass
 class SweepConfig:
     skip_finished: bool = False
     continue_on_failure: bool = True
+    objective: str = "auto"  # a logged metric, e.g. val/mse; auto = val/mse or val/accuracy
+    direction: Direction = Direction.auto
+    best_per: list[str] = field(default_factory=list)  # params, e.g. [optimizer.name]
 
 
 @dataclass
@@ -230,11 +283,13 @@ class Config:
     trainer: Any = MISSING
     gradcheck: Any = MISSING
     tracking: Any = MISSING
+    eval: EvalConfig = field(default_factory=EvalConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
 
 
 SCHEMAS: dict[str, dict[str, type]] = {
-    "data": {"linear": LinearData, "sine": SineData, "blobs": BlobsData, "csv": CsvData},
+    "data": {"linear": LinearData, "sine": SineData, "blobs": BlobsData, "csv": CsvData,
+             "sklearn": SklearnData},
     "model": {"linear": LinearModel, "mlp": MlpModel, "buggy_linear": BuggyLinearModel},
     "loss": {"plain": Loss, "huber": HuberLoss, "crossentropy": CrossEntropyLoss},
     "optimizer": {
@@ -305,6 +360,11 @@ RANGE_RULES: list[tuple[str, Any, str]] = [
     ("gradcheck.every_n_epochs", _at_least(1), "must be an integer >= 1, or null for never"),
     ("gradcheck.max_jacobian_size", _at_least(1), "must be an integer >= 1"),
     ("data.n_samples", _at_least(2), "must be an integer >= 2"),
+    ("data.n_val", _at_least(0), "must be an integer >= 0 (0: no validation set)"),
+    ("data.val_fraction", _fraction, "must be a fraction in [0, 1)"),
+    ("data.test_fraction", _fraction, "must be a fraction in [0, 1)"),
+    ("data.split_seed", _at_least(0), "must be an integer >= 0"),
+    ("eval.every", _at_least(1), "must be an integer >= 1, or null for the progress points"),
     ("data.n_features", _at_least(1), "must be an integer >= 1"),
     ("data.n_classes", _at_least(2), "must be an integer >= 2"),
     ("data.noise", _non_negative, "must be a number >= 0"),
