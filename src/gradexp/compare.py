@@ -287,8 +287,10 @@ def follows_from_option(runs: list, key: str) -> bool:
 
 def is_swept(key: str, swept: list[str]) -> bool:
     """optimizer.learning_rate is swept by `optimizer.learning_rate`; optimizer._target_ and
-    optimizer.name by the group `optimizer`."""
-    return any(key == name or key.startswith(name + ".") for name in swept)
+    optimizer.name by the group `optimizer`. sweep.* keys steer the sweep, not a job: they count
+    as swept too."""
+    return key.startswith("sweep.") or any(key == name or key.startswith(name + ".")
+                                           for name in swept)
 
 
 def verdict(run) -> str:
