@@ -277,3 +277,55 @@ def test_optuna_is_told_the_objective_and_its_direction(tmp_path):
     assert wrong.returncode == 2
     assert "error: hydra.sweeper.direction=maximize, but sweep.objective val/mse is to minimize" \
         in wrong.stderr
+
+
+# ---------------------------------------------------------------- your own data loader
+LOADER = '''
+import numpy as np
+
+def table(n_rows=50):
+    x = np.arange(n_rows, dtype=float)
+    return x, 2 * x + 1                       # (x, y): gradexp splits it
+
+def own_splits():
+    x = np.linspace(0, 1, 30)
+    return (x[:20], 3 * x[:20]), (x[20:], 3 * x[20:])   # ((x, y), (x_val, y_val)): used as given
+
+def labels():
+    x = np.random.default_rng(0).normal(size=(40, 2))
+    return x, (x[:, 0] > 0).astype(int) + 5   # class labels 5 and 6
+'''
+
+
+def test_your_own_loader_from_the_launch_folder_is_split_like_a_table(tmp_path):
+    (tmp_path / "my_data.py").write_text(LOADER)
+    cfg = compose_config("data=custom", "data._target_=my_data.table", "+data.kwargs.n_rows=60",
+                         "data.standardize=false")
+    data = load_data(cfg.data, tmp_path)
+    assert (len(data.x), len(data.val)) == (48, 12)
+    assert rows(np.hstack([data.x, data.y])) | rows(np.hstack([data.val.x, data.val.y])) == {
+        (float(i), float(2 * i + 1)) for i in range(60)}
+    own = load_data(compose_config("data=custom", "data._target_=my_data.own_splits").data,
+                    tmp_path)
+    assert (len(own.x), len(own.val)) == (20, 10)
+    np.testing.assert_allclose(own.val.y[:, 0], 3 * own.val.x[:, 0])
+    labelled = load_data(compose_config("data=custom", "data._target_=my_data.labels",
+                                        "data.task=classification").data, tmp_path)
+    assert labelled.y.shape[1] == 2 and set(labelled.y.sum(1)) == {1.0}  # one-hot of 5 and 6
+
+
+def test_a_run_on_your_loader_is_labelled_by_it_and_learns(tmp_path, store, client):
+    (tmp_path / "my_data.py").write_text(LOADER)
+    result = run(store, "data=custom", "data._target_=my_data.table", tmp_path=tmp_path)
+    assert client.get_run(result.run_id).data.params["data.name"] == "my_data.table"
+    assert result.metrics["val/r2"] > 0.99  # y = 2x + 1 on standardized x: a line fits it
+
+
+@pytest.mark.parametrize(("target", "says"), [
+    ("my_data.nope", "data._target_=my_data.nope: module my_data has no attribute 'nope'"),
+    ("nowhere.load", "data._target_=nowhere.load: no module named 'nowhere'"),
+])
+def test_a_loader_that_is_not_there_is_one_line_naming_it(tmp_path, target, says):
+    (tmp_path / "my_data.py").write_text(LOADER)
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        load_data(compose_config("data=custom", f"data._target_={target}").data, tmp_path)

@@ -66,14 +66,17 @@ def load_data(cfg: DictConfig, base_dir: Path | None = None) -> Dataset:
     Relative paths (`data.path`, a user loader's own files) start at `base_dir`, the launch
     folder: a sweep job may run in another working folder (Ray, SLURM).
     """
-    from hydra.utils import get_object
+    from gradexp.targets import importable, locate
 
     kwargs = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    load = get_object(kwargs.pop("_target_"))
+    importable(base_dir or Path.cwd())  # data._target_=my_data.load names my_data.py there
+    load = locate("data._target_", kwargs.pop("_target_"))
     # Called directly, not through hydra.utils.instantiate, which would wrap a ConfigError
     # (a bad csv cell, say) in its own exception and lose the one line meant for the person.
     with working_folder(base_dir or Path.cwd()):
-        return load(**kwargs)
+        if getattr(load, "__module__", None) == __name__:  # gradexp's own loaders
+            return load(**kwargs)
+        return from_user_loader(load, **kwargs)
 
 
 @contextmanager
@@ -200,6 +203,41 @@ def tabular(name: str, task: str, x: np.ndarray, y: np.ndarray, val_fraction: fl
         return Split(_float32(x[index]), _float32(y[index])) if len(index) else None
 
     return Dataset(name, task, _float32(x[train]), _float32(y[train]), rows(val), rows(test))
+
+
+def from_user_loader(load, *, name: str, task: str, val_fraction: float, test_fraction: float,
+                     split_seed: int, standardize: bool, kwargs: dict) -> Dataset:
+    """data=custom: call the person's `load(**data.kwargs)`. It may return a Dataset; arrays
+    (x, y), which are split as a table (val_fraction, ...); or its own splits
+    ((x, y), (x_val, y_val)), used as they are. A classification's y holds class labels."""
+    where = f"data._target_={name}"
+    try:
+        loaded = load(**kwargs)
+    except TypeError as error:
+        raise ConfigError(f"{where}: cannot be called with data.kwargs={kwargs} ({error})"
+                          ) from None
+    if isinstance(loaded, Dataset):
+        return loaded
+    pairs = isinstance(loaded, tuple | list) and len(loaded) == 2
+    if pairs and all(isinstance(part, tuple | list) and len(part) == 2 for part in loaded):
+        (x, y), (x_val, y_val) = (_columns(a) for a in loaded[0]), (_columns(a) for a in loaded[1])
+        if task == "classification":
+            classes = np.unique(np.concatenate([y[:, 0], y_val[:, 0]]))
+            y, y_val = (np.eye(len(classes))[np.searchsorted(classes, part[:, 0])]
+                        for part in (y, y_val))
+        return Dataset(name, task, _float32(x), _float32(y),
+                       Split(_float32(x_val), _float32(y_val)))
+    if pairs:
+        x, y = (_columns(part) for part in loaded)
+        return tabular(name, task, x, y, val_fraction, test_fraction, split_seed, standardize)
+    raise ConfigError(f"{where}: returned a {type(loaded).__name__}; a data loader returns "
+                      "(x, y) arrays, ((x, y), (x_val, y_val)) or a gradexp.data.Dataset")
+
+
+def _columns(array) -> np.ndarray:
+    """Rows x columns as float64: a 1-D array is one column."""
+    array = np.asarray(array, dtype=np.float64)
+    return array.reshape(len(array), -1)
 
 
 def _held_out(n: int, fraction: float) -> int:

@@ -23,6 +23,7 @@ from gradexp import console
 from gradexp.data import load_data
 from gradexp.objective import check_objective, metric_specs, objective
 from gradexp.schema import ConfigError, check_ranges
+from gradexp.targets import importable, label_by_target
 from gradexp.tracking import MlflowTracker, NullTracker, config_params, git_commit, resolve_uri
 
 
@@ -100,8 +101,10 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
     """Train and check one configuration; record it; return the final loss and where it is."""
     launch_dir = launch_dir or Path.cwd()
     check_ranges(cfg)  # before anything slow: a wrong value answers in about a second
+    label_by_target(cfg)  # loss.name=mylosses.pseudo_huber, not the name of the option it replaced
     data = load_data(cfg.data, launch_dir)
     check_objective(cfg, data.task)
+    check_user_code(cfg, launch_dir)  # a bad loss._target_ ends here, before any MLflow run
     params = config_params(cfg)
     if show_config and not quiet:
         console.print_config(cfg, params)
@@ -125,6 +128,16 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
     return result
 
 
+def check_user_code(cfg: DictConfig, launch_dir: Path) -> None:
+    """Make the launch folder importable and check the `_target_`s that name code to call."""
+    from gradexp.losses import check_loss
+    from gradexp.tensorflow_import import import_tensorflow
+
+    import_tensorflow()  # quietly, before user modules (and keras.losses) import it loudly
+    importable(launch_dir)
+    check_loss(cfg.loss)
+
+
 class _Run:
     """The state of one run while it trains, so every ending can save what it has."""
 
@@ -146,6 +159,7 @@ class _Run:
     def execute(self) -> RunResult:
         from hydra.utils import instantiate
 
+        from gradexp.losses import build_loss
         from gradexp.tensorflow_import import import_tensorflow
 
         tf = import_tensorflow()
@@ -166,7 +180,7 @@ class _Run:
         with device.scope():
             self.model = build_model(cfg.model, self.data.n_features, self.data.n_outputs)
             self.trainer = Trainer(
-                self.model, instantiate(cfg.loss), instantiate(cfg.optimizer), self.data,
+                self.model, build_loss(cfg.loss), instantiate(cfg.optimizer), self.data,
                 batch_size=cfg.trainer.batch_size, seed=cfg.trainer.seed,
                 compile=cfg.trainer.compile, jit_compile=cfg.trainer.jit_compile)
             self.evaluator = Evaluator(self.model, metric_specs(cfg, self.data.task),
@@ -281,6 +295,11 @@ class _Run:
         result = check_training_gradients(self.cfg.gradcheck, self.model, self.cfg.loss,
                                           self.data, epoch)
         self.checks.append(result)
+        if result.notes and len(self.checks) == 1:  # e.g. user code that only runs in float32
+            self.tracker.set_tags({"gradexp.gradcheck_dtype": result.dtype})
+            if not self.quiet:
+                console.console().print(f"[yellow]warning:[/yellow] {result.notes[0]}",
+                                        highlight=False)
         for key, value in result.metrics().items():
             self.tracker.log_metric(key, value, epoch)
         self.tracker.log_dict(result.to_dict(), f"gradcheck/report_epoch_{epoch:05d}.json")

@@ -34,8 +34,9 @@ hand-written backward functions go wrong:
   wrong against the finite differences too, even when it sits right at a scalar loss.
 
 Finite differences are noise-limited in low precision (float32: about 1e-3 relative at best), so
-``dtype="float64"`` evaluates the function in float64 when it allows it. Otherwise the step is
-cbrt(machine epsilon) · max(1, rms(x)) and the tolerances come from the dtype; the probe method
+``dtype="float64"`` evaluates the function in float64 when it allows it (``dtype="float32"``
+asks for float32, e.g. to check code as it trains). Either way the step is cbrt(machine
+epsilon) · max(1, rms(x)) and the tolerances come from the dtype evaluated in; the probe method
 also measures the finite-difference error (steps h and 2h) and widens its tolerance by it, so a
 noisy function is reported as noisy instead of wrong. Kinks (relu or |x| at 0) inside the step
 make finite differences wrong, not the gradient: a failing probe whose analytical gradient jumps
@@ -63,6 +64,10 @@ __all__ = [
 ]
 
 METHODS = ("jacobian", "probe")
+
+# What ``dtype=`` may ask to evaluate in. Inputs already in float16/bfloat16 are still checked
+# in their own dtype (with the wide tolerances below); asking for it is refused.
+EVALUATION_DTYPES = ("float64", "float32")
 
 # Machine epsilon of each floating dtype the checker evaluates in.
 _EPS = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
@@ -242,9 +247,9 @@ def check_gradients(
 
     ``f`` returns one tensor of any shape; ``xs`` are tensors or arrays (a single one is accepted
     too). Integer inputs are listed but not checked. See the module docstring for the methods;
-    ``dtype="float64"`` casts float inputs to float64 and evaluates ``f`` there unless ``f``
-    fails or does not return float64, in which case the inputs' own dtypes are used and the
-    report says so.
+    ``dtype="float64"`` (or ``"float32"``) casts float inputs to that dtype and evaluates ``f``
+    there unless ``f`` fails or does not return that dtype, in which case the inputs' own
+    dtypes are used and the report says so.
     """
     import tensorflow as tf
 
@@ -256,8 +261,8 @@ def check_gradients(
     tensors = [tf.convert_to_tensor(x) for x in xs]
     names = _names(names, [f"x{i}" for i in range(len(tensors))])
     notes: list[str] = []
-    if opts.dtype == "float64":
-        tensors = _try_float64(f, tensors, notes)
+    if opts.dtype is not None:
+        tensors = _try_dtype(f, tensors, opts.dtype, notes)
     target = _FunctionTarget(f, tensors, names)
     return _run(target, opts, notes)
 
@@ -280,21 +285,21 @@ def check_variables(
 
     The variables (tf.Variable or Keras 3 variables) are perturbed in place by assignment and
     always restored to their original values, also when ``loss_fn`` raises. Default names are
-    the Keras variable path, else ``variable.name`` without ``:0``. ``dtype="float64"`` cannot
-    change a variable's dtype: float32 variables are checked in float32 and the report says so.
+    the Keras variable path, else ``variable.name`` without ``:0``. ``dtype=`` cannot change
+    a variable's dtype: variables are checked in their own dtype and the report says so.
     """
     opts = _Options.make(method, probes, delta, atol, rtol, seed, dtype, max_jacobian_size)
     variables = list(variables)
     handles = [_variable_handle(v) for v in variables]
     names = _names(names, [_variable_name(v) for v in variables])
     notes: list[str] = []
-    if opts.dtype == "float64":
-        low = [n for n, h in zip(names, handles)
-               if h.dtype.is_floating and h.dtype.name != "float64"]
-        if low:
+    if opts.dtype is not None:
+        other = [n for n, h in zip(names, handles)
+                 if h.dtype.is_floating and h.dtype.name != opts.dtype]
+        if other:
             notes.append(
-                "dtype='float64' requested, but variables keep their dtype "
-                f"({', '.join(low)} are not float64); checked in their own dtype."
+                f"dtype={opts.dtype!r} requested, but variables keep their dtype "
+                f"({', '.join(other)} are not {opts.dtype}); checked in their own dtype."
             )
     target = _VariableTarget(loss_fn, handles, names)
     try:
@@ -334,8 +339,10 @@ class _Options:
             import tensorflow as tf
 
             name = tf.as_dtype(dtype).name
-            if name != "float64":
-                raise ValueError(f"dtype={dtype!r}: expected None or 'float64'")
+            if name not in EVALUATION_DTYPES:
+                raise ValueError(
+                    f"dtype={dtype!r}: expected None, 'float64' or 'float32' (float16 and "
+                    "bfloat16 finite differences are too coarse to judge a gradient by)")
             dtype = name
         if max_jacobian_size < 1:
             raise ValueError(f"max_jacobian_size={max_jacobian_size!r}: expected an integer >= 1")
@@ -394,22 +401,23 @@ def _variable_name(v: Any) -> str:
     return name.removesuffix(":0")
 
 
-def _try_float64(f: Callable[..., Any], tensors: list[Any], notes: list[str]) -> list[Any]:
-    """Cast float inputs to float64 if f accepts them and returns float64; else keep them."""
+def _try_dtype(f: Callable[..., Any], tensors: list[Any], dtype: str, notes: list[str]
+               ) -> list[Any]:
+    """Cast float inputs to `dtype` if f accepts them and returns `dtype`; else keep them."""
     import tensorflow as tf
 
-    cast = [tf.cast(t, tf.float64) if t.dtype.is_floating else t for t in tensors]
+    cast = [tf.cast(t, dtype) if t.dtype.is_floating else t for t in tensors]
     if all(c is t for c, t in zip(cast, tensors)):
         return tensors
     try:
         y = tf.convert_to_tensor(f(*cast))
-        reason = None if y.dtype == tf.float64 else f"f returned {y.dtype.name} for float64 inputs"
-    except Exception as exc:  # noqa: BLE001 - whatever f raises means: no float64 here
+        reason = None if y.dtype == dtype else f"f returned {y.dtype.name} for {dtype} inputs"
+    except Exception as exc:  # noqa: BLE001 - whatever f raises means: not in this dtype
         first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
-        reason = f"f raised {type(exc).__name__} for float64 inputs ({first})"
+        reason = f"f raised {type(exc).__name__} for {dtype} inputs ({first})"
     if reason is None:
         return cast
-    notes.append(f"dtype='float64' requested, but {reason}; checked in the inputs' own dtypes.")
+    notes.append(f"dtype={dtype!r} requested, but {reason}; checked in the inputs' own dtypes.")
     return tensors
 
 

@@ -355,11 +355,13 @@ def reuse_finished_run(cfg: DictConfig, hydra_cfg: DictConfig) -> float | None:
         return None
     from gradexp.app import parent_run_file
     from gradexp.console import console
+    from gradexp.targets import label_by_target
     from gradexp.tracking import config_params, open_client, resolve_uri, retry_locked
 
     launch_dir = Path(hydra_cfg.runtime.cwd)
     client = open_client(resolve_uri(cfg.tracking.uri, launch_dir))
-    run = find_finished_run(client, cfg.tracking.experiment, config_params(cfg))
+    # The params as run_experiment logs them: a user's _target_ names the run (loss.name).
+    run = find_finished_run(client, cfg.tracking.experiment, config_params(label_by_target(cfg)))
     if run is None:
         return None
     parent = parent_run_file(launch_dir / hydra_cfg.sweep.dir)

@@ -3,6 +3,11 @@
 Checks the training loss's gradient with respect to the model's variables (and/or the inputs, as
 seed 000 does), evaluated on a float64 copy of the parameters and data (`gradcheck.dtype`), so the
 finite differences are not drowned in float32 rounding. The variables themselves are not touched.
+
+User code is usually written for float32 (`tf.constant(0.5)` inside a `tf.custom_gradient`
+cannot meet a float64 tensor). When the loss or the model cannot run forward and backward in the
+requested dtype, the check runs in the dtype they train in, with that dtype's steps and
+tolerances, and its result says so (`CheckResult.notes`) instead of crashing the run.
 """
 
 from __future__ import annotations
@@ -12,11 +17,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import tensorflow as tf
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from gradexp.data import Dataset
 from gradexp.gradcheck import GradCheckReport, check_gradients
+from gradexp.losses import build_loss
 from gradexp.models import Model
 
 
@@ -26,6 +31,8 @@ class CheckResult:
 
     epoch: int
     reports: dict[str, GradCheckReport] = field(default_factory=dict)
+    dtype: str = "float64"  # what the loss and model were evaluated in
+    notes: list[str] = field(default_factory=list)  # e.g. why not in the requested dtype
 
     @property
     def passed(self) -> bool:
@@ -59,7 +66,7 @@ class CheckResult:
 
     def to_dict(self) -> dict:
         return {"epoch": self.epoch, "passed": self.passed, "max_abs_error": self.max_abs_error,
-                "max_rel_error": self.max_rel_error,
+                "max_rel_error": self.max_rel_error, "dtype": self.dtype, "notes": self.notes,
                 "reports": {key: report.to_dict() for key, report in self.reports.items()}}
 
     def failures(self) -> list[str]:
@@ -76,15 +83,15 @@ class CheckResult:
 def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig,
                              data: Dataset, epoch: int) -> CheckResult:
     """Run the checks `gradcheck` asks for on the current parameters."""
-    dtype = tf.as_dtype(cfg.dtype)
+    dtype, note = evaluation_dtype(cfg.dtype, model, loss_cfg, data)
     x = tf.constant(data.x, dtype)
     y = tf.constant(data.y, dtype)
-    loss = instantiate(loss_cfg, dtype=cfg.dtype)
+    loss = build_loss(loss_cfg, dtype=dtype)
     params = [tf.constant(v.numpy(), dtype) for v in model.params]
     names = [v.name.split(":")[0] for v in model.params]
     method = getattr(cfg.method, "value", cfg.method)
     wrt = getattr(cfg.wrt, "value", cfg.wrt)
-    options = {"probes": cfg.probes, "dtype": cfg.dtype, "max_jacobian_size": cfg.max_jacobian_size}
+    options = {"probes": cfg.probes, "dtype": dtype, "max_jacobian_size": cfg.max_jacobian_size}
 
     targets: list[tuple[str, Callable, list[tf.Tensor], list[str]]] = []
     if wrt in ("variables", "both"):
@@ -92,7 +99,7 @@ def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig
     if wrt in ("inputs", "both"):
         targets.append(("inputs", lambda xs: loss(y, model.apply(params, xs)), [x], ["inputs"]))
 
-    result = CheckResult(epoch)
+    result = CheckResult(epoch, dtype=dtype, notes=[note] if note else [])
     for target, function, xs, xs_names in targets:
         if method in ("probe", "both"):
             result.reports[f"{target}/probe"] = check_gradients(
@@ -107,6 +114,51 @@ def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig
                     _only(function, xs, small), [xs[i] for i in small], method="jacobian",
                     names=[xs_names[i] for i in small], **options)
     return result
+
+
+def evaluation_dtype(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset
+                     ) -> tuple[str, str | None]:
+    """The dtype to check in, and a note if it is not the requested one.
+
+    The requested dtype if the model and then the loss run there, forward and backward (a
+    float32 constant in a custom backward only fails in the backward); otherwise the dtype the
+    model's variables train in, with a note naming the part that failed and how.
+    """
+    own = model.params[0].dtype.name if model.params else "float32"
+    if requested == own:
+        return requested, None
+    x = tf.constant(data.x, requested)
+    y = tf.constant(data.y, requested)
+    params = [tf.constant(v.numpy(), requested) for v in model.params]
+    try:
+        part = "the model"
+        _forward_backward(lambda: model.apply(params, x), params, requested)
+        part = f"the loss (loss._target_={loss_cfg['_target_']})"
+        loss = build_loss(loss_cfg, dtype=requested)
+        _forward_backward(lambda: loss(y, model.apply(params, x)), params, requested)
+    except Exception as error:  # noqa: BLE001 - whatever it raises means: not in this dtype
+        return own, (f"gradcheck.dtype={requested} requested, but {part} cannot run in "
+                     f"{requested} ({_first_line(error)}); checked in {own}, the dtype it trains "
+                     f"in, with {own} steps and tolerances")
+    return requested, None
+
+
+def _forward_backward(function: Callable[[], tf.Tensor], params: list[tf.Tensor], dtype: str
+                      ) -> None:
+    """Evaluate `function` and its gradient; raise TypeError if either leaves `dtype`."""
+    with tf.GradientTape() as tape:
+        tape.watch(params)
+        out = function()
+    gradients = tape.gradient(out, params, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    for value in [out, *gradients]:
+        if tf.convert_to_tensor(value).dtype != dtype:
+            raise TypeError(f"it returned {tf.convert_to_tensor(value).dtype.name} for "
+                            f"{dtype} inputs")
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"[:200]
 
 
 def _only(function: Callable, xs: list[tf.Tensor], varying: list[int]) -> Callable:

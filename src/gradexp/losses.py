@@ -1,0 +1,125 @@
+"""Losses by `_target_`: a Keras loss class, or any callable (y_true, y_pred), user code included.
+
+    loss=huber                                      keras.losses.Huber(delta=1.0), from conf/loss/
+    loss._target_=mylosses.PseudoHuber              a class: the other keys go to its constructor
+    loss._target_=mylosses.pseudo_huber             a function: the other keys are bound to it
+
+`name` is gradexp's label for the run (see gradexp.targets.label_by_target), never an argument:
+passing it is what made `loss._target_=mylosses.pseudo_huber` fail with "unexpected keyword
+argument 'name'". A function's result is averaged, as Keras does for `compile(loss=fn)`, so a
+function returning one loss per sample trains like one returning their mean.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from gradexp.schema import ConfigError
+from gradexp.targets import locate
+
+KEY = "loss._target_"
+LABELS = ("_target_", "name")  # what the config says about the loss, not arguments to it
+
+
+def loss_arguments(cfg: DictConfig) -> dict[str, Any]:
+    """The keys that go to the loss: everything but `_target_` and `name`."""
+    values = OmegaConf.to_container(cfg, resolve=True)
+    return {key: value for key, value in values.items() if key not in LABELS}
+
+
+def check_loss(cfg: DictConfig) -> None:
+    """Raise ConfigError (one line naming loss._target_) unless the target imports and can be
+    called as a loss: a class built with the config's keys whose instances take (y_true,
+    y_pred), or a function taking (y_true, y_pred) plus the config's keys. Cheap: no call."""
+    path = str(cfg["_target_"])
+    target = locate(KEY, path)
+    arguments = {k: v for k, v in loss_arguments(cfg).items() if not _hydra_key(k)}
+    shown = ", ".join(f"{k}={v!r}" for k, v in arguments.items())
+    name = getattr(target, "__name__", path)
+    if inspect.isclass(target):
+        _check_call(path, target, (), arguments, f"{name}({shown})")
+        for method in ("__call__", "call"):  # Keras losses: __call__ calls call(y_true, y_pred)
+            function = _defined(target, method)
+            if function is not None:
+                _check_call(path, function, (None, None, None), {},
+                            f"{name}.{method}(self, y_true, y_pred)")
+        if _defined(target, "__call__") is None:
+            raise ConfigError(f"{KEY}={path}: instances of {name} cannot be called; a loss class "
+                              "needs __call__(y_true, y_pred), e.g. a keras.losses.Loss")
+    elif callable(target):
+        _check_call(path, target, (None, None), arguments,
+                    f"{name}(y_true, y_pred{', ' + shown if shown else ''})")
+    else:
+        raise ConfigError(f"{KEY}={path}: is a {type(target).__name__}, not a loss class or a "
+                          "function (y_true, y_pred)")
+
+
+def build_loss(cfg: DictConfig, dtype: str | None = None) -> Callable[[Any, Any], Any]:
+    """The loss `cfg` names, called as loss(y_true, y_pred) -> scalar tensor.
+
+    `dtype` (e.g. "float64" for the gradient check) goes to a class that accepts it: Keras
+    losses cast their inputs to their own dtype, float32 unless told. Functions follow their
+    inputs' dtype.
+    """
+    from hydra.utils import instantiate
+
+    target = locate(KEY, str(cfg["_target_"]))
+    spec = {"_target_": cfg["_target_"], **loss_arguments(cfg)}
+    if inspect.isclass(target):
+        if dtype is not None and _accepts(target, "dtype"):
+            spec["dtype"] = dtype
+        return instantiate(spec)
+    return MeanLoss(instantiate(spec, _partial_=True))
+
+
+class MeanLoss:
+    """A loss function with the config's keys bound, its result averaged to one number."""
+
+    def __init__(self, function: Callable[..., Any]):
+        self.function = function
+
+    def __call__(self, y_true: Any, y_pred: Any) -> Any:
+        import tensorflow as tf
+
+        return tf.reduce_mean(self.function(y_true, y_pred))
+
+    def __repr__(self) -> str:
+        return f"MeanLoss({self.function!r})"
+
+
+def _hydra_key(key: str) -> bool:
+    """_partial_, _convert_, ...: read by hydra.utils.instantiate, not passed on."""
+    return key.startswith("_") and key.endswith("_")
+
+
+def _defined(cls: type, method: str) -> Callable[..., Any] | None:
+    """`cls.method` if a class other than `object` defines it (every class has type's __call__)."""
+    for klass in cls.__mro__:
+        if klass is not object and method in vars(klass):
+            return getattr(cls, method)
+    return None
+
+
+def _check_call(path: str, function: Callable[..., Any], args: tuple, kwargs: dict[str, Any],
+                shown: str) -> None:
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # builtins without a signature: trust them
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as error:
+        raise ConfigError(f"{KEY}={path}: cannot be called as {shown}: {error} (its signature "
+                          f"is {signature})") from None
+
+
+def _accepts(cls: type, keyword: str) -> bool:
+    try:
+        parameters = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == keyword or p.kind is p.VAR_KEYWORD for p in parameters)

@@ -1,0 +1,119 @@
+"""User code by `_target_`: importable from the launch folder, checked before a run opens, and
+named truthfully.
+
+    loss._target_=mylosses.pseudo_huber    a function or class in mylosses.py beside the command
+
+`importable` puts the launch folder on the import path (as `python -m` does for the current
+folder, and the `gradexp` script and in-process runs do not). `locate` imports a dotted path and
+turns every way that can fail into one line naming the key and the path, so a typo ends before
+an MLflow run exists. `label_by_target` sets a group's `name` to the user's `_target_`, so MLflow
+params and `gradexp compare` do not call a run `loss=mse` that trained with `mylosses.pseudo_huber`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import traceback
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from gradexp.schema import ConfigError
+
+LABELLED_GROUPS = ("data", "model", "loss")
+
+
+def importable(launch_dir: Path) -> None:
+    """Let `_target_`s name modules in the launch folder (first, as `python -m` has it)."""
+    folder = Path(launch_dir).resolve()
+    for entry in sys.path:
+        if entry and Path(entry).resolve() == folder:
+            return
+    sys.path.insert(0, str(folder))
+
+
+def locate(key: str, path: str) -> Any:
+    """The object a dotted `path` names; ConfigError `key=path: what is wrong` if there is none.
+
+    Modules are imported from the top down, then attributes followed, so the message can say
+    which part is missing: no module, no attribute, or an error raised while importing.
+    """
+    parts = str(path).split(".")
+    if not path or not all(part.isidentifier() for part in parts):
+        raise ConfigError(f"{key}={path}: not a dotted path such as mymodule.my_function")
+    if len(parts) == 1:
+        raise ConfigError(f"{key}={path}: name the module too, e.g. {key}=mymodule.{path}")
+    obj: Any = _import(key, path, parts[0])
+    for depth in range(1, len(parts)):
+        name = parts[depth]
+        if hasattr(obj, name):
+            obj = getattr(obj, name)
+            continue
+        if not isinstance(obj, ModuleType):
+            where = ".".join(parts[:depth])
+            raise ConfigError(f"{key}={path}: {where} has no attribute '{name}'")
+        module_name = ".".join(parts[: depth + 1])
+        try:
+            obj = _import(key, path, module_name)
+        except _NoSuchModule:
+            raise ConfigError(f"{key}={path}: module {obj.__name__} has no attribute "
+                              f"'{name}'") from None
+    return obj
+
+
+class _NoSuchModule(Exception):
+    pass
+
+
+def _import(key: str, path: str, module_name: str) -> ModuleType:
+    """Import one module; a missing top-level module is one line, a submodule is the caller's."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name == module_name and "." in module_name:
+            raise _NoSuchModule() from None
+        if error.name == module_name:
+            raise ConfigError(f"{key}={path}: no module named '{module_name}' (looked in the "
+                              "launch folder and the installed packages)") from None
+        raise ConfigError(f"{key}={path}: importing {module_name} failed: "
+                          f"{_one_line(error)}") from None
+    except Exception as error:  # noqa: BLE001 - the user's module raised while importing
+        raise ConfigError(f"{key}={path}: importing {module_name} raised "
+                          f"{_one_line(error)}") from None
+
+
+def _one_line(error: BaseException) -> str:
+    """`Type: first line of the message (file:line)`, the innermost frame being the user's code."""
+    lines = str(error).strip().splitlines()
+    text = f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    frames = traceback.extract_tb(error.__traceback__)
+    if frames and not isinstance(error, SyntaxError):  # a SyntaxError names its line itself
+        text += f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})"
+    return text[:300]
+
+
+def label_by_target(cfg: DictConfig, groups: tuple[str, ...] = LABELLED_GROUPS) -> DictConfig:
+    """Set `<group>.name` to `<group>._target_` where the person replaced the option's target.
+
+    The rule: load the chosen option's own file (conf/<group>/<name>.yaml); if the composed
+    `_target_` differs from the file's, the option's name no longer describes the run, and the
+    target's dotted path does. A name that is no option's file is the person's own: kept.
+    Idempotent (a labelled name is no option's file), so callers need not coordinate.
+    """
+    from gradexp.app import resource_dir  # app is the entry point; a lazy import keeps no cycle
+
+    conf = resource_dir("conf")
+    for group in groups:
+        node = OmegaConf.select(cfg, group, default=None)
+        if not isinstance(node, DictConfig) or "_target_" not in node or "name" not in node:
+            continue
+        option = conf / group / f"{node.name}.yaml"
+        if not option.is_file():
+            continue
+        shipped = OmegaConf.load(option).get("_target_")
+        if node["_target_"] != shipped:
+            node.name = str(node["_target_"])
+    return cfg

@@ -1,0 +1,220 @@
+"""User losses by `_target_` from the launch folder: they train, name their runs, fail early and in
+one line when they cannot be called, and their hand-written gradients are checked, in float64
+where the code allows it and in float32 (its own dtype) where it does not."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, compose_config, run_cli
+from gradexp.experiment import GradientCheckFailed, run_experiment
+from gradexp.schema import ConfigError, check_ranges
+from gradexp.targets import label_by_target
+
+FAST = ("trainer.epochs=5", "data.n_samples=32", "data.outliers=0.1", "gradcheck.plots=false")
+
+# A new user's module: a plain function returning one loss per sample (as Keras loss functions
+# do), one with a signature that is not (y_true, y_pred), a constant, and a class that is not a
+# loss. The example module examples/robust_losses.py is copied beside it.
+MYLOSSES = '''
+import tensorflow as tf
+
+def pseudo_huber(y_true, y_pred, delta=1.0):
+    r = (y_pred - y_true) / delta
+    return delta * delta * (tf.sqrt(1 + r * r) - 1)
+
+def one_arg(y):
+    return y
+
+DELTA = 1.0
+
+class NotALoss:
+    def __init__(self, delta=1.0):
+        self.delta = delta
+'''
+MODULES = ("mylosses", "robust_losses", "broken")
+
+
+@pytest.fixture
+def launch(tmp_path: Path, monkeypatch) -> Path:
+    """A launch folder with user modules, importable only while the test runs."""
+    folder = tmp_path / "launch"
+    folder.mkdir()
+    (folder / "mylosses.py").write_text(MYLOSSES)
+    (folder / "broken.py").write_text("import math\nVALUE = 1 / 0\n")
+    shutil.copy(REPO / "examples" / "robust_losses.py", folder)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    for name in MODULES:
+        sys.modules.pop(name, None)
+    yield folder
+    for name in MODULES:
+        sys.modules.pop(name, None)
+
+
+def run(store, launch, *overrides):
+    cfg = compose_config(f"tracking.uri={store}", *FAST, *overrides)
+    return run_experiment(cfg, quiet=True, launch_dir=launch)
+
+
+def report(client, run_id: str, epoch: int) -> dict:
+    path = client.download_artifacts(run_id, f"gradcheck/report_epoch_{epoch:05d}.json")
+    with open(path) as handle:
+        return json.load(handle)
+
+
+# ---------------------------------------------------------------- labels (no TensorFlow)
+@pytest.mark.parametrize(("overrides", "name"), [
+    (("loss=mse",), "mse"),
+    (("loss=huber", "loss._target_=keras.losses.Huber"), "huber"),
+    (("loss._target_=mylosses.pseudo_huber",), "mylosses.pseudo_huber"),
+    (("loss=huber", "loss._target_=robust_losses.PseudoHuber"), "robust_losses.PseudoHuber"),
+    (("loss._target_=mylosses.pseudo_huber", "loss.name=my_label"), "my_label"),
+])
+def test_loss_name_follows_a_replaced_target(overrides, name):
+    cfg = label_by_target(compose_config(*overrides))
+    assert cfg.loss.name == name
+    assert label_by_target(cfg).loss.name == name  # idempotent
+
+
+# ---------------------------------------------------------------- training with user code
+@pytest.mark.parametrize(("overrides", "checked_in"), [
+    (("loss._target_=robust_losses.PseudoHuber",), "float32"),  # a float32-only Keras class
+    (("loss._target_=mylosses.pseudo_huber",), "float64"),  # a plain function, per sample
+    (("loss=huber", "loss._target_=robust_losses.pseudo_huber", "loss.delta=0.5"), "float64"),
+])
+def test_user_loss_trains_is_labelled_and_its_gradient_passes(store, client, launch, overrides,
+                                                              checked_in):
+    result = run(store, launch, *overrides)
+    stored = client.get_run(result.run_id)
+    target = next(o for o in overrides if o.startswith("loss._target_=")).split("=")[1]
+    assert stored.info.status == "FINISHED"
+    assert stored.data.params["loss.name"] == target
+    assert stored.data.params["loss._target_"] == target
+    assert math.isfinite(result.final_loss)
+    assert result.history["loss"][-1] < result.history["loss"][0]  # it learned
+    assert result.gradcheck_passed is True
+    first = report(client, result.run_id, 0)
+    assert first["dtype"] == checked_in
+    assert first["reports"]["variables/probe"]["dtype_used"] == checked_in
+    if checked_in == "float32":  # the fallback is said, in the report and as a tag
+        assert "cannot run in float64" in first["notes"][0]
+        assert "checked in float32" in first["notes"][0]
+        assert stored.data.tags["gradexp.gradcheck_dtype"] == "float32"
+    else:
+        assert first["notes"] == []
+
+
+def test_a_bound_argument_reaches_the_function(store, client, launch):
+    """delta=0.5 is bound to the function: its loss differs from delta=1.0's."""
+    losses = [run(store, launch, "loss=huber", "loss._target_=robust_losses.pseudo_huber",
+                  f"loss.delta={delta}").final_loss for delta in (0.5, 1.0)]
+    assert losses[0] != pytest.approx(losses[1])
+
+
+# ---------------------------------------------------------------- wrong backward passes
+@pytest.mark.parametrize(("target", "checked_in"), [
+    ("robust_losses.PseudoHuberWrongBranch", "float32"),
+    ("robust_losses.pseudo_huber_wrong_branch", "float64"),
+])
+def test_a_wrong_branch_of_the_backward_is_caught_and_located(store, client, launch, target,
+                                                               checked_in):
+    result = run(store, launch, f"loss._target_={target}")
+    assert result.gradcheck_passed is False
+    stored = client.get_run(result.run_id)
+    assert stored.info.status == "FINISHED"  # on_fail=warn
+    assert stored.data.metrics["gradcheck/W/passed"] == 0.0
+    first = report(client, result.run_id, 0)
+    assert first["dtype"] == checked_in and first["passed"] is False
+    entries = {e["name"]: e for e in first["reports"]["variables/jacobian"]["entries"]}
+    # At epoch 0 every residual is beyond delta, so every gradient is 10% too large.
+    for name in ("W", "b"):
+        entry = entries[name]
+        assert entry["passed"] is False
+        assert entry["worst_input_index"] == ([0, 0] if name == "W" else [0])
+        assert entry["worst_analytical"] == pytest.approx(1.1 * entry["worst_numerical"],
+                                                          rel=1e-3)
+
+
+def test_on_fail_fail_ends_the_run_failed(store, client, launch):
+    with pytest.raises(GradientCheckFailed, match=r"epoch 0: variables/probe: W: worst element"):
+        run(store, launch, "loss._target_=robust_losses.PseudoHuberWrongBranch",
+            "gradcheck.on_fail=fail")
+    (stored,) = client.search_runs(["1"])
+    assert stored.info.status == "FAILED"
+    assert stored.data.tags["gradexp.failure"] == "gradcheck"
+
+
+# ---------------------------------------------------------------- bad targets
+@pytest.mark.parametrize(("target", "line"), [
+    ("mylosses.nope", "loss._target_=mylosses.nope: module mylosses has no attribute 'nope'"),
+    ("nomodule.fn", "loss._target_=nomodule.fn: no module named 'nomodule'"),
+    ("mylosses.one_arg", "loss._target_=mylosses.one_arg: cannot be called as "
+                         "one_arg(y_true, y_pred): too many positional arguments"),
+    ("mylosses.DELTA", "loss._target_=mylosses.DELTA: is a float, not a loss class or a "
+                       "function (y_true, y_pred)"),
+    ("mylosses.NotALoss", "loss._target_=mylosses.NotALoss: instances of NotALoss cannot be "
+                          "called"),
+    ("broken.loss", "loss._target_=broken.loss: importing broken raised ZeroDivisionError: "
+                    "division by zero (broken.py:2)"),
+    ("pseudo_huber", "loss._target_=pseudo_huber: name the module too"),
+])
+def test_a_bad_loss_target_is_one_line_before_any_run(store, client, launch, target, line):
+    with pytest.raises(ConfigError) as caught:
+        run(store, launch, f"loss._target_={target}")
+    message = str(caught.value)
+    assert message.startswith(line) and "\n" not in message
+    assert client.search_experiments() == [] or client.search_runs(
+        [e.experiment_id for e in client.search_experiments()]) == []
+
+
+def test_extra_keys_the_function_does_not_take_are_one_line(store, launch):
+    with pytest.raises(ConfigError, match=r"^loss._target_=mylosses.pseudo_huber: cannot be "
+                                          r"called as pseudo_huber\(y_true, y_pred, from_logits=True\): "
+                                          r"got an unexpected keyword argument 'from_logits'"):
+        run(store, launch, "loss=binary_crossentropy", "loss._target_=mylosses.pseudo_huber")
+
+
+# ---------------------------------------------------------------- gradcheck.dtype
+def test_gradcheck_in_float32_passes_the_built_in_model_and_says_so(store, client, launch):
+    result = run(store, launch, "gradcheck.dtype=float32")
+    assert result.gradcheck_passed is True
+    first = report(client, result.run_id, 0)
+    assert first["dtype"] == "float32" and first["notes"] == []
+    probe = first["reports"]["variables/probe"]
+    assert probe["dtype_used"] == probe["dtype_requested"] == "float32"
+    assert probe["rtol"] == 3e-3  # float32's tolerance, not float64's 1e-5
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int32"])
+def test_gradcheck_dtypes_too_coarse_are_refused_at_config_time(dtype):
+    with pytest.raises(ConfigError, match=rf"^gradcheck.dtype={dtype}: must be float64 or "
+                                          "float32"):
+        check_ranges(compose_config(f"gradcheck.dtype={dtype}"))
+
+
+# ---------------------------------------------------------------- across the process boundary
+def test_cli_bad_target_exits_2_with_one_line_and_no_run(tmp_path, launch):
+    done = run_cli("loss._target_=mylosses.nope", f"tracking.uri=sqlite:///{tmp_path}/m.db",
+                   f"hydra.run.dir={tmp_path}/out", cwd=launch)
+    assert done.returncode == 2
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: loss._target_=mylosses.nope: module mylosses has no attribute "
+                      "'nope'"]
+    assert not (tmp_path / "m.db").exists()  # not even a store was opened
+
+
+def test_cli_wrong_gradient_with_on_fail_fail_exits_1(tmp_path, launch, client, store):
+    done = run_cli("loss._target_=robust_losses.PseudoHuberWrongBranch", "gradcheck=strict",
+                   *FAST, f"tracking.uri={store}", f"hydra.run.dir={tmp_path}/out", cwd=launch)
+    assert done.returncode == 1, done.stderr
+    assert "checked in float32" in done.stdout
+    assert "gradient check failed at epoch 0" in done.stderr
+    (stored,) = client.search_runs(["1"])
+    assert stored.info.status == "FAILED"
+    assert stored.data.params["loss.name"] == "robust_losses.PseudoHuberWrongBranch"
