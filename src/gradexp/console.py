@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -13,6 +15,18 @@ from rich.table import Table
 from rich.tree import Tree
 
 GROUPS = ("data", "model", "loss", "optimizer", "device", "trainer", "gradcheck", "tracking")
+
+
+def quiet_libraries() -> None:
+    """Keep the console to gradexp's own lines: no INFO chatter from the libraries underneath
+    (MLflow's "Creating initial MLflow database tables...", matplotlib's "generated new
+    fontManager"), which Hydra's logging setup (root logger at INFO) would let through. Their
+    warnings and errors still show. MLFLOW_LOGGING_LEVEL, when a person sets it, wins.
+    """
+    mlflow_level = os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING").upper()
+    logging.getLogger("mlflow").setLevel(mlflow_level)  # MLflow reads the variable on import
+    for name in ("matplotlib", "alembic", "PIL"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def console() -> Console:

@@ -53,10 +53,14 @@ class MlflowSweepCallback(Callback):
     # sweep themselves (SystemExit passes Hydra's guard): one line for what a person can fix,
     # a traceback for a bug.
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if _tracking_off(config):
-            return
+        from gradexp.schema import check_ranges
+
         with _stop_the_sweep_on_error():
-            self._open_parent(config)
+            # What every job shares (the overrides that are not swept) is checked once, before
+            # anything is recorded: a key gradexp does not read, a value out of its range.
+            check_ranges(config, missing_ok=True)
+            if not _tracking_off(config):
+                self._open_parent(config)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.tracker is None:
