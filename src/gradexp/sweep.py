@@ -209,7 +209,7 @@ def print_sweep(rows: list[dict[str, Any]], tracker) -> None:
     """The sweep's table in the terminal, best first, and where to compare the runs."""
     from rich.table import Table
 
-    from gradexp.console import console
+    from gradexp.console import console, print_table
     from gradexp.tracking import redact_uri, runs_view_link
 
     table = Table(title=f"sweep {tracker.run_id}", title_justify="left")
@@ -219,8 +219,8 @@ def print_sweep(rows: list[dict[str, Any]], tracker) -> None:
         status = f"{row['status']} (reused)" if row["reused"] else row["status"]
         table.add_row(row["run_name"], status, f"{row['final_loss']:.6g}",
                       row["gradcheck"] or "-")
+    print_table(table)  # wraps, never cuts: run names stay apart in an 80-column log
     out = console()
-    out.print(table)
     out.print(f"compare the runs: {runs_view_link(tracker.uri, tracker.experiment_id)}",
               highlight=False)
     where = "" if tracker.uri.startswith("sqlite") else f" --tracking-uri {redact_uri(tracker.uri)}"
