@@ -21,6 +21,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
+import gradexp
 from gradexp.app import register_experiments, resource_dir
 from gradexp.schema import register_schemas
 
@@ -83,8 +84,14 @@ def default_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
+# The gradexp these tests imported: children import the same one, whatever their folder (a
+# relative PYTHONPATH=src, or an installed copy elsewhere, would otherwise win there).
+SOURCE = str(Path(gradexp.__file__).resolve().parents[1])
+
+
 def cli_env(env: dict | None = None) -> dict:
-    return {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    path = os.pathsep.join(p for p in (SOURCE, os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, **(env or {})}
 
 
 def spawn_cli(*args: str, cwd: Path, env: dict | None = None, python_args: tuple = (),

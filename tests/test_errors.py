@@ -7,12 +7,14 @@ from __future__ import annotations
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
-from conftest import finish, free_port, imported_modules, run_cli, spawn_cli
+from conftest import default_signals, finish, free_port, imported_modules, run_cli, spawn_cli
 
 pytestmark = pytest.mark.slow
 
@@ -62,6 +64,23 @@ BAD_INPUTS = [
     (["device=mirrored"], 2, "device=mirrored: TensorFlow sees no GPU"),
     (["optimizer.learning_rate=1000", "trainer.epochs=200"], 1,
      "became NaN or infinite at epoch"),
+    # What is recorded is what ran: a key gradexp does not read is refused, + or not.
+    (["+trainer.patience=10"], 2, "trainer.patience=10: no such key, gradexp would not read it "
+     "(trainer=default accepts: name, epochs, batch_size, seed, log_every, compile, jit_compile)"),
+    (["+trainer.checkpoint=true"], 2, "trainer.checkpoint=True: no such key"),
+    (["+trainer.resume_from=abc"], 2, "trainer.resume_from=abc: no such key"),
+    (["+model.anything=1"], 2, "model.anything=1: no such key, gradexp would not read it "
+     "(model=linear accepts: name, init_scale, seed)"),
+    (["trainer.patience=10"], 2, "trainer.patience=10: unknown key (trainer options accept: name,"),
+    (["optimzer=adam"], 2, "did you mean the group optimizer=adam?"),
+    (["optimizer.lr=0.01"], 2, "did you mean optimizer.learning_rate?"),
+    (["trainer.batch_size=[[["], 2, "cannot read the override trainer.batch_size=[[[:"),
+    (["data.seed=-99999999999"], 2,
+     "data.seed=-99999999999: must be an integer in [0, 4294967295]"),
+    (["model.seed=-99999999999"], 2, "model.seed=-99999999999: must be an integer in [0,"),
+    (["tracking.uri=sqlite:///no/such/dir/x.db"], 2,
+     "/no/such/dir/x.db: the folder /"),  # not created either (MLflow would make the tree)
+    (["-m", "optimizer=sgd,adam", "+trainer.patience=10"], 2, "trainer.patience=10: no such key"),
 ]
 
 
@@ -74,6 +93,14 @@ def workdir(tmp_path_factory) -> Path:
         else:
             (folder / name).write_text(text)
     return folder
+
+
+def recorded_runs(folder: Path) -> int:
+    db = folder / "mlflow.db"
+    if not db.exists():
+        return 0
+    with sqlite3.connect(db) as connection:
+        return connection.execute("select count(*) from runs").fetchone()[0]
 
 
 def running_runs(folder: Path) -> int:
@@ -90,6 +117,7 @@ def test_bad_input_is_one_clear_line(workdir, args, code, message):
     port = str(free_port())  # nothing listens there (port 9 is not free everywhere)
     args = [arg.replace("{free_port}", port) for arg in args]
     message = message.replace("{free_port}", port)
+    runs_before = recorded_runs(workdir)
     done = run_cli(*args, "gradcheck=off", cwd=workdir, timeout=120,
                    python_args=("-X", "importtime"))
     assert done.returncode == code, done.stderr
@@ -98,19 +126,88 @@ def test_bad_input_is_one_clear_line(workdir, args, code, message):
     assert message in errors[0]
     assert "Traceback" not in done.stderr and "HYDRA_FULL_ERROR" not in done.stderr
     assert running_runs(workdir) == 0
+    if code == 2:  # refused before a run was opened (device=gpu too: no FAILED run left)
+        assert recorded_runs(workdir) == runs_before
+        assert not (workdir / "no").exists()
     if code == 2 and not args[0].startswith("device="):
         # answered before training: TensorFlow never loaded (not a wall-clock bound, which a
         # loaded machine breaks)
         assert "tensorflow" not in imported_modules(done.stderr)
 
 
+BROKEN_LOSS = """
+class BrokenLoss:
+    \"\"\"A loss with a bug: it divides by zero when called.\"\"\"
+
+    def __init__(self, name=None):
+        self.name = name
+
+    def __call__(self, y_true, y_pred):
+        return 1 / 0
+"""
+
+
 def test_a_bug_still_shows_its_traceback(tmp_path):
-    """Errors a person cannot fix are bugs: the traceback stays (HYDRA_FULL_ERROR works too)."""
-    done = run_cli("trainer.epochs=1", "gradcheck=off", cwd=tmp_path,
-                   env={"HYDRA_FULL_ERROR": "1"})
-    assert done.returncode == 0
+    """Errors a person cannot fix from the command line are bugs: the traceback stays, and the
+    run ends FAILED with the traceback kept beside it."""
+    (tmp_path / "mybug.py").write_text(BROKEN_LOSS)  # user code in the launch folder
+    done = run_cli("loss._target_=mybug.BrokenLoss", "trainer.epochs=2", "gradcheck=off",
+                   cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" in done.stderr and "ZeroDivisionError: division by zero" in done.stderr
+    assert 'mybug.py", line 9, in __call__' in done.stderr  # it points at the bug
+    assert not [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    ((_, status),) = _statuses(tmp_path)
+    assert status == "FAILED"
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("gradexp").experiment_id])
+    # TensorFlow wraps what a traced function raises (StagingError); the cause is kept.
+    assert "ZeroDivisionError: division by zero" in run.data.tags["gradexp.status_reason"]
+    trace = Path(client.download_artifacts(run.info.run_id, "error/traceback.txt", str(tmp_path)))
+    assert "ZeroDivisionError" in trace.read_text()
+    # HYDRA_FULL_ERROR=1 asks for Hydra's own traceback even for a mistyped option.
     done = run_cli("optimizer=adamm", cwd=tmp_path, env={"HYDRA_FULL_ERROR": "1"})
     assert done.returncode == 1 and "Traceback" in done.stderr
+
+
+@pytest.fixture
+def plain_web_server(tmp_path):
+    """`python -m http.server` on a free 127.0.0.1 port: it answers, but is not MLflow."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"], cwd=tmp_path,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        preexec_fn=default_signals)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None and time.monotonic() < deadline, "no web server"
+            try:
+                urllib.request.urlopen(url, timeout=2).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_a_web_server_that_is_not_mlflow_is_one_line(tmp_path, plain_web_server):
+    launch = tmp_path / "launch"
+    launch.mkdir()
+    for args in ([], ["-m", "optimizer=sgd,adam"]):
+        done = run_cli(*args, f"tracking.uri={plain_web_server}", "trainer.epochs=2",
+                       "gradcheck=off", cwd=launch, timeout=120)
+        assert done.returncode == 2, done.stderr
+        (line,) = done.stderr.strip().splitlines()
+        assert line == (f"error: tracking.uri={plain_web_server}: a server answers but not as an "
+                        "MLflow tracking server (its MLflow API answers HTTP 404 File not found); "
+                        "check the address and the port")
+        assert not (launch / "mlflow.db").exists()
 
 
 def _interrupt_when_training(args: list[str], cwd: Path, sig: int) -> subprocess.CompletedProcess:

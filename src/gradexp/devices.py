@@ -45,4 +45,7 @@ def check_device(requested: str) -> None:
     """Before a run is opened: asking for a GPU that is not there is refused, so no FAILED run is
     left in the store for it. (device=auto and cpu cannot fail; they load TensorFlow later.)"""
     if requested in ("gpu", "mirrored"):
+        from gradexp.tensorflow_import import import_tensorflow
+
+        import_tensorflow()  # quietly: its C++ start-up lines stay off the terminal
         select_device(requested)
