@@ -175,7 +175,8 @@ def test_a_bad_loss_target_is_one_line_before_any_run(store, client, launch, tar
 
 def test_extra_keys_the_function_does_not_take_are_one_line(store, launch):
     with pytest.raises(ConfigError, match=r"^loss._target_=mylosses.pseudo_huber: cannot be "
-                                          r"called as pseudo_huber\(y_true, y_pred, from_logits=True\): "
+                                          r"called as pseudo_huber\(y_true, y_pred, "
+                                          r"from_logits=True\): "
                                           r"got an unexpected keyword argument 'from_logits'"):
         run(store, launch, "loss=binary_crossentropy", "loss._target_=mylosses.pseudo_huber")
 

@@ -19,7 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from gradexp.console import error_line
+from gradexp.console import error_line, quiet_libraries
 from gradexp.errors import USER_ERRORS, one_line
 from gradexp.objective import register_resolver
 from gradexp.schema import ConfigError, register_schemas
@@ -59,6 +59,9 @@ def task(cfg: DictConfig) -> float:
     from gradexp.experiment import RunFailed, Terminated, run_experiment
     from gradexp.sweep import reuse_finished_run
 
+    # Again in the job: Hydra has set up its logging by now, and some launchers (Ray) run jobs
+    # in processes that never ran main().
+    quiet_libraries()
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     # From the launch folder: Ray and SLURM may run a job in another working folder (issue 4).
@@ -98,15 +101,24 @@ def task(cfg: DictConfig) -> float:
     return value
 
 
+def multirun_flag_first(args: list[str]) -> list[str]:
+    """`-m`/`--multirun` anywhere on the line: Hydra's parser takes it only before the
+    overrides (`experiment=lr_search -m trainer.epochs=50` would be a usage error)."""
+    flags = [arg for arg in args if arg in ("-m", "--multirun")]
+    return flags[:1] + [arg for arg in args if arg not in ("-m", "--multirun")]
+
+
 def main() -> None:
     """The `gradexp` console script and `python -m gradexp`."""
     # TensorFlow's C++ start-up chatter (CUDA probing, oneDNN notes) is noise here; its real
     # errors still surface as Python exceptions. A person can set their own level.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    quiet_libraries()
     if sys.argv[1:2] == ["compare"]:
         from gradexp.compare import main as compare
 
         sys.exit(compare(sys.argv[2:]))
+    sys.argv[1:] = multirun_flag_first(sys.argv[1:])
     register_schemas()
     register_experiments()
     register_resolver()

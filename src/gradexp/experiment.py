@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 
 from gradexp import console
 from gradexp.data import load_data
+from gradexp.devices import check_device
 from gradexp.objective import check_objective, metric_specs, objective
 from gradexp.schema import ConfigError, check_ranges
 from gradexp.targets import importable, label_by_target
@@ -108,6 +109,7 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
     params = config_params(cfg)
     if show_config and not quiet:
         console.print_config(cfg, params)
+    check_device(getattr(cfg.device.name, "value", cfg.device.name))
     tracker = open_tracker(cfg, run_name, launch_dir, parent_run_id)
     run = _Run(cfg, data, tracker, hydra_dir, quiet)
     with sigterm_as_interrupt():

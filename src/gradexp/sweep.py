@@ -59,11 +59,16 @@ class MlflowSweepCallback(Callback):
     # sweep themselves (SystemExit passes Hydra's guard): one line for what a person can fix,
     # a traceback for a bug.
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if _tracking_off(config):
-            return
+        from gradexp.schema import check_ranges
+
         with _stop_the_sweep_on_error():
+            # What every job shares (the overrides that are not swept) is checked once, before
+            # anything is recorded: a key gradexp does not read, a value out of its range, a
+            # sweeper told to optimize the objective the wrong way.
+            check_ranges(config, missing_ok=True)
             check_sweeper_direction(config)
-            self._open_parent(config)
+            if not _tracking_off(config):
+                self._open_parent(config)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.tracker is None:
@@ -298,7 +303,7 @@ def print_sweep(summary: SweepSummary, tracker) -> None:
     """The sweep's table in the terminal, best first by the objective, and where to compare."""
     from rich.table import Table
 
-    from gradexp.console import console
+    from gradexp.console import console, print_table
     from gradexp.tracking import redact_uri, runs_view_link
 
     out = console()
@@ -315,14 +320,14 @@ def print_sweep(summary: SweepSummary, tracker) -> None:
         status = f"{row['status']} (reused)" if row["reused"] else row["status"]
         table.add_row(row["run_name"], status, f"{row['objective']:.6g}",
                       f"{row['final_loss']:.6g}", row["gradcheck"] or "-")
-    out.print(table)
+    print_table(table)  # wraps, never cuts: run names stay apart in an 80-column log
     for key, groups in summary.best_per.items():
         best = Table(title=f"each {key} at its best", title_justify="left")
         for column in (key, "best run", f"{summary.metric} {arrow}"):
             best.add_column(column, overflow="fold")
         for value, row in groups.items():
             best.add_row(value, row["run_name"], f"{row['objective']:.6g}")
-        out.print(best)
+        print_table(best)
     if summary.also_differ:
         out.print(f"besides the swept keys, these differ between the runs: "
                   f"{', '.join(summary.also_differ)}", highlight=False)
