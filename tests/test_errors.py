@@ -70,7 +70,7 @@ BAD_INPUTS = [
     (["+trainer.checkpoint=true"], 2, "trainer.checkpoint=True: no such key"),
     (["+trainer.resume_from=abc"], 2, "trainer.resume_from=abc: no such key"),
     (["+model.anything=1"], 2, "model.anything=1: no such key, gradexp would not read it "
-     "(model=linear accepts: name, init_scale, seed)"),
+     "(model=linear accepts: _target_, name, init_scale, seed)"),
     (["trainer.patience=10"], 2, "trainer.patience=10: unknown key (trainer options accept: name,"),
     (["optimzer=adam"], 2, "did you mean the group optimizer=adam?"),
     (["optimizer.lr=0.01"], 2, "did you mean optimizer.learning_rate?"),

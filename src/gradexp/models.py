@@ -1,67 +1,133 @@
-"""Models: trainable tf.Variables plus a pure function of (parameters, x).
+"""Models: every `model=` option builds a `keras.Model`; `Model` is how gradexp holds one.
 
-`model(x)` trains on the variables; `model.apply(params, x)` takes any tensors in their place, so
-the gradient checker can evaluate the same model in float64 without touching the variables.
+The options are functions named by `model._target_`, called with the data's sizes and the
+option's keys: `linear` (seed 004's y = x·W + b), `buggy_linear` (the same with a planted wrong
+gradient), `mlp` (Dense layers, Glorot-initialized, optional Dropout) and `sequential` (any Keras
+layers written in YAML). A person's own builder is `model=custom model._target_=my_models.build`:
+a function `(n_features, n_outputs, **model.kwargs) -> keras.Model`.
+
+`Model` gives the trainer the variables and the forward pass, and the gradient checker a pure
+function of (parameter values, x): `apply` runs a float64 twin of the Keras model statelessly on
+whatever values it is given, so the check's finite differences are not drowned in float32
+rounding, and the trained variables are never touched.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import keras
 import numpy as np
 import tensorflow as tf
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+
+from gradexp.schema import ConfigError
 
 
-class Model(tf.Module):
-    """Base: subclasses create `self.params` (a list of tf.Variable) and define `apply`."""
+class Model:
+    """A keras.Model as the trainer and the gradient checker use it."""
 
-    params: list[tf.Variable]
+    def __init__(self, network: keras.Model, n_features: int):
+        self.network = network
+        self.n_features = n_features
+        self.params: list = list(network.trainable_variables)
+        # Variable names without the model's own prefix: "W", "dense0/kernel".
+        prefix = f"{network.name}/"
+        self.names = [v.path.removeprefix(prefix) for v in self.params]
+        self._twins: dict[str, keras.Model] = {}
+
+    def __call__(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
+        return self.network(x, training=training)
 
     def apply(self, params: list[tf.Tensor], x: tf.Tensor) -> tf.Tensor:
-        raise NotImplementedError
+        """The model's output with `params` in place of its trainable variables (inference mode:
+        no dropout), computed in the dtype of `params`."""
+        dtype = tf.as_dtype(params[0].dtype).name if params else "float32"
+        network = self.network if dtype == self.network.dtype else self._twin(dtype)
+        non_trainable = [tf.cast(v, v.dtype) for v in network.non_trainable_variables]
+        outputs, _ = network.stateless_call(list(params), non_trainable, x, training=False)
+        return outputs
 
-    def __call__(self, x: tf.Tensor) -> tf.Tensor:
-        return self.apply(self.params, x)
+    def _twin(self, dtype: str) -> keras.Model:
+        """The same architecture with every layer computing in `dtype` (built once)."""
+        if dtype not in self._twins:
+            def in_dtype(layer: keras.layers.Layer) -> keras.layers.Layer:
+                return layer.__class__.from_config({**layer.get_config(), "dtype": dtype})
+
+            network = self.network
+            try:
+                if _built_from_layers(network):
+                    # Its input too: a float32 Input would round x, and the check of d/dinputs
+                    # would measure float32 rounding.
+                    twin = keras.models.clone_model(
+                        network, input_tensors=keras.Input((self.n_features,), dtype=dtype),
+                        clone_function=in_dtype)
+                else:  # a subclassed model (LinearModel): rebuilt from its config
+                    twin = network.__class__.from_config({**network.get_config(),
+                                                          "dtype": dtype})
+                    twin(tf.zeros((1, self.n_features), dtype))  # builds its variables
+            except Exception as error:  # a model of the person's that cannot be rebuilt
+                raise TypeError(f"cannot rebuild the model in {dtype}: {error}") from error
+            self._twins[dtype] = twin
+        return self._twins[dtype]
 
     def scalars(self) -> dict[str, tf.Tensor]:
-        """Parameters worth logging per epoch as metrics (W and b of a one-feature line)."""
+        """Parameters worth logging per epoch as metrics: W and b of a one-feature line."""
+        found = dict(zip(self.names, self.params))
+        if set(found) == {"W", "b"} and tuple(found["W"].shape) == (1, 1):
+            return {"W": found["W"][0, 0], "b": found["b"][0]}
         return {}
 
 
-class Linear(Model):
-    """Seed 004's y = x·W + b, with W and b drawn from init_scale·N(0, 1) like np.random.randn."""
-
-    def __init__(self, n_features: int, n_outputs: int, init_scale: float, seed: int):
-        super().__init__(name="linear")
-        rng = np.random.default_rng(seed)
-        w = init_scale * rng.standard_normal((n_features, n_outputs))
-        b = init_scale * rng.standard_normal((n_outputs,))
-        self.W = tf.Variable(w, dtype=tf.float32, name="W")
-        self.b = tf.Variable(b, dtype=tf.float32, name="b")
-        self.params = [self.W, self.b]
-
-    def apply(self, params: list[tf.Tensor], x: tf.Tensor) -> tf.Tensor:
-        w, b = params
-        return tf.matmul(x, w) + b
-
-    def scalars(self) -> dict[str, tf.Tensor]:
-        if self.W.shape == (1, 1):
-            return {"W": self.W[0, 0], "b": self.b[0]}
-        return {}
+def _built_from_layers(network: keras.Model) -> bool:
+    """Sequential and functional models can be rebuilt layer by layer; a subclassed model (its
+    own call) only from its config."""
+    return type(network).__name__ in ("Sequential", "Functional")
 
 
-class BuggyLinear(Linear):
-    """The linear model with a wrong backward pass for W: a demo of a failed gradient check.
+# ---------------------------------------------------------------- the options
+def seed_004_start(n_features: int, n_outputs: int, init_scale: float, seed: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """W and b as seed 004 starts them, np.random.randn() scaled by init_scale, from a seeded
+    numpy generator (W first), so the default run reproduces: W = 2.909, b = 4.045 after 100
+    epochs. Keras' own initializers draw other numbers."""
+    rng = np.random.default_rng(seed)
+    w = init_scale * rng.standard_normal((n_features, n_outputs))
+    return w, init_scale * rng.standard_normal((n_outputs,))
 
-    The forward pass is right; dLoss/dW's last element is multiplied by bug_scale.
-    """
 
-    def __init__(self, n_features: int, n_outputs: int, init_scale: float, seed: int,
-                 bug_scale: float):
-        super().__init__(n_features, n_outputs, init_scale, seed)
+@keras.saving.register_keras_serializable(package="gradexp")
+class LinearModel(keras.Model):
+    """y = x·W + b (seed 004), its variables named W and b as the tutorial names them."""
+
+    def __init__(self, n_features: int, n_outputs: int, w: Any = None, b: Any = None, **kwargs):
+        super().__init__(**{"name": "linear", **kwargs})
+        self.n_features, self.n_outputs = n_features, n_outputs
+        w = np.zeros((n_features, n_outputs)) if w is None else np.asarray(w)
+        b = np.zeros((n_outputs,)) if b is None else np.asarray(b)
+        self.W = self.add_weight(shape=(n_features, n_outputs), name="W",
+                                 initializer=keras.initializers.Constant(w))
+        self.b = self.add_weight(shape=(n_outputs,), name="b",
+                                 initializer=keras.initializers.Constant(b))
+
+    def call(self, x, training=None):
+        return keras.ops.matmul(x, self.W) + self.b
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "n_features": self.n_features,
+                "n_outputs": self.n_outputs}
+
+
+@keras.saving.register_keras_serializable(package="gradexp")
+class BuggyLinearModel(LinearModel):
+    """The linear model with a wrong backward pass for W: dLoss/dW's last element is multiplied
+    by bug_scale. The forward pass is right. A demo of a failed gradient check."""
+
+    def __init__(self, n_features: int, n_outputs: int, bug_scale: float = 1.1, **kwargs):
+        super().__init__(n_features, n_outputs, **{"name": "buggy_linear", **kwargs})
         self.bug_scale = bug_scale
 
-    def apply(self, params: list[tf.Tensor], x: tf.Tensor) -> tf.Tensor:
-        w, b = params
+    def call(self, x, training=None):
         bug_scale = self.bug_scale
 
         @tf.custom_gradient
@@ -76,40 +142,85 @@ class BuggyLinear(Linear):
 
             return tf.matmul(x, w), backward
 
-        return matmul_with_wrong_gradient(x, w) + b
+        return matmul_with_wrong_gradient(x, tf.convert_to_tensor(self.W)) + self.b
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "bug_scale": self.bug_scale}
 
 
-class Mlp(Model):
-    """Dense hidden layers with an activation, then a linear output layer (logits)."""
+def linear(*, n_features: int, n_outputs: int, init_scale: float, seed: int,
+           name: str = "linear") -> keras.Model:
+    w, b = seed_004_start(n_features, n_outputs, init_scale, seed)
+    return LinearModel(n_features, n_outputs, w, b)
 
-    def __init__(self, n_features: int, n_outputs: int, hidden: list[int], activation: str,
-                 seed: int):
-        super().__init__(name="mlp")
-        rng = np.random.default_rng(seed)
-        widths = [n_features, *hidden, n_outputs]
-        self.params = []
-        for layer, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:])):
-            limit = np.sqrt(6.0 / (fan_in + fan_out))  # Glorot uniform
-            kernel = rng.uniform(-limit, limit, size=(fan_in, fan_out))
-            self.params.append(tf.Variable(kernel, dtype=tf.float32, name=f"dense{layer}/kernel"))
-            self.params.append(tf.Variable(tf.zeros([fan_out]), name=f"dense{layer}/bias"))
-        self.activation = getattr(tf.nn, "silu" if activation == "swish" else activation)
 
-    def apply(self, params: list[tf.Tensor], x: tf.Tensor) -> tf.Tensor:
-        h = x
-        last = len(params) // 2 - 1
-        for layer in range(len(params) // 2):
-            h = tf.matmul(h, params[2 * layer]) + params[2 * layer + 1]
-            if layer < last:
-                h = self.activation(h)
-        return h
+def buggy_linear(*, n_features: int, n_outputs: int, init_scale: float, seed: int,
+                 bug_scale: float, name: str = "buggy_linear") -> keras.Model:
+    w, b = seed_004_start(n_features, n_outputs, init_scale, seed)
+    return BuggyLinearModel(n_features, n_outputs, bug_scale, w=w, b=b)
+
+
+def mlp(*, n_features: int, n_outputs: int, hidden: list[int], activation: str,
+        dropout: float, seed: int, name: str = "mlp") -> keras.Model:
+    """Dense hidden layers (Glorot-uniform weights, zero biases, seeded), each followed by
+    Dropout when dropout > 0, then a linear output layer (logits for a classification)."""
+    activation = "silu" if activation == "swish" else activation
+    layers: list = [keras.Input((n_features,))]
+    for index, width in enumerate(hidden):
+        layers.append(keras.layers.Dense(
+            width, activation=activation, name=f"dense{index}",
+            kernel_initializer=keras.initializers.GlorotUniform(seed=seed + index)))
+        if dropout > 0:
+            layers.append(keras.layers.Dropout(dropout, seed=seed + index))
+    layers.append(keras.layers.Dense(
+        n_outputs, name=f"dense{len(hidden)}",
+        kernel_initializer=keras.initializers.GlorotUniform(seed=seed + len(hidden))))
+    return keras.Sequential(layers, name="mlp")
+
+
+def sequential(*, n_features: int, n_outputs: int, layers: list[Any], seed: int,
+               output_layer: bool = True, name: str = "keras") -> keras.Model:
+    """A keras.Sequential of the layers written in YAML (each a `_target_`, e.g.
+    keras.layers.Dense), then, with output_layer, a Dense(n_outputs) sized for the data."""
+    from hydra.utils import instantiate
+
+    keras.utils.set_random_seed(seed)  # initializers without a seed of their own
+    built = [keras.Input((n_features,))]
+    for index, spec in enumerate(layers):
+        try:
+            # Named by position unless named: Keras' own counters (dense_3) change from run to
+            # run within a process, and the gradient check names variables by their layer.
+            built.append(instantiate(spec, **({} if "name" in spec else {"name": f"layer{index}"})))
+        except Exception as error:  # a wrong layer argument is the person's to fix
+            cause = error.__cause__ or error
+            raise ConfigError(f"model.layers[{index}]={spec}: {type(cause).__name__}: "
+                              f"{str(cause).splitlines()[0] if str(cause) else ''}") from None
+    if output_layer:
+        built.append(keras.layers.Dense(n_outputs, name="output"))
+    return keras.Sequential(built, name="keras")
 
 
 def build_model(cfg: DictConfig, n_features: int, n_outputs: int) -> Model:
-    """The model `model=` names, sized for the data."""
-    if cfg.name == "mlp" or "hidden" in cfg:
-        activation = getattr(cfg.activation, "value", cfg.activation)
-        return Mlp(n_features, n_outputs, list(cfg.hidden), activation, cfg.seed)
-    if "bug_scale" in cfg:
-        return BuggyLinear(n_features, n_outputs, cfg.init_scale, cfg.seed, cfg.bug_scale)
-    return Linear(n_features, n_outputs, cfg.init_scale, cfg.seed)
+    """The model `model._target_` names, sized for the data."""
+    from gradexp.targets import locate
+
+    options = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    target = options.pop("_target_")
+    build = locate("model._target_", target)
+    if getattr(build, "__module__", None) == __name__:
+        network = build(n_features=n_features, n_outputs=n_outputs, **options)
+    else:  # a person's builder: the sizes and model.kwargs
+        kwargs = options.get("kwargs", {})
+        try:
+            network = build(n_features=n_features, n_outputs=n_outputs, **kwargs)
+        except TypeError as error:
+            raise ConfigError(f"model._target_={target}: cannot be called with n_features="
+                              f"{n_features}, n_outputs={n_outputs}"
+                              + "".join(f", {k}={v!r}" for k, v in kwargs.items())
+                              + f" ({error})") from None
+        if not isinstance(network, keras.Model):
+            raise ConfigError(f"model._target_={target}: returned a {type(network).__name__}, "
+                              "not a keras.Model")
+    if not network.built:
+        network.build((None, n_features))
+    return Model(network, n_features)

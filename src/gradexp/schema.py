@@ -143,6 +143,7 @@ class SklearnData(TabularData):
 # ---------------------------------------------------------------- model
 @dataclass
 class LinearModel:
+    _target_: str = "gradexp.models.linear"
     name: str = "linear"
     init_scale: float = 1.0
     seed: int = 0
@@ -150,16 +151,35 @@ class LinearModel:
 
 @dataclass
 class MlpModel:
+    _target_: str = "gradexp.models.mlp"
     name: str = "mlp"
     hidden: list[int] = field(default_factory=lambda: [32, 32])
     activation: Activation = Activation.tanh
+    dropout: float = 0.0
     seed: int = 0
 
 
 @dataclass
 class BuggyLinearModel(LinearModel):
+    _target_: str = "gradexp.models.buggy_linear"
     name: str = "buggy_linear"
     bug_scale: float = 1.1
+
+
+@dataclass
+class SequentialModel:
+    _target_: str = "gradexp.models.sequential"
+    name: str = "keras"
+    layers: list[Any] = field(default_factory=list)  # each {_target_: keras.layers.X, ...}
+    output_layer: bool = True
+    seed: int = 0
+
+
+@dataclass
+class CustomModel:
+    _target_: str = MISSING  # your builder, e.g. my_models.build
+    name: str = "custom"
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- loss
@@ -298,7 +318,8 @@ class Config:
 SCHEMAS: dict[str, dict[str, type]] = {
     "data": {"linear": LinearData, "sine": SineData, "blobs": BlobsData, "csv": CsvData,
              "sklearn": SklearnData, "custom": CustomData},
-    "model": {"linear": LinearModel, "mlp": MlpModel, "buggy_linear": BuggyLinearModel},
+    "model": {"linear": LinearModel, "mlp": MlpModel, "buggy_linear": BuggyLinearModel,
+              "keras": SequentialModel, "custom": CustomModel},
     "loss": {"plain": Loss, "huber": HuberLoss, "crossentropy": CrossEntropyLoss},
     "optimizer": {
         "sgd": SgdOptimizer,
@@ -380,6 +401,7 @@ RANGE_RULES: list[tuple[str, Any, str]] = [
     ("data.outliers", _fraction, "must be a fraction in [0, 1)"),
     ("model.hidden", _widths, "must be a list of integers >= 1, e.g. [32,32]"),
     ("model.init_scale", _non_negative, "must be a number >= 0"),
+    ("model.dropout", _fraction, "must be a fraction in [0, 1)"),
 ]
 
 # What a gradient check may evaluate in. float16/bfloat16 are refused: their finite differences

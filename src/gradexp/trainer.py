@@ -84,7 +84,7 @@ class Trainer:
     # ---------------------------------------------------------------- compiled parts
     def _step(self, x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         with tf.GradientTape() as tape:
-            loss = self.loss(y, self.model(x))
+            loss = self.loss(y, self.model(x, training=True))  # dropout on, batch norm learns
         gradients = tape.gradient(loss, self.model.params)
         self.optimizer.apply_gradients(zip(gradients, self.model.params))
         return loss, tf.linalg.global_norm(gradients)

@@ -88,7 +88,7 @@ def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig
     y = tf.constant(data.y, dtype)
     loss = build_loss(loss_cfg, dtype=dtype)
     params = [tf.constant(v.numpy(), dtype) for v in model.params]
-    names = [v.name.split(":")[0] for v in model.params]
+    names = model.names
     method = getattr(cfg.method, "value", cfg.method)
     wrt = getattr(cfg.wrt, "value", cfg.wrt)
     options = {"probes": cfg.probes, "dtype": dtype, "max_jacobian_size": cfg.max_jacobian_size}
@@ -124,7 +124,7 @@ def evaluation_dtype(requested: str, model: Model, loss_cfg: DictConfig, data: D
     float32 constant in a custom backward only fails in the backward); otherwise the dtype the
     model's variables train in, with a note naming the part that failed and how.
     """
-    own = model.params[0].dtype.name if model.params else "float32"
+    own = tf.as_dtype(model.params[0].dtype).name if model.params else "float32"
     if requested == own:
         return requested, None
     x = tf.constant(data.x, requested)
