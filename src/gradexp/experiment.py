@@ -24,7 +24,7 @@ from gradexp.data import load_data
 from gradexp.devices import check_device
 from gradexp.objective import check_objective, metric_specs, objective
 from gradexp.schema import ConfigError, check_ranges
-from gradexp.targets import importable, label_by_target
+from gradexp.targets import importable, label_by_target, locate
 from gradexp.tracking import MlflowTracker, NullTracker, config_params, git_commit, resolve_uri
 
 
@@ -138,6 +138,7 @@ def check_user_code(cfg: DictConfig, launch_dir: Path) -> None:
     import_tensorflow()  # quietly, before user modules (and keras.losses) import it loudly
     importable(launch_dir)
     check_loss(cfg.loss)
+    locate("model._target_", cfg.model["_target_"])  # built later, once TensorFlow is set up
 
 
 class _Run:
@@ -210,6 +211,8 @@ class _Run:
                                                         for k, v in scalars.items()}}.items():
             self.tracker.log_metric(key, value, epochs)
         self.save_artifacts()
+        if self.cfg.tracking.log_model:
+            self.log_model()
         if self.data.task == "classification" and self.data.val is not None:
             self.save_confusion_matrix("val")
         result = RunResult(final_loss, epochs, self.tracker.run_id, self.tracker.experiment_id,
@@ -327,6 +330,19 @@ class _Run:
             safe = name.replace("/", "_")
             self.tracker.log_figure(jacobian_heatmaps(name, analytical, numerical),
                                     f"gradcheck/heatmap_{safe}_epoch_{result.epoch:05d}.png")
+
+    def log_model(self) -> None:
+        """The trained Keras model as artifact `model`. A model Keras cannot save (a custom
+        layer without get_config, say) is said in one warning; the run still finishes."""
+        try:
+            self.tracker.log_keras_model(self.model.network, self.data.x[:5])
+        except Exception as error:  # noqa: BLE001 - the run's results stand without the file
+            self.tracker.set_tags({"gradexp.model_logged": "false"})
+            if not self.quiet:
+                first = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
+                console.console().print(f"[yellow]warning:[/yellow] the trained model was not "
+                                        f"logged ({type(error).__name__}: {first}); "
+                                        "tracking.log_model=false skips it")
 
     def save_confusion_matrix(self, split: str) -> None:
         from gradexp.plots import confusion_matrix

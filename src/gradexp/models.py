@@ -23,6 +23,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from gradexp.schema import ConfigError
 
+# Seed 004 calls the line's parameters W and b: a layer named `linear` (model=linear) keeps
+# those names in the gradient checks and metrics.
+SEED_004_NAMES = {"linear/kernel": "W", "linear/bias": "b"}
+
 
 class Model:
     """A keras.Model as the trainer and the gradient checker use it."""
@@ -31,9 +35,10 @@ class Model:
         self.network = network
         self.n_features = n_features
         self.params: list = list(network.trainable_variables)
-        # Variable names without the model's own prefix: "W", "dense0/kernel".
+        # Variable names without the model's own prefix: "dense0/kernel"; seed 004's "W", "b".
         prefix = f"{network.name}/"
-        self.names = [v.path.removeprefix(prefix) for v in self.params]
+        self.names = [SEED_004_NAMES.get(path, path)
+                      for path in (v.path.removeprefix(prefix) for v in self.params)]
         self._twins: dict[str, keras.Model] = {}
 
     def __call__(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
@@ -97,34 +102,12 @@ def seed_004_start(n_features: int, n_outputs: int, init_scale: float, seed: int
 
 
 @keras.saving.register_keras_serializable(package="gradexp")
-class LinearModel(keras.Model):
-    """y = x·W + b (seed 004), its variables named W and b as the tutorial names them."""
+class BuggyDense(keras.layers.Dense):
+    """A Dense layer with a wrong backward pass for its kernel: dLoss/dkernel's last element is
+    multiplied by bug_scale (the forward pass is right). A demo of a failed gradient check."""
 
-    def __init__(self, n_features: int, n_outputs: int, w: Any = None, b: Any = None, **kwargs):
-        super().__init__(**{"name": "linear", **kwargs})
-        self.n_features, self.n_outputs = n_features, n_outputs
-        w = np.zeros((n_features, n_outputs)) if w is None else np.asarray(w)
-        b = np.zeros((n_outputs,)) if b is None else np.asarray(b)
-        self.W = self.add_weight(shape=(n_features, n_outputs), name="W",
-                                 initializer=keras.initializers.Constant(w))
-        self.b = self.add_weight(shape=(n_outputs,), name="b",
-                                 initializer=keras.initializers.Constant(b))
-
-    def call(self, x, training=None):
-        return keras.ops.matmul(x, self.W) + self.b
-
-    def get_config(self) -> dict:
-        return {**super().get_config(), "n_features": self.n_features,
-                "n_outputs": self.n_outputs}
-
-
-@keras.saving.register_keras_serializable(package="gradexp")
-class BuggyLinearModel(LinearModel):
-    """The linear model with a wrong backward pass for W: dLoss/dW's last element is multiplied
-    by bug_scale. The forward pass is right. A demo of a failed gradient check."""
-
-    def __init__(self, n_features: int, n_outputs: int, bug_scale: float = 1.1, **kwargs):
-        super().__init__(n_features, n_outputs, **{"name": "buggy_linear", **kwargs})
+    def __init__(self, units: int, bug_scale: float = 1.1, **kwargs):
+        super().__init__(units, **kwargs)
         self.bug_scale = bug_scale
 
     def call(self, x, training=None):
@@ -142,22 +125,32 @@ class BuggyLinearModel(LinearModel):
 
             return tf.matmul(x, w), backward
 
-        return matmul_with_wrong_gradient(x, tf.convert_to_tensor(self.W)) + self.b
+        return matmul_with_wrong_gradient(x, tf.convert_to_tensor(self.kernel)) + self.bias
 
     def get_config(self) -> dict:
         return {**super().get_config(), "bug_scale": self.bug_scale}
 
 
+def _line(layer_class, n_features: int, n_outputs: int, init_scale: float, seed: int,
+          **layer_kwargs) -> keras.Model:
+    w, b = seed_004_start(n_features, n_outputs, init_scale, seed)
+    return keras.Sequential([
+        keras.Input((n_features,)),
+        layer_class(n_outputs, name="linear", kernel_initializer=keras.initializers.Constant(w),
+                    bias_initializer=keras.initializers.Constant(b), **layer_kwargs)],
+        name="linear")
+
+
 def linear(*, n_features: int, n_outputs: int, init_scale: float, seed: int,
            name: str = "linear") -> keras.Model:
-    w, b = seed_004_start(n_features, n_outputs, init_scale, seed)
-    return LinearModel(n_features, n_outputs, w, b)
+    """Seed 004's y = x·W + b: one Dense layer, named `linear`, its kernel and bias W and b."""
+    return _line(keras.layers.Dense, n_features, n_outputs, init_scale, seed)
 
 
 def buggy_linear(*, n_features: int, n_outputs: int, init_scale: float, seed: int,
                  bug_scale: float, name: str = "buggy_linear") -> keras.Model:
-    w, b = seed_004_start(n_features, n_outputs, init_scale, seed)
-    return BuggyLinearModel(n_features, n_outputs, bug_scale, w=w, b=b)
+    """The linear model with a planted wrong gradient for W (BuggyDense)."""
+    return _line(BuggyDense, n_features, n_outputs, init_scale, seed, bug_scale=bug_scale)
 
 
 def mlp(*, n_features: int, n_outputs: int, hidden: list[int], activation: str,

@@ -278,6 +278,7 @@ class TrackingConfig:
     experiment: str = "gradexp"
     run_name: str | None = None
     max_points: int = 10_000
+    log_model: bool = True
 
 
 @dataclass

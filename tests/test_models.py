@@ -1,0 +1,132 @@
+"""Bring your own model (issue 9): every model is a Keras model, written in YAML or built by your
+own function, checked by the gradient check, and logged to MLflow so it loads and predicts."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from conftest import compose_config
+from gradexp.experiment import run_experiment
+from gradexp.models import build_model
+from gradexp.schema import ConfigError
+
+BUILDERS = '''
+import keras
+
+def build(n_features, n_outputs, width=8):
+    inputs = keras.Input((n_features,))
+    hidden = keras.layers.Dense(width, activation="tanh", name="hidden")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(n_outputs, name="out")(hidden))
+
+def not_a_model(n_features, n_outputs):
+    return "a string"
+'''
+
+
+def run(store: str, *overrides: str, tmp_path=None):
+    cfg = compose_config(f"tracking.uri={store}", *overrides)
+    return run_experiment(cfg, quiet=True, launch_dir=tmp_path)
+
+
+def test_built_in_models_are_keras_models_with_readable_variable_names():
+    import keras
+
+    named = {
+        (): ["W", "b"],
+        ("model=mlp", "model.hidden=[4,3]", "model.dropout=0.5"): [
+            "dense0/kernel", "dense0/bias", "dense1/kernel", "dense1/bias", "dense2/kernel",
+            "dense2/bias"],
+        ("model=keras",): ["layer0/kernel", "layer0/bias", "output/kernel", "output/bias"],
+    }
+    for overrides, names in named.items():
+        model = build_model(compose_config(*overrides).model, n_features=2, n_outputs=3)
+        assert isinstance(model.network, keras.Model) and model.names == names
+    mlp = build_model(compose_config("model=mlp", "model.dropout=0.5").model, 2, 1).network
+    assert sum(type(layer).__name__ == "Dropout" for layer in mlp.layers) == 2
+    again = build_model(compose_config("model=mlp").model, 2, 1)  # seeded initializers
+    first = build_model(compose_config("model=mlp").model, 2, 1)
+    for a, b in zip(first.params, again.params):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_the_float64_twin_gives_the_models_outputs_in_float64():
+    import tensorflow as tf
+
+    for overrides in [(), ("model=mlp",), ("model=digits_cnn",)]:
+        n_features = 64 if overrides == ("model=digits_cnn",) else 3
+        model = build_model(compose_config(*overrides).model, n_features, 2)
+        x = np.random.default_rng(0).normal(size=(4, n_features))
+        params = [tf.constant(v.numpy(), tf.float64) for v in model.params]
+        out64 = model.apply(params, tf.constant(x))
+        assert out64.dtype == tf.float64
+        np.testing.assert_allclose(out64.numpy(), model(tf.constant(x, tf.float32)).numpy(),
+                                   rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_small_conv_net_on_digits_learns_and_passes_its_gradient_check(store):
+    result = run(store, "data=sklearn", "data.name=digits", "model=digits_cnn",
+                 "loss=categorical_crossentropy", "optimizer=adam",
+                 "optimizer.learning_rate=0.005", "trainer.epochs=4", "trainer.batch_size=64",
+                 "gradcheck=probe")
+    assert result.metrics["val/accuracy"] > 0.8  # ten classes: chance is 0.1
+    assert result.gradcheck_passed is True
+
+
+def test_an_mlp_with_dropout_learns_blobs(store):
+    result = run(store, "data=blobs", "model=mlp", "model.hidden=[16]", "model.dropout=0.3",
+                 "loss=categorical_crossentropy", "optimizer=adam", "trainer.epochs=40",
+                 "gradcheck=off")
+    assert result.metrics["val/accuracy"] > 0.9
+
+
+def test_your_own_builder_from_the_launch_folder_trains_and_is_labelled(tmp_path, store,
+                                                                        client):
+    (tmp_path / "my_models.py").write_text(BUILDERS)
+    result = run(store, "model=custom", "model._target_=my_models.build",
+                 "+model.kwargs.width=5", "optimizer=adam", "optimizer.learning_rate=0.05",
+                 "trainer.epochs=200", tmp_path=tmp_path)
+    params = client.get_run(result.run_id).data.params
+    assert params["model.name"] == "my_models.build" and params["model.kwargs.width"] == "5"
+    assert result.gradcheck_passed is True
+    assert result.metrics["val/r2"] > 0.9  # it learned seed 004's line
+    report = client.list_artifacts(result.run_id, "gradcheck")
+    assert report  # the check ran on the user's model
+
+
+@pytest.mark.parametrize(("overrides", "says"), [
+    (("model._target_=my_models.nope",),
+     "model._target_=my_models.nope: module my_models has no attribute 'nope'"),
+    (("model._target_=my_models.not_a_model",),
+     "model._target_=my_models.not_a_model: returned a str, not a keras.Model"),
+    (("model._target_=my_models.build", "+model.kwargs.depth=3"),
+     "model._target_=my_models.build: cannot be called with n_features=1, n_outputs=1, depth=3"),
+])
+def test_a_bad_builder_is_one_line_naming_it_and_leaves_no_run(tmp_path, store, client,
+                                                               overrides, says):
+    (tmp_path / "my_models.py").write_text(BUILDERS)
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        run(store, "model=custom", *overrides, tmp_path=tmp_path)
+    assert not [r for e in client.search_experiments()
+                for r in client.search_runs([e.experiment_id])
+                if r.info.status == "RUNNING"]
+
+
+def test_the_logged_model_loads_with_pyfunc_and_predicts_what_was_trained(store, client):
+    import mlflow
+
+    result = run(store, "gradcheck=off")
+    assert "model" in {a.path for a in client.list_artifacts(result.run_id)}
+    mlflow.set_tracking_uri(store)
+    loaded = mlflow.pyfunc.load_model(f"runs:/{result.run_id}/model")
+    x = np.array([[0.0], [0.5], [1.0]], dtype=np.float32)
+    predicted = np.asarray(loaded.predict(x)).ravel()
+    expected = result.scalars["W"] * x.ravel() + result.scalars["b"]
+    np.testing.assert_allclose(predicted, expected, rtol=1e-5)
+    signature = loaded.metadata.signature
+    assert "Tensor('float32', (-1, 1))" in str(signature.inputs)  # any rows, one feature
+    off = run(store, "gradcheck=off", "tracking.log_model=false", "trainer.epochs=2")
+    assert "model" not in {a.path for a in client.list_artifacts(off.run_id)}
