@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import runpy
 import shutil
 import sys
 from pathlib import Path
@@ -66,6 +67,13 @@ def report(client, run_id: str, epoch: int) -> dict:
     path = client.download_artifacts(run_id, f"gradcheck/report_epoch_{epoch:05d}.json")
     with open(path) as handle:
         return json.load(handle)
+
+
+def test_the_x_squared_example_finds_6_both_ways(capsys):
+    runpy.run_path(str(REPO / "examples" / "x_squared.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "GradientTape: 6.0" in out and "Gradient check PASSED" in out
+    assert "analytical 6, numerical 6 " in out
 
 
 # ---------------------------------------------------------------- labels (no TensorFlow)
@@ -174,9 +182,9 @@ def test_a_bad_loss_target_is_one_line_before_any_run(store, client, launch, tar
 
 
 def test_extra_keys_the_function_does_not_take_are_one_line(store, launch):
-    with pytest.raises(ConfigError, match=r"^loss._target_=mylosses.pseudo_huber: cannot be "
-                                          r"called as pseudo_huber\(y_true, y_pred, from_logits=True\): "
-                                          r"got an unexpected keyword argument 'from_logits'"):
+    line = (r"^loss._target_=mylosses.pseudo_huber: cannot be called as pseudo_huber\(y_true, "
+            r"y_pred, from_logits=True\): got an unexpected keyword argument 'from_logits'")
+    with pytest.raises(ConfigError, match=line):
         run(store, launch, "loss=binary_crossentropy", "loss._target_=mylosses.pseudo_huber")
 
 
