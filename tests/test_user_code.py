@@ -199,6 +199,27 @@ def test_gradcheck_in_float32_passes_the_built_in_model_and_says_so(store, clien
     assert probe["rtol"] == 3e-3  # float32's tolerance, not float64's 1e-5
 
 
+def test_a_wrong_custom_layer_gradient_is_caught_in_float32_too(store, client, launch):
+    result = run(store, launch, "model=buggy_linear", "gradcheck.dtype=float32")
+    metrics = client.get_run(result.run_id).data.metrics
+    assert metrics["gradcheck/W/passed"] == 0.0 and metrics["gradcheck/b/passed"] == 1.0
+    assert metrics["gradcheck/W/max_rel_error"] == pytest.approx(0.1, rel=0.05)  # bug_scale 1.1
+
+
+def test_the_checker_evaluates_in_float32_when_asked():
+    import numpy as np
+    import tensorflow as tf
+
+    from gradexp.gradcheck import check_gradients
+
+    x = np.random.default_rng(0).standard_normal(8)  # float64 inputs, checked in float32
+    report = check_gradients(lambda x: tf.reduce_sum(tf.tanh(x)), [x], dtype="float32")
+    assert report.passed and report.dtype_used == "float32" and report.dtype_requested == "float32"
+    assert report.entries[0].dtype == "float32" and report.entries[0].rtol == 3e-3
+    with pytest.raises(ValueError, match="'float64' or 'float32'"):
+        check_gradients(lambda x: tf.reduce_sum(x), [x], dtype="bfloat16")
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int32"])
 def test_gradcheck_dtypes_too_coarse_are_refused_at_config_time(dtype):
     with pytest.raises(ConfigError, match=rf"^gradcheck.dtype={dtype}: must be float64 or "
