@@ -1,9 +1,18 @@
 """Shared fixtures: compose configs in-process with Hydra's compose API (no subprocess, no
-TensorFlow import just to build a config), and a real MLflow sqlite store in a temp folder."""
+TensorFlow import just to build a config), a real MLflow sqlite store in a temp folder, and
+`python -m gradexp` as a child process that behaves the same wherever the suite is started.
+
+The suite must pass however it is started: from a terminal, from CI, or as a background job of a
+script (`nohup ... &`), which starts with SIGINT ignored and hands that on to every child. So the
+children get the signal dispositions, stdin and environment the tests rely on, and nothing else
+is assumed: not a TTY, not the terminal's width or TERM, not the locale or a port.
+"""
 
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,12 +21,22 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
+import gradexp
 from gradexp.app import register_experiments, resource_dir
+from gradexp.objective import register_resolver
 from gradexp.schema import register_schemas
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# Settings of the person running the suite that would change what the tests check: their own
+# MLflow store or experiment (the tests would write into it and read another store), Hydra's full
+# tracebacks (the tests check the one-line errors), forced colours (escape codes in the text).
+for _name in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID",
+              "MLFLOW_RUN_ID", "HYDRA_FULL_ERROR", "FORCE_COLOR", "TTY_COMPATIBLE",
+              "TTY_INTERACTIVE"):
+    os.environ.pop(_name, None)
 register_schemas()
 register_experiments()
+register_resolver()
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = resource_dir("conf")
@@ -42,8 +61,64 @@ def client(store: str):
     return MlflowClient(store)
 
 
-def run_cli(*args: str, cwd: Path, timeout: float = 300, env: dict | None = None):
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the OS picks it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def imported_modules(stderr: str) -> set[str]:
+    """The modules a `python -X importtime` child imported, from its stderr."""
+    return {line.split("|")[-1].strip() for line in stderr.splitlines()
+            if line.startswith("import time:")}
+
+
+def default_signals() -> None:
+    """In the child before it runs: SIGINT and SIGTERM as a terminal's shell leaves them.
+
+    A background job of a non-interactive shell (`nohup pytest &`, many CI runners and
+    schedulers) starts with SIGINT ignored, and children inherit that; gradexp then rightly keeps
+    ignoring Ctrl-C. The tests that interrupt a run play a person at a terminal, so their child
+    starts with the default dispositions whatever the suite inherited.
+    """
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+# The gradexp these tests imported: children import the same one, whatever their folder (a
+# relative PYTHONPATH=src, or an installed copy elsewhere, would otherwise win there).
+SOURCE = str(Path(gradexp.__file__).resolve().parents[1])
+
+
+def cli_env(env: dict | None = None) -> dict:
+    path = os.pathsep.join(p for p in (SOURCE, os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, **(env or {})}
+
+
+def spawn_cli(*args: str, cwd: Path, env: dict | None = None, python_args: tuple = (),
+              **popen) -> subprocess.Popen:
+    """Start `python -m gradexp ARGS` in folder `cwd` (stdin /dev/null, default signals)."""
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **popen}
+    return subprocess.Popen([sys.executable, *python_args, "-m", "gradexp", *args], cwd=cwd,
+                            env=cli_env(env), stdin=subprocess.DEVNULL, text=True,
+                            encoding="utf-8", errors="replace", preexec_fn=default_signals,
+                            **popen)
+
+
+def finish(process: subprocess.Popen, timeout: float) -> subprocess.CompletedProcess:
+    """Wait for a spawned process; past `timeout` kill it (no child outlives its test)."""
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        stdout, stderr = process.communicate()
+        raise AssertionError(f"{' '.join(process.args)} did not end in {timeout} s; "
+                             f"its stderr:\n{stderr[-3000:]}") from None
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def run_cli(*args: str, cwd: Path, timeout: float = 300, env: dict | None = None,
+            python_args: tuple = ()) -> subprocess.CompletedProcess:
     """`python -m gradexp ARGS` as a person would type it, in folder `cwd`."""
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "gradexp", *args], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+    return finish(spawn_cli(*args, cwd=cwd, env=env, python_args=python_args), timeout)

@@ -164,7 +164,7 @@ def test_plot_writes_the_loss_curves_of_the_runs_shown(capsys, runs, tmp_path):
                                "gradexp, optimizer_comparison"),
     (("--sweep", "deadbeef"), "--sweep deadbeef: no sweep with that id in experiment gradexp; "
                               "its sweeps, newest first: "),
-    (("--sort", "accuracy"), "--sort accuracy: no run shown has that metric; available: "),
+    (("--sort", "accuracy"), "--by accuracy: no run shown has that metric; available: "),
     (("--limit", "0"), "--limit 0: must be"),
     (("--plot", "curves.txt"), "--plot curves.txt: the file name must end in .png"),
     (("--frobnicate",), "unrecognized arguments: --frobnicate"),

@@ -16,7 +16,7 @@ OPTIONS = [(group, path.stem) for group in GROUPS for path in sorted((CONF / gro
 
 def test_every_group_has_its_documented_options():
     names = {group: {o for g, o in OPTIONS if g == group} for group in GROUPS}
-    assert names["data"] == {"linear", "sine", "blobs", "csv"}
+    assert names["data"] == {"linear", "sine", "blobs", "csv", "sklearn", "custom"}
     assert names["model"] >= {"linear", "mlp", "buggy_linear"}
     assert names["loss"] == {"mse", "mae", "huber", "log_cosh", "binary_crossentropy",
                              "categorical_crossentropy"}
@@ -29,10 +29,13 @@ def test_every_group_has_its_documented_options():
 
 @pytest.mark.parametrize(("group", "option"), OPTIONS)
 def test_every_option_composes_and_sets_name(group, option):
-    extra = ["data.path=x.csv", "data.target=y"] if (group, option) == ("data", "csv") else []
+    extra = {("data", "csv"): ["data.path=x.csv", "data.target=y"],
+             ("data", "custom"): ["data._target_=my_data.load"]}.get((group, option), [])
     cfg = compose_config(f"{group}={option}", *extra)
     name = cfg[group].name
-    assert getattr(name, "value", name) == option
+    # data=sklearn names the data set it loads (data.name=digits); every other option itself
+    expected = "diabetes" if (group, option) == ("data", "sklearn") else option
+    assert getattr(name, "value", name) == expected
     check_ranges(cfg)
 
 

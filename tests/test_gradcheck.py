@@ -335,9 +335,44 @@ def test_integer_inputs_are_listed_not_checked():
     assert "skip  x1" in str(report) and "int64" in str(report)
 
 
-def test_miss_probability():
+def _planted_error(error: np.ndarray):
+    """f(x) = sum(0·x) whose backward returns `error`: every probe's numerical derivative is
+    exactly 0 (no noise, no relative tolerance), so a probe passes iff |e·u|/‖u‖ <= atol."""
+    e = tf.constant(error)
+
+    @tf.custom_gradient
+    def f(x):
+        return tf.reduce_sum(0.0 * x), lambda up: up * e
+
+    return f
+
+
+@pytest.mark.parametrize("t", [0.5, 1.0, 2.0])
+def test_miss_probability_matches_measured_miss_rates(t):
+    """miss_probability(σ/tol, probes) against what the probe method really does: plant a
+    gradient error whose per-probe standard deviation is t·atol and count the checks it passes.
+    """
+    n, atol, probes, trials = 400, 1e-6, 2, 150
+    rng = np.random.default_rng(13)
+    direction = rng.standard_normal(n)
+    error = direction / np.linalg.norm(direction) * t * atol * np.sqrt(n)  # σ = ‖e‖/√n = t·atol
+    f, x = _planted_error(error), np.zeros(n)
+    reports = [check_gradients(f, [x], probes=probes, atol=atol, seed=seed)
+               for seed in range(trials)]
+    missed_checks = np.mean([r.passed for r in reports])
+    missed_probes = 1 - np.mean([r.entries[0].probes_failed for r in reports]) / probes
+    # 4 standard errors of a binomial rate: deterministic seeds, so this never flickers; it
+    # fails only if the formula is off by more than sampling can explain.
+    for measured, count, probes_all_missing in ((missed_probes, trials * probes, 1),
+                                                (missed_checks, trials, probes)):
+        expected = miss_probability(t, probes_all_missing)
+        margin = 4 * np.sqrt(expected * (1 - expected) / count)
+        assert abs(measured - expected) < margin, (t, probes_all_missing, measured, expected)
+
+
+def test_miss_probability_limits():
     assert miss_probability(10.0, 1) == pytest.approx(0.0797, abs=1e-4)  # erf(0.1 / sqrt 2)
-    assert miss_probability(10.0, 4) == pytest.approx(0.0797**4, rel=1e-2)
+    assert miss_probability(0.0, 4) == 1.0  # no error: nothing to catch
     assert miss_probability(1.0, 4) > miss_probability(2.0, 4) > miss_probability(2.0, 8)
 
 

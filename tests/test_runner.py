@@ -70,19 +70,41 @@ def test_mini_batches_take_several_steps_per_epoch(store):
     assert batched.final_loss < full.final_loss / 5
 
 
-@pytest.mark.parametrize("overrides", [
-    ("data=sine", "model=mlp", "model.hidden=[16]", "optimizer=adam",
-     "optimizer.learning_rate=0.05", "trainer.epochs=100"),
-    ("data=blobs", "model=mlp", "model.hidden=[8]", "loss=categorical_crossentropy",
-     "optimizer=adam", "optimizer.learning_rate=0.05"),
-    ("data.n_features=3", "loss=huber", "optimizer=momentum"),
-    ("loss=log_cosh", "optimizer=rmsprop", "optimizer.learning_rate=0.1"),
-])
-def test_other_data_models_and_losses_learn(store, overrides):
-    result = run(store, "gradcheck=off", "trainer.epochs=60", *overrides)  # later wins
-    assert result.history["loss"][-1] < 0.5 * result.history["loss"][0]
-    one_feature_line = "model=mlp" not in overrides and "data.n_features=3" not in overrides
-    assert ("W" in result.scalars) == one_feature_line  # W, b metrics only for y = W·x + b
+def test_an_mlp_fits_the_sine(store):
+    # y = sin(2πx) + 0.1·N(0, 1) on [-1, 1): the best straight line leaves an mse of about 0.42
+    # (it explains 0.076 of the variance 0.51), the noise alone 0.01. Below 0.05 is a fitted sine.
+    result = run(store, "gradcheck=off", "data=sine", "model=mlp", "model.hidden=[16]",
+                 "optimizer=adam", "optimizer.learning_rate=0.05", "trainer.epochs=300")
+    assert result.final_loss < 0.05  # measured: 0.021
+    assert "W" not in result.scalars  # W, b metrics only for y = W·x + b
+
+
+def test_an_mlp_classifies_the_blobs(store):
+    # A misclassified point gives the true class probability <= 1/2, so cross-entropy >= ln 2
+    # there: the error rate is at most mean cross-entropy / ln 2. Chance is 1/3 (3 classes).
+    result = run(store, "gradcheck=off", "data=blobs", "model=mlp", "model.hidden=[8]",
+                 "loss=categorical_crossentropy", "optimizer=adam",
+                 "optimizer.learning_rate=0.05", "trainer.epochs=60")
+    accuracy_at_least = 1 - result.final_loss / np.log(2)
+    assert accuracy_at_least > 0.95  # measured: cross-entropy 0.0054, so >= 99.2 % right
+
+
+def test_huber_with_momentum_fits_three_features(store):
+    # y = 3·(x0 + x1 + x2) + 4 + 0.1·noise: predicting the mean leaves a Huber loss of 0.77,
+    # the noise alone about 0.005.
+    result = run(store, "gradcheck=off", "data.n_features=3", "loss=huber", "optimizer=momentum",
+                 "trainer.epochs=60")
+    assert result.final_loss < 0.05  # measured: 0.023
+    assert "W" not in result.scalars
+
+
+def test_log_cosh_with_rmsprop_finds_the_line(store):
+    result = run(store, "gradcheck=off", "loss=log_cosh", "optimizer=rmsprop",
+                 "optimizer.learning_rate=0.1", "trainer.epochs=60")
+    # RMSprop at 0.1 takes fixed-size steps, so after 60 epochs it hovers near the line
+    # (measured: W 3.25, b 3.84) rather than on it.
+    assert abs(result.scalars["W"] - 3) < 0.4 and abs(result.scalars["b"] - 4) < 0.3
+    assert result.final_loss < 0.02  # log cosh(r) ≈ r²/2: noise 0.1 alone gives 0.005
 
 
 def test_tracking_none_records_nothing(tmp_path):

@@ -13,7 +13,6 @@ import math
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from conftest import CONF, run_cli
+from conftest import CONF, default_signals, free_port, run_cli, spawn_cli
 
 TINY = ("trainer.epochs=3", "gradcheck=off")
 OPTIMIZERS = ("sgd", "adam", "rmsprop", "adagrad")
@@ -46,12 +45,6 @@ def local_client(folder: Path):
     from mlflow import MlflowClient
 
     return MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def stop(process: subprocess.Popen, grace: float = 30) -> None:
@@ -143,10 +136,10 @@ def test_optuna_sweep_records_the_best_trial_on_the_parent(tmp_path):
     assert parent.data.tags["gradexp.sweeper"] == "OptunaSweeper"
     rates = [float(c.data.params["optimizer.learning_rate"]) for c in children]
     assert len(set(rates)) == 4 and all(1e-4 <= rate <= 0.85 for rate in rates)
-    best = min(children, key=lambda c: c.data.metrics["final_loss"])
+    best = min(children, key=lambda c: c.data.metrics["val/mse"])  # the preset's objective
     assert float(parent.data.params["best.optimizer.learning_rate"]) == pytest.approx(
         float(best.data.params["optimizer.learning_rate"]))
-    assert parent.data.metrics["best_value"] == pytest.approx(best.data.metrics["final_loss"])
+    assert parent.data.metrics["best_value"] == pytest.approx(best.data.metrics["val/mse"])
     assert parent.data.tags["gradexp.best_run_id"] == best.info.run_id
     client = local_client(tmp_path)
     assert "optimization_results.yaml" in {a.path for a in client.list_artifacts(
@@ -169,7 +162,8 @@ def ray_head(tmp_path):
          f"--port={port}", f"--ray-client-server-port={free_port()}",
          f"--dashboard-agent-listen-port={free_port()}", "--num-cpus=2",
          "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp_dir}"],
-        cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        stdin=subprocess.DEVNULL, preexec_fn=default_signals)
     try:
         deadline = time.monotonic() + 180
         while "Ray runtime started" not in (tmp_path / "ray_head.log").read_text():
@@ -218,7 +212,8 @@ def mlflow_server(tmp_path):
         [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
          "--workers", "1", "--backend-store-uri", f"sqlite:///{store / 'mlflow.db'}",
          "--artifacts-destination", str(store / "artifacts")],
-        cwd=store, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        cwd=store, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        stdin=subprocess.DEVNULL, preexec_fn=default_signals)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 180
@@ -277,9 +272,8 @@ def test_a_sweep_stops_before_any_job_when_no_tracking_server_answers(tmp_path):
 def test_skip_finished_resumes_a_crashed_sweep_where_it_stopped(tmp_path):
     sweep = ("-m", f"optimizer={','.join(OPTIMIZERS)}", *TINY)
     # 1. A sweep of 4 jobs, killed (SIGKILL: nothing can clean up) once its first job FINISHED.
-    crashed = subprocess.Popen(
-        [sys.executable, "-m", "gradexp", *sweep], cwd=tmp_path, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, start_new_session=True)
+    crashed = spawn_cli(*sweep, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
         finished: list = []

@@ -19,8 +19,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from gradexp.console import error_line
+from gradexp.console import error_line, quiet_libraries
 from gradexp.errors import USER_ERRORS, one_line
+from gradexp.objective import register_resolver
 from gradexp.schema import ConfigError, register_schemas
 
 EXIT_BAD_INPUT = 2  # as argparse: the command line asked for something that cannot be
@@ -53,10 +54,14 @@ def parent_run_file(sweep_dir: str | Path) -> Path:
 
 
 def task(cfg: DictConfig) -> float:
-    """One job: run the experiment and return its final loss (what sweepers minimise)."""
+    """One job: run the experiment and return its sweep objective (sweep.objective, e.g. the
+    final val/mse) to the sweeper; the final loss, said so, when the run has no such metric."""
     from gradexp.experiment import RunFailed, Terminated, run_experiment
     from gradexp.sweep import reuse_finished_run
 
+    # Again in the job: Hydra has set up its logging by now, and some launchers (Ray) run jobs
+    # in processes that never ran main().
+    quiet_libraries()
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     # From the launch folder: Ray and SLURM may run a job in another working folder (issue 4).
@@ -86,7 +91,21 @@ def task(cfg: DictConfig) -> float:
     except KeyboardInterrupt:
         error_line("interrupted (Ctrl-C): the run is recorded as KILLED")
         sys.exit(EXIT_INTERRUPTED)
-    return result.final_loss
+    value = result.objective_value
+    if value is None:
+        if multirun:
+            error_line(f"sweep.objective={result.objective}: this run has no such metric (is "
+                       "there held-out data? data.n_val, data.val_fraction); the sweeper gets "
+                       f"its final_loss instead ({result.final_loss:.6g})")
+        return result.final_loss
+    return value
+
+
+def multirun_flag_first(args: list[str]) -> list[str]:
+    """`-m`/`--multirun` anywhere on the line: Hydra's parser takes it only before the
+    overrides (`experiment=lr_search -m trainer.epochs=50` would be a usage error)."""
+    flags = [arg for arg in args if arg in ("-m", "--multirun")]
+    return flags[:1] + [arg for arg in args if arg not in ("-m", "--multirun")]
 
 
 def main() -> None:
@@ -94,12 +113,15 @@ def main() -> None:
     # TensorFlow's C++ start-up chatter (CUDA probing, oneDNN notes) is noise here; its real
     # errors still surface as Python exceptions. A person can set their own level.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    quiet_libraries()
     if sys.argv[1:2] == ["compare"]:
         from gradexp.compare import main as compare
 
         sys.exit(compare(sys.argv[2:]))
+    sys.argv[1:] = multirun_flag_first(sys.argv[1:])
     register_schemas()
     register_experiments()
+    register_resolver()
     run = hydra.main(config_path=str(resource_dir("conf")), config_name="config",
                      version_base="1.3")(task)
     # Let Hydra's exceptions reach us (instead of its multi-line report) to say them in one line;

@@ -2,10 +2,13 @@
 
     gradexp compare                          newest 50 runs of experiment "gradexp", best first
     gradexp compare --sweep latest           the child runs of the newest sweep
-    gradexp compare --sweep 1a2b3c4d --sort grad_norm --desc --plot curves.png
+    gradexp compare --sweep latest --by val/mae
+    gradexp compare --sweep 1a2b3c4d --by grad_norm --desc --plot curves.png
 
-Only the params that differ between the runs shown become columns; the ones they share are
-counted, not listed. Reads the store (sqlite file or MLflow server) and never writes to it.
+Runs are ranked best first by their sweep objective (the `gradexp.objective` tag each run carries,
+e.g. val/mse, the same yardstick whatever the training loss), or by --by METRIC. Only the params
+that differ between the runs shown become columns; the ones they share are counted, not listed.
+Reads the store (sqlite file or MLflow server) and never writes to it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from gradexp.objective import direction_of
 
 DEFAULT_EXPERIMENT = "gradexp"
 DEFAULT_SORT = "final_loss"
@@ -42,6 +47,7 @@ class Selection:
     in_sweep: bool = False
     more: bool = False  # --limit left some out
     hint: str | None = None
+    swept: list[str] | None = None  # a sweep's swept keys or groups (its gradexp.swept tag)
 
 
 # ---------------------------------------------------------------- command line
@@ -63,9 +69,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sweep", metavar="RUN_ID",
                         help="only the child runs of this sweep: its parent run id, a prefix of "
                              f"it (the tables show {SHORT} characters), or 'latest'")
-    parser.add_argument("--sort", metavar="METRIC",
-                        help=f"order by this metric, smallest first (default: {DEFAULT_SORT})")
-    parser.add_argument("--desc", action="store_true", help="largest first")
+    parser.add_argument("--by", "--sort", dest="sort", metavar="METRIC",
+                        help="rank by this metric, best first (largest for accuracy, r2 and the "
+                             "like, smallest otherwise); default: the runs' sweep objective, "
+                             f"else {DEFAULT_SORT}")
+    parser.add_argument("--desc", action="store_true", help="largest first, whatever the metric")
     parser.add_argument("--plot", metavar="FILE.png", type=Path,
                         help="also write the loss curves of the runs shown to this file")
     parser.add_argument("--tracking-uri", metavar="URI",
@@ -88,8 +96,10 @@ def main(argv: list[str] | None = None) -> int:
         check_args(args)
         client, uri = open_store(args.tracking_uri)
         selection = select(client, args)
-        sort_runs(selection.runs, args.sort, args.desc)
-        print_table(selection, args.sort or DEFAULT_SORT, args.desc, uri)
+        metric = args.sort or shared_objective(selection.runs) or DEFAULT_SORT
+        desc = args.desc or (metric != DEFAULT_SORT and direction_of(metric) == "maximize")
+        sort_runs(selection.runs, metric, desc, asked=bool(args.sort))
+        print_table(selection, metric, desc, uri)
         if args.plot:
             write_plot(client, selection, args.plot)
     except BadInput as error:
@@ -154,9 +164,11 @@ def select(client, args: argparse.Namespace) -> Selection:
         runs = client.search_runs([parent.info.experiment_id],
                                   filter_string=f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'",
                                   order_by=NEWEST_FIRST, max_results=args.limit + 1)
+        swept = parent.data.tags.get("gradexp.swept")
         return Selection(f"sweep {parent.info.run_id[:SHORT]}: {sweep_label(parent)}",
                          parent.info.experiment_id, list(runs)[:args.limit], in_sweep=True,
-                         more=len(runs) > args.limit)
+                         more=len(runs) > args.limit,
+                         swept=None if swept is None else [k for k in swept.split(",") if k])
     runs, token = [], None
     while len(runs) <= args.limit:  # sweep parents only hold the summary: skip them
         page = client.search_runs([experiment.experiment_id], order_by=NEWEST_FIRST,
@@ -220,14 +232,24 @@ def find_sweep(client, ref: str, experiment, experiment_arg: str | None):
 
 
 # ---------------------------------------------------------------- what is shown
-def sort_runs(runs: list, metric: str | None, desc: bool) -> None:
-    """In place, by `metric` (runs without it last, ties stay newest first). A --sort metric no
-    run has is an error; the default (final_loss) missing everywhere keeps newest first."""
-    name = metric or DEFAULT_SORT
+def shared_objective(runs: list) -> str | None:
+    """The sweep objective the runs were recorded with (tag gradexp.objective), if they share
+    one and any run has it."""
+    objectives = {run.data.tags.get("gradexp.objective") for run in runs}
+    if len(objectives) == 1:
+        name = objectives.pop()
+        if name and any(name in run.data.metrics for run in runs):
+            return name
+    return None
+
+
+def sort_runs(runs: list, name: str, desc: bool, asked: bool = True) -> None:
+    """In place, by metric `name` (runs without it last, ties stay newest first). A metric that
+    was asked for (--by) and that no run has is an error; a default one keeps newest first."""
     available = sorted({key for run in runs for key in run.data.metrics})
     if name not in available:
-        if metric and runs:
-            raise BadInput(f"--sort {metric}: no run shown has that metric; available: "
+        if asked and runs:
+            raise BadInput(f"--by {name}: no run shown has that metric; available: "
                            f"{', '.join(available) or '(none)'}")
         return
 
@@ -263,6 +285,14 @@ def follows_from_option(runs: list, key: str) -> bool:
     return all(len(values) == 1 for values in by_option.values())
 
 
+def is_swept(key: str, swept: list[str]) -> bool:
+    """optimizer.learning_rate is swept by `optimizer.learning_rate`; optimizer._target_ and
+    optimizer.name by the group `optimizer`. sweep.* keys steer the sweep, not a job: they count
+    as swept too."""
+    return key.startswith("sweep.") or any(key == name or key.startswith(name + ".")
+                                           for name in swept)
+
+
 def verdict(run) -> str:
     passed = run.data.metrics.get("gradcheck/passed")
     return "-" if passed is None else ("passed" if passed == 1.0 else "failed")
@@ -277,6 +307,7 @@ CELL_STYLE = {"FINISHED": "green", "FAILED": "red", "KILLED": "yellow", "RUNNING
 MAX_PARAM_WIDTH = 32  # longer param values are cut (…) when the table fits; folded otherwise
 TEXT_COLUMNS = ("run id", "sweep", "gradcheck", "status")
 STYLED = ("gradcheck", "status")
+MAX_HELD_OUT = 4  # val/ and test/ metric columns shown beside the one ranked by
 MIN_NAME_WIDTH = 12  # below this the run name column is left out (the params say the same)
 
 
@@ -289,10 +320,12 @@ def columns(selection: Selection, params: list[str], sort: str, desc: bool) -> d
     if not selection.in_sweep and any(PARENT_TAG in run.data.tags for run in runs):
         table["sweep"] = [run.data.tags.get(PARENT_TAG, "-")[:SHORT] for run in runs]
     table.update({key: [run.data.params.get(key, "-") for run in runs] for key in params})
-    table["final_loss" + (arrow if sort == "final_loss" else "")] = [
-        number(run.data.metrics.get("final_loss")) for run in runs]
-    if sort != "final_loss":
-        table[sort + arrow] = [number(run.data.metrics.get(sort)) for run in runs]
+    held_out = sorted({key for run in runs for key in run.data.metrics
+                       if key.startswith(("val/", "test/"))} - {sort})
+    for key in [sort, *held_out[:MAX_HELD_OUT], "final_loss"]:
+        if key == sort or any(key in run.data.metrics for run in runs):
+            table[key + (arrow if key == sort else "")] = [
+                number(run.data.metrics.get(key)) for run in runs]
     table["gradcheck"] = [verdict(run) for run in runs]
     table["status"] = [run.info.status for run in runs]
     return table
@@ -351,6 +384,11 @@ def print_table(selection: Selection, sort: str, desc: bool, uri: str) -> None:
                  f"({', '.join(implied[:3])}{', ...' if len(implied) > 3 else ''})"
                  if implied else "")
               + ("" if params else "; no param differs"), highlight=False)
+    if selection.swept is not None:
+        others = [key for key in params if not is_swept(key, selection.swept)]
+        out.print(f"besides the swept keys ({', '.join(selection.swept) or 'none'}), "
+                  + (f"these differ: {', '.join(others)}" if others else "no param differs"),
+                  highlight=False)
     if selection.hint:
         out.print(selection.hint, highlight=False)
     where = ("" if uri.startswith("http") else

@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from rich.cells import cell_len
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.tree import Tree
 
 GROUPS = ("data", "model", "loss", "optimizer", "device", "trainer", "gradcheck", "tracking")
+
+
+def quiet_libraries() -> None:
+    """Keep the console to gradexp's own lines: no INFO chatter from the libraries underneath
+    (MLflow's "Creating initial MLflow database tables...", matplotlib's "generated new
+    fontManager"), which Hydra's logging setup (root logger at INFO) would let through. Their
+    warnings and errors still show. MLFLOW_LOGGING_LEVEL, when a person sets it, wins.
+    """
+    mlflow_level = os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING").upper()
+    logging.getLogger("mlflow").setLevel(mlflow_level)  # MLflow reads the variable on import
+    for name in ("matplotlib", "alembic", "PIL"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def console() -> Console:
@@ -54,7 +69,42 @@ def print_summary(rows: Mapping[str, Any]) -> None:
     for key, value in rows.items():
         if value is not None:
             table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
-    console().print(table)
+    print_table(table)
+
+
+NAME_MIN_WIDTH = 16  # the first column (a run's or a row's name) may fold, but not thinner
+
+
+def print_table(table: Table) -> None:
+    """Print a table so that nothing is cut and no number is split across lines.
+
+    The first column (a name) may fold; in every other column each word stays whole on one line
+    (a number, a status, a run id). When the console is too narrow for that (COLUMNS=40, a
+    log file's 80 columns and long run names), the rows are printed as lines instead: the
+    terminal wraps them, nothing cuts them.
+    """
+    out = console()
+    columns = table.columns
+    words = [max((cell_len(word) for text in (column.header, *column.cells)
+                  for word in str(text).split()), default=1) for column in columns[1:]]
+    needed = NAME_MIN_WIDTH + sum(words) + 3 * len(columns) + 1  # + borders and padding
+    if needed <= out.width:
+        columns[0].overflow = "fold"
+        for column, width in zip(columns[1:], words):
+            column.min_width = width
+        out.print(table)
+        return
+    if table.title:
+        out.print(table.title, style="bold", highlight=False)
+    headers = [str(column.header) for column in columns]
+    for row in zip(*(list(column.cells) for column in columns)):
+        name, *rest = (str(cell) for cell in row)
+        if table.show_header:
+            out.print(name, highlight=False)
+            out.print("  " + "  ".join(f"{header}: {value}" for header, value
+                                       in zip(headers[1:], rest)), highlight=False)
+        else:
+            out.print(f"{name}: {'  '.join(rest)}", highlight=False)
 
 
 def to_plain(cfg: DictConfig) -> dict:

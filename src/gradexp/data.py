@@ -1,4 +1,5 @@
-"""Data sets: each `data=` option becomes a Dataset of float32 numpy arrays.
+"""Data sets: each `data=` option becomes a Dataset of float32 numpy arrays, split into the
+training rows and the held-out rows (validation, test) every run is judged on.
 
 Plain numpy, no TensorFlow: the data is ready (and its errors reported) before TensorFlow loads.
 """
@@ -7,21 +8,43 @@ from __future__ import annotations
 
 import csv
 import math
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from gradexp.schema import ConfigError
 
 
 @dataclass
+class Split:
+    """Rows of one split: x (n_rows, n_features) and y (n_rows, n_outputs), float32."""
+
+    x: np.ndarray
+    y: np.ndarray
+
+    def __len__(self) -> int:
+        return self.x.shape[0]
+
+
+@dataclass
 class Dataset:
+    """The training rows (`x`, `y`) and the held-out splits the run is judged on.
+
+    `val` is evaluated during training (`val/<metric>`), `test` once at the end (`test/<metric>`);
+    either may be None (data.n_val=0, data.test_fraction=0).
+    """
+
     name: str
-    x: np.ndarray  # (n_samples, n_features), float32
-    y: np.ndarray  # (n_samples, n_outputs), float32
-    feature_names: list[str]
+    task: str  # "regression" | "classification" (one-hot y)
+    x: np.ndarray
+    y: np.ndarray
+    val: Split | None = None
+    test: Split | None = None
 
     @property
     def n_features(self) -> int:
@@ -31,61 +54,205 @@ class Dataset:
     def n_outputs(self) -> int:
         return self.y.shape[1]
 
+    def splits(self) -> dict[str, Split]:
+        """The splits that exist, by the prefix their metrics are logged under."""
+        named = {"train": Split(self.x, self.y), "val": self.val, "test": self.test}
+        return {name: split for name, split in named.items() if split is not None}
+
 
 def load_data(cfg: DictConfig, base_dir: Path | None = None) -> Dataset:
-    """Build the data set `cfg` names; a relative csv path starts at `base_dir` (launch folder)."""
-    makers = {"linear": linear, "sine": sine, "blobs": blobs}
-    if cfg.name == "csv" or "path" in cfg:
-        return from_csv(cfg.path, cfg.target, base_dir or Path.cwd())
-    if cfg.name not in makers:
-        raise ConfigError(f"data.name={cfg.name}: must be one of linear, sine, blobs, csv")
-    return makers[cfg.name](cfg)
+    """Build the data set `data._target_` names, with the other `data.*` keys as its arguments.
+
+    Relative paths (`data.path`, a user loader's own files) start at `base_dir`, the launch
+    folder: a sweep job may run in another working folder (Ray, SLURM).
+    """
+    from gradexp.targets import importable, locate
+
+    kwargs = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    importable(base_dir or Path.cwd())  # data._target_=my_data.load names my_data.py there
+    load = locate("data._target_", kwargs.pop("_target_"))
+    # Called directly, not through hydra.utils.instantiate, which would wrap a ConfigError
+    # (a bad csv cell, say) in its own exception and lose the one line meant for the person.
+    with working_folder(base_dir or Path.cwd()):
+        if getattr(load, "__module__", None) == __name__:  # gradexp's own loaders
+            return load(**kwargs)
+        return from_user_loader(load, **kwargs)
+
+
+@contextmanager
+def working_folder(folder: Path) -> Iterator[None]:
+    """Run a block in `folder`, then return to where we were (contextlib.chdir needs 3.11)."""
+    before = Path.cwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
 
 
 def _float32(x: np.ndarray) -> np.ndarray:
     return np.asarray(x, dtype=np.float32)
 
 
-def linear(cfg: DictConfig) -> Dataset:
+# ---------------------------------------------------------------- synthetic sets
+# The training rows come from numpy's generator seeded with data.seed, exactly as before held-out
+# data existed (seed 004's default run still ends at W = 2.909, b = 4.045); the n_val validation
+# rows from the same distribution through a stream of their own.
+def _synthetic(name: str, task: str, seed: int, n_samples: int, n_val: int, draw) -> Dataset:
+    """`draw(rng, n)` -> (x, y): the training rows, then the validation rows."""
+    x, y = draw(np.random.default_rng(seed), n_samples)
+    val = Split(*map(_float32, draw(np.random.default_rng([seed, 1]), n_val))) if n_val else None
+    return Dataset(name, task, _float32(x), _float32(y), val)
+
+
+def linear(*, n_samples: int, n_features: int, slope: float, intercept: float, noise: float,
+           outliers: float, outlier_scale: float, seed: int, n_val: int, name: str = "linear",
+           task: str = "regression") -> Dataset:
     """Seed 004: x uniform in [0, 1), y = slope·x + intercept + noise·N(0, 1)."""
-    rng = np.random.default_rng(cfg.seed)
-    x = rng.random((cfg.n_samples, cfg.n_features))
-    y = cfg.slope * x.sum(axis=1, keepdims=True) + cfg.intercept
-    y += cfg.noise * rng.standard_normal((cfg.n_samples, 1))
-    n_outliers = int(round(cfg.outliers * cfg.n_samples))
-    if n_outliers:
-        rows = rng.choice(cfg.n_samples, size=n_outliers, replace=False)
-        y[rows] += cfg.outlier_scale * np.abs(rng.standard_normal((n_outliers, 1)))
-    names = [f"x{i}" for i in range(cfg.n_features)]
-    return Dataset("linear", _float32(x), _float32(y), names)
+    def draw(rng: np.random.Generator, n: int):
+        x = rng.random((n, n_features))
+        y = slope * x.sum(axis=1, keepdims=True) + intercept
+        y += noise * rng.standard_normal((n, 1))
+        n_outliers = int(round(outliers * n))
+        if n_outliers:
+            rows = rng.choice(n, size=n_outliers, replace=False)
+            y[rows] += outlier_scale * np.abs(rng.standard_normal((n_outliers, 1)))
+        return x, y
+
+    return _synthetic(name, task, seed, n_samples, n_val, draw)
 
 
-def sine(cfg: DictConfig) -> Dataset:
+def sine(*, n_samples: int, frequency: float, noise: float, seed: int, n_val: int,
+         name: str = "sine", task: str = "regression") -> Dataset:
     """A nonlinear regression: y = sin(2π·frequency·x) + noise, x uniform in [-1, 1)."""
-    rng = np.random.default_rng(cfg.seed)
-    x = rng.uniform(-1.0, 1.0, size=(cfg.n_samples, 1))
-    y = np.sin(2 * math.pi * cfg.frequency * x) + cfg.noise * rng.standard_normal(x.shape)
-    return Dataset("sine", _float32(x), _float32(y), ["x"])
+    def draw(rng: np.random.Generator, n: int):
+        x = rng.uniform(-1.0, 1.0, size=(n, 1))
+        return x, np.sin(2 * math.pi * frequency * x) + noise * rng.standard_normal(x.shape)
+
+    return _synthetic(name, task, seed, n_samples, n_val, draw)
 
 
-def blobs(cfg: DictConfig) -> Dataset:
+def blobs(*, n_samples: int, n_features: int, n_classes: int, spread: float, seed: int,
+          n_val: int, name: str = "blobs", task: str = "classification") -> Dataset:
     """Classification: points around n_classes random centres, one-hot targets."""
-    rng = np.random.default_rng(cfg.seed)
-    centres = rng.uniform(-5.0, 5.0, size=(cfg.n_classes, cfg.n_features))
-    labels = rng.integers(0, cfg.n_classes, size=cfg.n_samples)
-    x = centres[labels] + cfg.spread * rng.standard_normal((cfg.n_samples, cfg.n_features))
-    y = np.eye(cfg.n_classes)[labels]
-    names = [f"x{i}" for i in range(cfg.n_features)]
-    return Dataset("blobs", _float32(x), _float32(y), names)
+    centres = None
+
+    def draw(rng: np.random.Generator, n: int):
+        nonlocal centres
+        if centres is None:  # drawn first from the training stream; validation shares them
+            centres = rng.uniform(-5.0, 5.0, size=(n_classes, n_features))
+        labels = rng.integers(0, n_classes, size=n)
+        x = centres[labels] + spread * rng.standard_normal((n, n_features))
+        return x, np.eye(n_classes)[labels]
+
+    return _synthetic(name, task, seed, n_samples, n_val, draw)
 
 
-def from_csv(path: str, target: str, base_dir: Path) -> Dataset:
-    """Read a csv with a header row; the target column is y, every other column a feature.
+# ---------------------------------------------------------------- tabular sets
+SKLEARN_SETS = {  # data.name -> (loader in sklearn.datasets, task); all ship with scikit-learn
+    "diabetes": ("load_diabetes", "regression"),
+    "iris": ("load_iris", "classification"),
+    "wine": ("load_wine", "classification"),
+    "breast_cancer": ("load_breast_cancer", "classification"),
+    "digits": ("load_digits", "classification"),
+}
+
+
+def sklearn(*, name: str, val_fraction: float, test_fraction: float, split_seed: int,
+            standardize: bool, task: str | None = None) -> Dataset:
+    """One of scikit-learn's bundled data sets, read from the files it ships (no download)."""
+    if name not in SKLEARN_SETS:
+        raise ConfigError(f"data.name={name}: must be one of {', '.join(SKLEARN_SETS)}")
+    import sklearn.datasets
+
+    loader, own_task = SKLEARN_SETS[name]
+    bunch = getattr(sklearn.datasets, loader)()
+    return tabular(name, task or own_task, bunch.data, bunch.target[:, None], val_fraction,
+                   test_fraction, split_seed, standardize)
+
+
+def csv_table(*, path: str, target: str, task: str, val_fraction: float, test_fraction: float,
+              split_seed: int, standardize: bool, name: str = "csv") -> Dataset:
+    """Your own table: the `target` column is y, every other numeric column a feature."""
+    x, y = read_csv(path, target)
+    return tabular(Path(path).stem, task, x, y, val_fraction, test_fraction, split_seed,
+                   standardize)
+
+
+def tabular(name: str, task: str, x: np.ndarray, y: np.ndarray, val_fraction: float,
+            test_fraction: float, split_seed: int, standardize: bool) -> Dataset:
+    """Split rows into train / val / test (shuffled by split_seed), one-hot the labels of a
+    classification, and standardize the features with the training rows' mean and std only, so
+    nothing of the held-out rows leaks into training."""
+    if task == "classification":
+        classes, labels = np.unique(y[:, 0], return_inverse=True)
+        y = np.eye(len(classes))[labels]
+    n = len(x)
+    n_test, n_val = _held_out(n, test_fraction), _held_out(n, val_fraction)
+    if n - n_val - n_test < 1:
+        raise ConfigError(
+            f"data.val_fraction={val_fraction}, data.test_fraction={test_fraction}: "
+            f"they leave none of the {n} rows for training; make them smaller")
+    test, val, train = np.split(np.random.default_rng(split_seed).permutation(n),
+                                [n_test, n_test + n_val])
+    if standardize:
+        mean, std = x[train].mean(axis=0), x[train].std(axis=0)
+        x = (x - mean) / np.where(std > 0, std, 1.0)  # a constant column becomes 0
+
+    def rows(index: np.ndarray) -> Split | None:
+        return Split(_float32(x[index]), _float32(y[index])) if len(index) else None
+
+    return Dataset(name, task, _float32(x[train]), _float32(y[train]), rows(val), rows(test))
+
+
+def from_user_loader(load, *, name: str, task: str, val_fraction: float, test_fraction: float,
+                     split_seed: int, standardize: bool, kwargs: dict) -> Dataset:
+    """data=custom: call the person's `load(**data.kwargs)`. It may return a Dataset; arrays
+    (x, y), which are split as a table (val_fraction, ...); or its own splits
+    ((x, y), (x_val, y_val)), used as they are. A classification's y holds class labels."""
+    where = f"data._target_={name}"
+    try:
+        loaded = load(**kwargs)
+    except TypeError as error:
+        raise ConfigError(f"{where}: cannot be called with data.kwargs={kwargs} ({error})"
+                          ) from None
+    if isinstance(loaded, Dataset):
+        return loaded
+    pairs = isinstance(loaded, tuple | list) and len(loaded) == 2
+    if pairs and all(isinstance(part, tuple | list) and len(part) == 2 for part in loaded):
+        (x, y), (x_val, y_val) = (_columns(a) for a in loaded[0]), (_columns(a) for a in loaded[1])
+        if task == "classification":
+            classes = np.unique(np.concatenate([y[:, 0], y_val[:, 0]]))
+            y, y_val = (np.eye(len(classes))[np.searchsorted(classes, part[:, 0])]
+                        for part in (y, y_val))
+        return Dataset(name, task, _float32(x), _float32(y),
+                       Split(_float32(x_val), _float32(y_val)))
+    if pairs:
+        x, y = (_columns(part) for part in loaded)
+        return tabular(name, task, x, y, val_fraction, test_fraction, split_seed, standardize)
+    raise ConfigError(f"{where}: returned a {type(loaded).__name__}; a data loader returns "
+                      "(x, y) arrays, ((x, y), (x_val, y_val)) or a gradexp.data.Dataset")
+
+
+def _columns(array) -> np.ndarray:
+    """Rows x columns as float64: a 1-D array is one column."""
+    array = np.asarray(array, dtype=np.float64)
+    return array.reshape(len(array), -1)
+
+
+def _held_out(n: int, fraction: float) -> int:
+    """Rows for a held-out split: the fraction of n, at least one when the fraction is > 0."""
+    return max(1, round(fraction * n)) if fraction > 0 else 0
+
+
+def read_csv(path: str, target: str) -> tuple[np.ndarray, np.ndarray]:
+    """Read a csv with a header row: (x, y), the target column is y, every other numeric
+    column a feature.
 
     Every problem a person can cause (missing file, no such column, a non-numeric cell, NaN) is a
     ConfigError whose message names the path and, where there is one, the column and row.
     """
-    file = Path(path) if Path(path).is_absolute() else base_dir / path
+    file = Path(path)
     where = f"data.path={path}"
     if not file.is_file():
         raise ConfigError(f"{where}: no such file ({file})")
@@ -116,7 +283,7 @@ def from_csv(path: str, target: str, base_dir: Path) -> Dataset:
         raise ConfigError(f"{where}: no numeric feature columns besides the target '{target}'")
     x = np.stack([_parse_column(name, numeric[name], where) for name in features], axis=1)
     y = _parse_column(target, numeric[target], where)[:, None]
-    return Dataset(file.stem, _float32(x), _float32(y), features)
+    return x, y
 
 
 def _is_numeric(cell: str) -> bool:

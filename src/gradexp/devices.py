@@ -39,3 +39,13 @@ def select_device(requested: str) -> DeviceChoice:
         strategy = tf.distribute.MirroredStrategy([d.name for d in gpus])
         return DeviceChoice(requested, f"mirrored({len(gpus)} GPUs)", strategy)
     return DeviceChoice(requested, gpus[0].name)
+
+
+def check_device(requested: str) -> None:
+    """Before a run is opened: asking for a GPU that is not there is refused, so no FAILED run is
+    left in the store for it. (device=auto and cpu cannot fail; they load TensorFlow later.)"""
+    if requested in ("gpu", "mirrored"):
+        from gradexp.tensorflow_import import import_tensorflow
+
+        import_tensorflow()  # quietly: its C++ start-up lines stay off the terminal
+        select_device(requested)

@@ -6,14 +6,13 @@ hint about HYDRA_FULL_ERROR). A person needs: which key or value, what is wrong,
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import fields
 
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from gradexp.schema import SCHEMAS, SweepConfig
+from gradexp.schema import SCHEMAS, SweepConfig, did_you_mean, group_keys
 
 USER_ERRORS = (HydraException, OmegaConfBaseException)
 
@@ -32,9 +31,12 @@ def one_line(error: BaseException) -> str:
     if isinstance(error, MissingConfigException):
         return _missing_option(text)
     if isinstance(error, OverrideParseException):
-        return f"cannot read the override: {_first_line(text)}"
+        return f"cannot read the override {error.override}: {_first_line(text)}"
     override = re.search(r"(?:override|Could not override) '?([^'\s]+)'?", text)
     shown = override.group(1) if override else None
+    appended = re.search(r"use \+(\S+)", text)  # Hydra: To append to your config use +k=v
+    if appended and shown and appended.group(1).startswith(shown + "="):
+        shown = appended.group(1)
     if isinstance(cause, ConfigKeyError) or "Could not override" in text:
         key = getattr(cause, "full_key", None) or (shown or "").split("=")[0]
         return _unknown_key(key, shown)
@@ -69,9 +71,11 @@ def _unknown_key(key: str, override: str | None) -> str:
     if key in known_keys():
         return (f"{override or key}: the chosen {group} option has no key {key} "
                 f"(other {group} options do; see python -m gradexp --cfg job {group}=OPTION)")
-    close = difflib.get_close_matches(key, known_keys(), n=1)
-    hint = f"; did you mean {close[0]}?" if close else ""
-    return f"{override or key}: unknown key{hint}"
+    value = override.split("=", 1)[1] if override and "=" in override else "OPTION"
+    accepted = group_keys(group) if "." in key else list(SCHEMAS)
+    where = f"{group} options accept" if "." in key else "groups are"
+    hint = did_you_mean(key, value)
+    return f"{override or key}: unknown key ({where}: {', '.join(accepted)}){hint}"
 
 
 def _plain_validation(error: ValidationError) -> str:

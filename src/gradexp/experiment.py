@@ -21,6 +21,8 @@ from omegaconf import DictConfig
 
 from gradexp import console
 from gradexp.data import load_data
+from gradexp.devices import check_device
+from gradexp.objective import check_objective, metric_specs, objective
 from gradexp.schema import ConfigError, check_ranges
 from gradexp.targets import importable, label_by_target
 from gradexp.tracking import MlflowTracker, NullTracker, config_params, git_commit, resolve_uri
@@ -54,6 +56,16 @@ class RunResult:
     gradcheck_passed: bool | None = None
     scalars: dict[str, float] = field(default_factory=dict)  # W, b of a one-feature line
     history: dict[str, np.ndarray] = field(default_factory=dict)  # per-epoch metrics
+    metrics: dict[str, float] = field(default_factory=dict)  # last train/, val/, test/ values
+    objective: str = "final_loss"  # the metric a sweep ranks this run by (sweep.objective)
+    direction: str = "minimize"
+
+    @property
+    def objective_value(self) -> float | None:
+        """The objective's final value; None when the run has no such metric."""
+        if self.objective == "final_loss":
+            return self.final_loss
+        return self.metrics.get(self.objective)
 
 
 @contextmanager
@@ -92,10 +104,12 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
     check_ranges(cfg)  # before anything slow: a wrong value answers in about a second
     label_by_target(cfg)  # loss.name=mylosses.pseudo_huber, not the name of the option it replaced
     data = load_data(cfg.data, launch_dir)
+    check_objective(cfg, data.task)
     check_user_code(cfg, launch_dir)  # a bad loss._target_ ends here, before any MLflow run
     params = config_params(cfg)
     if show_config and not quiet:
         console.print_config(cfg, params)
+    check_device(getattr(cfg.device.name, "value", cfg.device.name))
     tracker = open_tracker(cfg, run_name, launch_dir, parent_run_id)
     run = _Run(cfg, data, tracker, hydra_dir, quiet)
     with sigterm_as_interrupt():
@@ -139,6 +153,8 @@ class _Run:
         self.history: dict[str, list[np.ndarray]] = {}
         self.first_epochs: list[int] = []
         self.checks: list = []
+        self.evaluations: dict[str, list[tuple[int, float]]] = {}  # "val/mse" -> (step, value)
+        self.objective, self.direction = objective(cfg, data.task)
         self.metric_stride = -(-cfg.trainer.epochs // cfg.tracking.max_points)  # ceil
 
     # ---------------------------------------------------------------- the happy path
@@ -150,6 +166,7 @@ class _Run:
 
         tf = import_tensorflow()
         from gradexp.devices import select_device
+        from gradexp.evaluation import Evaluator
         from gradexp.models import build_model
         from gradexp.trainer import Trainer
 
@@ -159,35 +176,46 @@ class _Run:
         tf.random.set_seed(cfg.trainer.seed)
         device = select_device(getattr(cfg.device.name, "value", cfg.device.name))
         self.tracker.set_tags({"tensorflow.version": tf.__version__, "device": device.used,
-                               "device.requested": device.requested})
+                               "device.requested": device.requested, "gradexp.task": self.data.task,
+                               "gradexp.objective": self.objective,
+                               "gradexp.direction": self.direction})
         with device.scope():
             self.model = build_model(cfg.model, self.data.n_features, self.data.n_outputs)
             self.trainer = Trainer(
                 self.model, build_loss(cfg.loss), instantiate(cfg.optimizer), self.data,
                 batch_size=cfg.trainer.batch_size, seed=cfg.trainer.seed,
                 compile=cfg.trainer.compile, jit_compile=cfg.trainer.jit_compile)
+            self.evaluator = Evaluator(self.model, metric_specs(cfg, self.data.task),
+                                       self.data.splits())
             epochs = cfg.trainer.epochs
             check_epochs = self.check_schedule(epochs)
+            eval_epochs = self.eval_schedule(epochs)
             if 0 in check_epochs:
                 self.check_gradients(0)
             stops = sorted(set(range(cfg.trainer.log_every, epochs, cfg.trainer.log_every))
-                           | {e for e in check_epochs if e > 0} | {epochs})
+                           | {e for e in check_epochs if e > 0} | eval_epochs | {epochs})
             with console.progress(epochs) if not self.quiet else nullcontext() as bar:
                 for stretch in self.trainer.train(stops):
                     self.record(stretch)
+                    if self.trainer.epoch in eval_epochs:
+                        self.evaluate(("train", "val"))
                     if bar is not None:
                         self.report_progress(bar, stretch, epochs)
                     if self.trainer.epoch in check_epochs and self.trainer.epoch > 0:
                         self.check_gradients(self.trainer.epoch)
             final_loss = self.trainer.evaluate()
+            self.evaluate(("test",))  # held out until now, evaluated once
         scalars = {k: float(v) for k, v in self.model.scalars().items()}
         for key, value in {"final_loss": final_loss, **{f"final_{k}": v
                                                         for k, v in scalars.items()}}.items():
             self.tracker.log_metric(key, value, epochs)
         self.save_artifacts()
+        if self.data.task == "classification" and self.data.val is not None:
+            self.save_confusion_matrix("val")
         result = RunResult(final_loss, epochs, self.tracker.run_id, self.tracker.experiment_id,
                            self.tracker.uri, self.checks[-1].passed if self.checks else None,
-                           scalars, self.merged_history())
+                           scalars, self.merged_history(), self.latest_evaluation(),
+                           self.objective, self.direction)
         if not self.quiet:
             self.print_summary(result)
         return result
@@ -196,12 +224,34 @@ class _Run:
         """Move the bar; about ten times a run print a line as seed 004 does (loss, W, b)."""
         latest = {**{key: values[-1] for key, values in stretch.values.items()}, **stretch.latest}
         bar.update(bar.task_ids[0], completed=self.trainer.epoch, loss=f"{latest['loss']:.6g}")
-        log_every = self.cfg.trainer.log_every
-        print_every = log_every * max(1, round(epochs / 10 / log_every))
-        if self.trainer.epoch % print_every == 0 or self.trainer.epoch == epochs:
-            values = "  ".join(f"{key} {value:.6g}" for key, value in latest.items())
+        if self.trainer.epoch % self.print_every(epochs) == 0 or self.trainer.epoch == epochs:
+            held_out = {key: values[-1][1] for key, values in self.evaluations.items()
+                        if key.startswith("val/") and values[-1][0] == self.trainer.epoch - 1}
+            values = "  ".join(f"{key} {value:.6g}" for key, value in {**latest,
+                                                                         **held_out}.items())
             bar.console.print(f"epoch {self.trainer.epoch:>{len(str(epochs))}}/{epochs}  {values}",
                               highlight=False)
+
+    def eval_schedule(self, epochs: int) -> set[int]:
+        """Epochs after which train/ and val/ metrics are computed: every eval.every epochs, or
+        where the progress lines print; always after the last."""
+        every = self.cfg.eval.every or self.print_every(epochs)
+        return set(range(every, epochs, every)) | {epochs}
+
+    def print_every(self, epochs: int) -> int:
+        """About ten progress lines a run, at multiples of trainer.log_every."""
+        log_every = self.cfg.trainer.log_every
+        return log_every * max(1, round(epochs / 10 / log_every))
+
+    def evaluate(self, splits: tuple[str, ...]) -> None:
+        """Metrics of the current parameters on whole splits, logged at the last epoch's step."""
+        step = self.trainer.epoch - 1
+        for key, value in self.evaluator(splits).items():
+            self.evaluations.setdefault(key, []).append((step, value))
+            self.tracker.log_metric(key, value, step)
+
+    def latest_evaluation(self) -> dict[str, float]:
+        return {key: values[-1][1] for key, values in self.evaluations.items()}
 
     def check_schedule(self, epochs: int) -> set[int]:
         gc = self.cfg.gradcheck
@@ -278,6 +328,19 @@ class _Run:
             self.tracker.log_figure(jacobian_heatmaps(name, analytical, numerical),
                                     f"gradcheck/heatmap_{safe}_epoch_{result.epoch:05d}.png")
 
+    def save_confusion_matrix(self, split: str) -> None:
+        from gradexp.plots import confusion_matrix
+
+        targets, outputs = self.evaluator.predictions(split)
+        if targets.shape[1] == 1:  # one output: a binary label and a logit
+            true, predicted, n_classes = targets[:, 0] > 0.5, outputs[:, 0] > 0, 2
+        else:
+            true, predicted, n_classes = targets.argmax(1), outputs.argmax(1), targets.shape[1]
+        counts = np.zeros((n_classes, n_classes), dtype=int)
+        np.add.at(counts, (true.astype(int), predicted.astype(int)), 1)
+        self.tracker.log_figure(confusion_matrix(counts, f"{split} rows"),
+                                f"plots/confusion_matrix_{split}.png")
+
     # ---------------------------------------------------------------- endings
     def merged_history(self) -> dict[str, np.ndarray]:
         return {key: np.concatenate(parts) for key, parts in self.history.items()}
@@ -316,8 +379,12 @@ class _Run:
             verdict = (f"{'passed' if last.passed else 'FAILED'} "
                        f"(max abs error {last.max_abs_error:.2g}, "
                        f"max rel error {last.max_rel_error:.2g})")
-        rows = {"final loss": result.final_loss, **result.scalars, "epochs": result.epochs,
-                "gradient check": verdict, "mlflow run": result.run_id}
+        objective = result.objective_value
+        rows = {"final loss (after the last step)": result.final_loss, **result.scalars,
+                **result.metrics,
+                f"objective ({result.direction[:3]})": None if objective is None
+                else f"{result.objective} = {objective:.6g}",
+                "epochs": result.epochs, "gradient check": verdict, "mlflow run": result.run_id}
         console.print_summary(rows)
         if result.run_id:
             link = runs_view_link(result.tracking_uri, result.experiment_id)

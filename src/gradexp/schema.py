@@ -8,7 +8,8 @@ Enums stand for closed choices: hydra-core 1.3 has no Literal.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import difflib
+from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
 from typing import Any
 
@@ -55,43 +56,88 @@ class Tracker(str, Enum):
 
 
 # ---------------------------------------------------------------- data
+class Task(str, Enum):
+    regression = "regression"
+    classification = "classification"
+
+
 @dataclass
-class LinearData:
-    name: str = "linear"
+class SyntheticData:
+    """Drawn from a generator: n_samples training rows, n_val validation rows (0 = none)."""
+
+    _target_: str = MISSING
+    name: str = MISSING
+    task: Task = Task.regression
     n_samples: int = 100
+    n_val: int = 100
+    seed: int = 0
+
+
+@dataclass
+class LinearData(SyntheticData):
+    _target_: str = "gradexp.data.linear"
+    name: str = "linear"
     n_features: int = 1
     slope: float = 3.0
     intercept: float = 4.0
     noise: float = 0.1
     outliers: float = 0.0
     outlier_scale: float = 10.0
-    seed: int = 0
 
 
 @dataclass
-class SineData:
+class SineData(SyntheticData):
+    _target_: str = "gradexp.data.sine"
     name: str = "sine"
     n_samples: int = 256
     frequency: float = 1.0
     noise: float = 0.1
-    seed: int = 0
 
 
 @dataclass
-class BlobsData:
+class BlobsData(SyntheticData):
+    _target_: str = "gradexp.data.blobs"
     name: str = "blobs"
+    task: Task = Task.classification
     n_samples: int = 300
     n_features: int = 2
     n_classes: int = 3
     spread: float = 1.0
-    seed: int = 0
 
 
 @dataclass
-class CsvData:
+class TabularData:
+    """Rows read from a file, split at random into train / val / test."""
+
+    _target_: str = MISSING
+    name: str = MISSING
+    task: Task = Task.regression
+    val_fraction: float = 0.2
+    test_fraction: float = 0.0
+    split_seed: int = 0
+    standardize: bool = True
+
+
+@dataclass
+class CsvData(TabularData):
+    _target_: str = "gradexp.data.csv_table"
     name: str = "csv"
     path: str = MISSING
     target: str = MISSING
+
+
+@dataclass
+class CustomData(TabularData):
+    _target_: str = MISSING  # your loader, e.g. my_data.load (a module in the launch folder)
+    name: str = "custom"
+    kwargs: dict[str, Any] = field(default_factory=dict)  # passed to your loader
+
+
+@dataclass
+class SklearnData(TabularData):
+    _target_: str = "gradexp.data.sklearn"
+    name: str = "diabetes"
+    task: Any = None  # null = the data set's own (diabetes: regression, the others: classification)
 
 
 # ---------------------------------------------------------------- model
@@ -215,9 +261,24 @@ class TrackingConfig:
 
 
 @dataclass
+class EvalConfig:
+    metrics: Any = None  # a list of metric names or {_target_: ...}; null = the task's defaults
+    every: int | None = None  # epochs; null = at the progress points and the last epoch
+
+
+class Direction(str, Enum):
+    auto = "auto"
+    minimize = "minimize"
+    maximize = "maximize"
+
+
+@dataclass
 class SweepConfig:
     skip_finished: bool = False
     continue_on_failure: bool = True
+    objective: str = "auto"  # a logged metric, e.g. val/mse; auto = val/mse or val/accuracy
+    direction: Direction = Direction.auto
+    best_per: list[str] = field(default_factory=list)  # params, e.g. [optimizer.name]
 
 
 @dataclass
@@ -230,11 +291,13 @@ class Config:
     trainer: Any = MISSING
     gradcheck: Any = MISSING
     tracking: Any = MISSING
+    eval: EvalConfig = field(default_factory=EvalConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
 
 
 SCHEMAS: dict[str, dict[str, type]] = {
-    "data": {"linear": LinearData, "sine": SineData, "blobs": BlobsData, "csv": CsvData},
+    "data": {"linear": LinearData, "sine": SineData, "blobs": BlobsData, "csv": CsvData,
+             "sklearn": SklearnData, "custom": CustomData},
     "model": {"linear": LinearModel, "mlp": MlpModel, "buggy_linear": BuggyLinearModel},
     "loss": {"plain": Loss, "huber": HuberLoss, "crossentropy": CrossEntropyLoss},
     "optimizer": {
@@ -305,6 +368,11 @@ RANGE_RULES: list[tuple[str, Any, str]] = [
     ("gradcheck.every_n_epochs", _at_least(1), "must be an integer >= 1, or null for never"),
     ("gradcheck.max_jacobian_size", _at_least(1), "must be an integer >= 1"),
     ("data.n_samples", _at_least(2), "must be an integer >= 2"),
+    ("data.n_val", _at_least(0), "must be an integer >= 0 (0: no validation set)"),
+    ("data.val_fraction", _fraction, "must be a fraction in [0, 1)"),
+    ("data.test_fraction", _fraction, "must be a fraction in [0, 1)"),
+    ("data.split_seed", _at_least(0), "must be an integer >= 0"),
+    ("eval.every", _at_least(1), "must be an integer >= 1, or null for the progress points"),
     ("data.n_features", _at_least(1), "must be an integer >= 1"),
     ("data.n_classes", _at_least(2), "must be an integer >= 2"),
     ("data.noise", _non_negative, "must be a number >= 0"),
@@ -318,13 +386,20 @@ RANGE_RULES: list[tuple[str, Any, str]] = [
 # are too coarse (rtol 5e-2 and 1e-1 in gradexp.gradcheck) to judge a hand-written gradient by.
 GRADCHECK_DTYPES = ("float64", "float32")
 
+# Every seed (data.seed, model.seed, trainer.seed, any *_seed): what numpy and TensorFlow accept.
+SEED_MAX = 2**32 - 1
 
-def check_ranges(cfg: DictConfig) -> None:
-    """Raise ConfigError on the first value outside its range, naming key, value and the range."""
-    missing = sorted(OmegaConf.missing_keys(cfg))
+
+def check_ranges(cfg: DictConfig, *, missing_ok: bool = False) -> None:
+    """Raise ConfigError on the first value outside its range, naming key, value and the range.
+
+    missing_ok: a sweep's base config, whose swept keys (data.path=a.csv,b.csv) come per job."""
+    check_known_keys(cfg)
+    missing = [] if missing_ok else sorted(OmegaConf.missing_keys(cfg))
     if missing:
         key = missing[0]
         raise ConfigError(f"{key} is required here: set it on the command line, {key}=VALUE")
+    check_seeds(cfg)
     for key, accepted, accepted_text in RANGE_RULES:
         value = OmegaConf.select(cfg, key, default=None)
         if value is None:
@@ -336,3 +411,114 @@ def check_ranges(cfg: DictConfig) -> None:
     if dtype is not None and dtype not in GRADCHECK_DTYPES:
         raise ConfigError(f"gradcheck.dtype={dtype}: must be float64 or float32 (float16 and "
                           "bfloat16 finite differences are too coarse to check gradients with)")
+
+
+def check_seeds(cfg: DictConfig) -> None:
+    """Every key named seed or *_seed is an integer in [0, 2**32 - 1] (numpy's and TF's range)."""
+    for key, value in _leaves(cfg, ""):
+        name = key.rsplit(".", 1)[-1]
+        if (name == "seed" or name.endswith("_seed")) and value is not None and (
+                isinstance(value, bool) or not isinstance(value, int)
+                or not 0 <= value <= SEED_MAX):
+            raise ConfigError(f"{key}={value}: must be an integer in [0, {SEED_MAX}]")
+
+
+def _leaves(node: DictConfig, prefix: str):
+    for key in node.keys():
+        if OmegaConf.is_missing(node, key) or (prefix == "" and key == "hydra"):
+            continue
+        value = node[key]
+        if isinstance(value, DictConfig):
+            yield from _leaves(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+# ---------------------------------------------------------------- keys nobody reads
+# Groups whose options may name user code (issue 9): `_target_` is always theirs to set.
+USER_CODE_GROUPS = ("data", "model", "loss")
+
+# Names people bring from other tools, and the key gradexp calls it.
+ALIASES = {"lr": "learning_rate", "bs": "batch_size", "batch": "batch_size",
+           "n_epochs": "epochs", "num_epochs": "epochs", "max_epochs": "epochs",
+           "steps": "epochs", "wd": "weight_decay", "eps": "epsilon", "beta1": "beta_1",
+           "beta2": "beta_2", "hidden_sizes": "hidden", "layers": "hidden"}
+
+
+def closest_key(name: str, accepted: list[str]) -> str | None:
+    """The accepted key a person most likely meant by `name` (an alias, else a close spelling)."""
+    if ALIASES.get(name) in accepted:
+        return ALIASES[name]
+    close = difflib.get_close_matches(name, accepted, n=1, cutoff=0.7)
+    return close[0] if close else None
+
+
+def group_keys(group: str) -> list[str]:
+    """The keys some option of `group` accepts, in schema order."""
+    keys: dict[str, None] = {}
+    for schema in SCHEMAS.get(group, {}).values():
+        keys.update((f.name, None) for f in fields(schema))
+    return list(keys)
+
+
+def did_you_mean(key: str, value: Any, accepted: list[str] | None = None) -> str:
+    """'; did you mean ...?' for a key no schema declares, or ''. A top-level key may be a
+    misspelt group (`optimzer=adam` -> the group optimizer=adam) or a key of some group
+    (`lr` -> optimizer.learning_rate); a group's key is matched against `accepted` (default:
+    the keys of any of the group's options)."""
+    group, _, name = key.rpartition(".")
+    if group:
+        hint = closest_key(name, group_keys(group) if accepted is None else accepted)
+        return f"; did you mean {group}.{hint}?" if hint else ""
+    close = difflib.get_close_matches(name, list(SCHEMAS), n=1, cutoff=0.7)
+    if close:
+        return f"; did you mean the group {close[0]}={value}?"
+    for other in SCHEMAS:
+        hint = ALIASES.get(name) if ALIASES.get(name) in group_keys(other) else None
+        if hint:
+            return f"; did you mean {other}.{hint}?"
+    return ""
+
+
+def check_known_keys(cfg: DictConfig) -> None:
+    """Refuse a key that no schema declares, with or without `+` (`+trainer.patience=10`).
+
+    gradexp reads only what the schemas declare; any other key would do nothing, yet the run
+    would record it as a param, as if it had. Driven by the schemas' fields, so a field added to
+    a schema is accepted here at once.
+    """
+    found = _unknown_key(cfg, "")
+    if found is None:
+        return
+    key, value, accepted = found
+    group, _, name = key.rpartition(".")
+    where = f"{group}={_option(cfg, group)}" if group else "the config"
+    shown = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    meant = did_you_mean(key, shown, accepted if group else None)
+    raise ConfigError(f"{key}={shown}: no such key, gradexp would not read it "
+                      f"({where} accepts: {', '.join(accepted)}){meant}")
+
+
+def _option(cfg: DictConfig, group: str) -> str:
+    name = OmegaConf.select(cfg, f"{group}.name", default=None)
+    return getattr(name, "value", name) if name is not None else "..."
+
+
+def _unknown_key(node: DictConfig, prefix: str) -> tuple[str, Any, list[str]] | None:
+    """The first (dotted key, value, accepted keys) that the node's schema does not declare."""
+    schema = OmegaConf.get_type(node)
+    if not is_dataclass(schema):
+        return None  # not from a schema (a free-form value): nothing to compare with
+    accepted = [f.name for f in fields(schema)]
+    for key in node.keys():
+        if key in accepted or (key == "_target_" and prefix.rstrip(".") in USER_CODE_GROUPS):
+            if not OmegaConf.is_missing(node, key) and isinstance(node[key], DictConfig):
+                found = _unknown_key(node[key], f"{prefix}{key}.")
+                if found:
+                    return found
+            continue
+        if prefix == "" and key == "hydra":  # Hydra's own node (callbacks see it)
+            continue
+        value = None if OmegaConf.is_missing(node, key) else node[key]
+        return f"{prefix}{key}", value, accepted
+    return None

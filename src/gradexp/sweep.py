@@ -2,16 +2,18 @@
 
 A Hydra callback opens the parent run before the first job (so parallel jobs find the store, the
 experiment and the parent already made) and leaves its id in the sweep folder, where each job reads
-it. When the sweep ends it writes the summary (every child's overrides, final loss, gradient-check
-verdict and status; the best child tagged; the loss curves overlaid; an Optuna sweep's best
-parameters and value) and ends the parent. If the sweep is interrupted, an exit hook still ends the
+it. When the sweep ends it writes the summary (every child's overrides, sweep objective (e.g. the
+final val/mse), final loss, gradient-check verdict and status; the best child by the objective
+tagged, and the best of each `sweep.best_per` group listed; the loss and objective curves overlaid;
+the params that differ beyond the swept ones; an Optuna sweep's best parameters and value) and
+ends the parent. If the sweep is interrupted, an exit hook still ends the
 parent (KILLED), so nothing stays RUNNING.
 
 Any Hydra launcher or sweeper works underneath (basic, joblib, ray, submitit; basic, optuna): the
 callback only needs the jobs to share the tracking store and the sweep folder.
 
 `sweep.skip_finished=true`: a job whose resolved config already has a FINISHED child run in the
-experiment is not run again; it returns that run's final loss, and the new parent lists the run as
+experiment is not run again; it returns that run's objective, and the new parent lists the run as
 reused. So re-running a sweep that crashed resumes it where it stopped.
 """
 
@@ -23,11 +25,14 @@ import sys
 import traceback
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
+
+from gradexp.objective import FALLBACK, objective
 
 SUMMARY_FILE = "sweep_summary.json"
 OPTUNA_RESULTS_FILE = "optimization_results.yaml"  # what hydra-optuna-sweeper writes at the end
@@ -41,6 +46,7 @@ class MlflowSweepCallback(Callback):
     def __init__(self) -> None:
         self.tracker = None
         self.ended = False
+        self.best_per: list[str] = []
 
     def __getstate__(self) -> dict[str, Any]:
         """Launchers that run jobs in other processes (joblib, Ray, submitit) pickle Hydra's
@@ -53,10 +59,16 @@ class MlflowSweepCallback(Callback):
     # sweep themselves (SystemExit passes Hydra's guard): one line for what a person can fix,
     # a traceback for a bug.
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if _tracking_off(config):
-            return
+        from gradexp.schema import check_ranges
+
         with _stop_the_sweep_on_error():
-            self._open_parent(config)
+            # What every job shares (the overrides that are not swept) is checked once, before
+            # anything is recorded: a key gradexp does not read, a value out of its range, a
+            # sweeper told to optimize the objective the wrong way.
+            check_ranges(config, missing_ok=True)
+            check_sweeper_direction(config)
+            if not _tracking_off(config):
+                self._open_parent(config)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.tracker is None:
@@ -76,7 +88,11 @@ class MlflowSweepCallback(Callback):
             tags={"gradexp.sweep": "true", "mlflow.source.git.commit": git_commit(launch_dir),
                   "gradexp.sweeper": _plugin_name(config.hydra.sweeper),
                   "gradexp.launcher": _plugin_name(config.hydra.launcher)})
+        metric, direction = objective(config)
+        self.tracker.set_tags({"gradexp.objective": metric, "gradexp.direction": direction,
+                               "gradexp.swept": ",".join(swept_keys(config))})
         self.tracker.log_params({"sweep.overrides": overrides})
+        self.best_per = list(config.sweep.best_per)
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         parent_run_file(sweep_dir).write_text(self.tracker.run_id)
@@ -85,9 +101,9 @@ class MlflowSweepCallback(Callback):
     def _close_parent(self, config: DictConfig) -> None:
         if _plugin_name(config.hydra.sweeper) == "OptunaSweeper":
             record_optimization(self.tracker, Path(config.hydra.sweep.dir) / OPTUNA_RESULTS_FILE)
-        summary = summarize_sweep(self.tracker)
+        summary = summarize_sweep(self.tracker, self.best_per)
         self.ended = True
-        failed = [row for row in summary if row["status"] != "FINISHED"]
+        failed = [row for row in summary.rows if row["status"] != "FINISHED"]
         self.tracker.end("FAILED" if failed else "FINISHED")
         print_sweep(summary, self.tracker)
         if failed:
@@ -124,14 +140,53 @@ def _plugin_name(node: DictConfig) -> str:
     return str(node._target_).rsplit(".", 1)[-1]
 
 
+def check_sweeper_direction(config: DictConfig) -> None:
+    """An optimizing sweeper (Optuna) must push the objective the right way: maximizing a
+    val/mse, or minimizing a val/accuracy, would search for the worst run."""
+    from gradexp.schema import ConfigError
+
+    wanted = OmegaConf.select(config, "hydra.sweeper.direction", default=None)
+    if wanted is None:
+        return  # the basic sweeper runs every job; nothing is optimized
+    metric, direction = objective(config)
+    wanted = str(getattr(wanted, "name", wanted)).lower()
+    if wanted != direction:
+        raise ConfigError(
+            f"hydra.sweeper.direction={wanted}, but sweep.objective {metric} is to {direction}: "
+            "set hydra.sweeper.direction='${gradexp.direction:}' (or sweep.direction)")
+
+
+def swept_keys(config: DictConfig) -> list[str]:
+    """The keys or groups a sweep varies: its comma/range overrides and hydra.sweeper.params."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
+    keys = {override.key_or_group for override in parsed if override.is_sweep_override()}
+    keys |= set(OmegaConf.select(config, "hydra.sweeper.params", default=None) or {})
+    return sorted(keys)
+
+
 # ---------------------------------------------------------------- the sweep's end
-def summarize_sweep(tracker) -> list[dict[str, Any]]:
-    """Record the children's table, tag the best, overlay their loss curves; return the table.
+@dataclass
+class SweepSummary:
+    """Every child's row, best first by `metric`, and the best of each `best_per` group."""
+
+    rows: list[dict[str, Any]]
+    metric: str  # what the rows are ranked by: the objective, or final_loss when no run has it
+    direction: str
+    fell_back: bool = False  # no run has the objective; ranked by the final loss instead
+    best_per: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    also_differ: list[str] = field(default_factory=list)  # params that differ beyond the swept
+
+
+def summarize_sweep(tracker, best_per: list[str] | None = None) -> SweepSummary:
+    """Record the children's table, tag the best by the sweep objective, overlay their loss and
+    objective curves; return the summary.
 
     The table holds this sweep's children and the FINISHED runs its jobs reused
     (sweep.skip_finished), those marked `reused`.
     """
-    from gradexp.plots import loss_curves
+    from gradexp.compare import differing_params, is_swept
     from gradexp.tracking import retry_locked
 
     client, parent_id = tracker.client, tracker.run_id
@@ -142,12 +197,25 @@ def summarize_sweep(tracker) -> list[dict[str, Any]]:
     reused_ids = sorted({value for key, value in parent_tags.items() if key.startswith(REUSED_TAG)}
                         - {child.info.run_id for child in children})
     reused = [retry_locked(lambda run_id=run_id: client.get_run(run_id)) for run_id in reused_ids]
-    rows = [_row(child, reused=False) for child in children]
-    rows += [_row(run, reused=True) for run in reused]
-    rows.sort(key=lambda row: (row["status"] != "FINISHED", _sortable(row["final_loss"])))
-    tracker.log_dict({"parent_run_id": parent_id, "children": rows}, SUMMARY_FILE)
+    runs = [*children, *reused]
+    metric = parent_tags.get("gradexp.objective", FALLBACK)
+    direction = parent_tags.get("gradexp.direction", "minimize")
+    rows = [_row(run, metric, reused=run in reused) for run in runs]
+    fell_back = metric != FALLBACK and not any(math.isfinite(r["objective"]) for r in rows)
+    if fell_back:
+        metric, direction = FALLBACK, "minimize"
+        for row in rows:
+            row["objective"] = row["final_loss"]
+    rank = _ranking(direction)
+    rows.sort(key=lambda row: (row["status"] != "FINISHED", rank(row["objective"])))
+    summary = SweepSummary(rows, metric, direction, fell_back)
+    swept = [key for key in parent_tags.get("gradexp.swept", "").split(",") if key]
+    differ, _, _ = differing_params(runs) if len(runs) > 1 else ([], [], 0)
+    summary.also_differ = [key for key in differ if not is_swept(key, swept)]
+    tracker.log_dict({"parent_run_id": parent_id, "ranked_by": metric, "direction": direction,
+                      "children": rows}, SUMMARY_FILE)
     finished = [row for row in rows if row["status"] == "FINISHED"
-                and math.isfinite(row["final_loss"])]
+                and math.isfinite(row["objective"])]
     if finished:
         best = finished[0]
         if not best["reused"]:  # a reused run belongs to an earlier sweep: leave its tags alone
@@ -155,30 +223,58 @@ def summarize_sweep(tracker) -> list[dict[str, Any]]:
         tracker.set_tags({"gradexp.best_run_id": best["run_id"],
                           "gradexp.best_run_name": best["run_name"]})
         tracker.log_metric("best_final_loss", best["final_loss"], 0)
-    curves = {}
-    for row in rows:
-        history = retry_locked(lambda row=row: client.get_metric_history(row["run_id"], "loss"))
-        if history:
-            history.sort(key=lambda m: m.step)
-            curves[row["run_name"]] = ([m.step for m in history], [m.value for m in history])
-    if curves:
-        import numpy as np
-
-        arrays = {name: (np.asarray(s), np.asarray(v)) for name, (s, v) in curves.items()}
-        tracker.log_figure(loss_curves(arrays, "loss of every job"), "plots/sweep_loss_curves.png")
+        tracker.log_metric(f"best/{metric}", best["objective"], 0)
+    for key in best_per or []:
+        groups: dict[str, dict[str, Any]] = {}
+        for row, run in zip(rows, _in_row_order(rows, runs)):
+            value = run.data.params.get(key, "-")
+            if row in finished and value not in groups:
+                groups[value] = row
+        summary.best_per[key] = groups
+    _overlay_curves(tracker, rows, metric)
     tracker.log_metric("children", len(rows), 0)
     tracker.log_metric("children_failed", sum(r["status"] != "FINISHED" for r in rows), 0)
     tracker.log_metric("children_reused", sum(r["reused"] for r in rows), 0)
-    return rows
+    return summary
 
 
-def _row(run, *, reused: bool) -> dict[str, Any]:
+def _in_row_order(rows: list[dict[str, Any]], runs: list) -> list:
+    by_id = {run.info.run_id: run for run in runs}
+    return [by_id[row["run_id"]] for row in rows]
+
+
+def _overlay_curves(tracker, rows: list[dict[str, Any]], metric: str) -> None:
+    """The parent's plots: every job's training loss, and its objective's validation curve."""
+    import numpy as np
+
+    from gradexp.plots import loss_curves
+    from gradexp.tracking import retry_locked
+
+    wanted = {"loss": ("plots/sweep_loss_curves.png", "loss of every job")}
+    if metric != FALLBACK:
+        safe = metric.replace("/", "_")
+        wanted[metric] = (f"plots/sweep_{safe}_curves.png", f"{metric} of every job")
+    for key, (path, title) in wanted.items():
+        curves = {}
+        for row in rows:
+            history = retry_locked(
+                lambda row=row, key=key: tracker.client.get_metric_history(row["run_id"], key))
+            if history:
+                history.sort(key=lambda m: m.step)
+                curves[row["run_name"]] = (np.array([m.step for m in history]),
+                                           np.array([m.value for m in history]))
+        if curves:
+            tracker.log_figure(loss_curves(curves, title, ylabel=key), path)
+
+
+def _row(run, metric: str, *, reused: bool) -> dict[str, Any]:
     metrics = run.data.metrics
     passed = metrics.get("gradcheck/passed")
     return {
         "run_id": run.info.run_id,
         "run_name": run.info.run_name,
         "status": run.info.status,
+        "objective": metrics.get(metric, math.nan),
         "final_loss": metrics.get("final_loss", math.nan),
         "gradcheck": None if passed is None else ("passed" if passed == 1.0 else "failed"),
         "reason": run.data.tags.get("gradexp.status_reason"),
@@ -186,8 +282,10 @@ def _row(run, *, reused: bool) -> dict[str, Any]:
     }
 
 
-def _sortable(value: float) -> float:
-    return value if math.isfinite(value) else math.inf
+def _ranking(direction: str):
+    """A sort key putting the best value first and NaN (no value, diverged) last."""
+    sign = -1.0 if direction == "maximize" else 1.0
+    return lambda value: sign * value if math.isfinite(value) else math.inf
 
 
 def record_optimization(tracker, results_file: Path) -> None:
@@ -201,27 +299,50 @@ def record_optimization(tracker, results_file: Path) -> None:
     tracker.log_text(results_file.read_text(), OPTUNA_RESULTS_FILE)
 
 
-def print_sweep(rows: list[dict[str, Any]], tracker) -> None:
-    """The sweep's table in the terminal, best first, and where to compare the runs."""
+def print_sweep(summary: SweepSummary, tracker) -> None:
+    """The sweep's table in the terminal, best first by the objective, and where to compare."""
     from rich.table import Table
 
-    from gradexp.console import console
+    from gradexp.console import console, print_table
     from gradexp.tracking import redact_uri, runs_view_link
 
-    table = Table(title=f"sweep {tracker.run_id}", title_justify="left")
-    for column in ("run", "status", "final loss", "gradient check"):
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        status = f"{row['status']} (reused)" if row["reused"] else row["status"]
-        table.add_row(row["run_name"], status, f"{row['final_loss']:.6g}",
-                      row["gradcheck"] or "-")
     out = console()
-    out.print(table)
+    if summary.fell_back:
+        out.print("note: no run has the sweep objective "
+                  f"({tracker_objective(tracker)}; held-out data off?): ranked by final_loss, "
+                  "the training loss, which differs in meaning between losses", highlight=False)
+    arrow = "↓" if summary.direction == "minimize" else "↑"
+    table = Table(title=f"sweep {tracker.run_id} · best first by {summary.metric} {arrow}",
+                  title_justify="left")
+    for column in ("run", "status", f"{summary.metric} {arrow}", "final loss", "gradient check"):
+        table.add_column(column, overflow="fold")
+    for row in summary.rows:
+        status = f"{row['status']} (reused)" if row["reused"] else row["status"]
+        table.add_row(row["run_name"], status, f"{row['objective']:.6g}",
+                      f"{row['final_loss']:.6g}", row["gradcheck"] or "-")
+    print_table(table)  # wraps, never cuts: run names stay apart in an 80-column log
+    for key, groups in summary.best_per.items():
+        best = Table(title=f"each {key} at its best", title_justify="left")
+        for column in (key, "best run", f"{summary.metric} {arrow}"):
+            best.add_column(column, overflow="fold")
+        for value, row in groups.items():
+            best.add_row(value, row["run_name"], f"{row['objective']:.6g}")
+        print_table(best)
+    if summary.also_differ:
+        out.print(f"besides the swept keys, these differ between the runs: "
+                  f"{', '.join(summary.also_differ)}", highlight=False)
     out.print(f"compare the runs: {runs_view_link(tracker.uri, tracker.experiment_id)}",
               highlight=False)
     where = "" if tracker.uri.startswith("sqlite") else f" --tracking-uri {redact_uri(tracker.uri)}"
     out.print(f"or in the terminal: gradexp compare --sweep {tracker.run_id}{where}",
               highlight=False)
+
+
+def tracker_objective(tracker) -> str:
+    from gradexp.tracking import retry_locked
+
+    tags = retry_locked(lambda: tracker.client.get_run(tracker.run_id)).data.tags
+    return tags.get("gradexp.objective", FALLBACK)
 
 
 # ---------------------------------------------------------------- sweep.skip_finished
@@ -231,8 +352,9 @@ def _what_a_job_computes(params: Mapping[str, str]) -> dict[str, str]:
 
 
 def reuse_finished_run(cfg: DictConfig, hydra_cfg: DictConfig) -> float | None:
-    """With sweep.skip_finished=true: the final loss of a FINISHED child run with this job's
-    resolved config in the experiment (the newest), after noting it on the sweep's parent run.
+    """With sweep.skip_finished=true: the objective (else the final loss) of a FINISHED child run
+    with this job's resolved config in the experiment (the newest), after noting it on the
+    sweep's parent run.
     None means "run the job": skipping is off, tracking is off, or no such run exists."""
     if not cfg.sweep.skip_finished or _tracking_off(cfg):
         return None
@@ -252,11 +374,12 @@ def reuse_finished_run(cfg: DictConfig, hydra_cfg: DictConfig) -> float | None:
         parent_id = parent.read_text().strip()
         retry_locked(lambda: client.set_tag(parent_id, f"{REUSED_TAG}{hydra_cfg.job.num}",
                                             run.info.run_id))
-    loss = run.data.metrics["final_loss"]
+    metric = objective(cfg)[0]
+    value = run.data.metrics.get(metric, run.data.metrics["final_loss"])
     console().print(f"skipped {hydra_cfg.job.override_dirname or 'defaults'}: the same config "
-                    f"FINISHED as run {run.info.run_id} (final loss {loss:.6g}); "
+                    f"FINISHED as run {run.info.run_id} ({metric} {value:.6g}); "
                     "sweep.skip_finished=true", highlight=False)
-    return loss
+    return value
 
 
 def find_finished_run(client, experiment: str, params: Mapping[str, str]):

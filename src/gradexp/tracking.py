@@ -7,7 +7,9 @@ store (several sweep jobs writing at once) are retried, not lost.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import os
 import re
 import signal
@@ -92,20 +94,62 @@ def resolve_uri(uri: str | None, base_dir: Path) -> str:
 
 
 def check_server(uri: str, timeout: float = 5.0) -> None:
-    """Fail fast (one line, no retry storm) when an http tracking server does not answer."""
+    """Fail fast (one line, no retry storm) when an http tracking server does not answer, or
+    answers but is not an MLflow tracking server (a plain web server, a wrong path)."""
     if not uri.startswith(("http://", "https://")):
         return
+    probe = uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1"
+    request = _request_without_credentials(probe)
+    shown = f"tracking.uri={redact_uri(uri)}"
     try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout):
-            pass
-    except urllib.error.HTTPError:
-        return  # something answered; MLflow will say more if it is not an MLflow server
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            body = answer.read(65536)
+    except urllib.error.HTTPError as error:
+        if error.code in (401, 403):
+            return  # a server that wants credentials; MLflow sends them (MLFLOW_TRACKING_*)
+        raise ConfigError(
+            f"{shown}: a server answers but not as an MLflow tracking server (its MLflow API "
+            f"answers HTTP {error.code} {error.reason}); check the address and the port"
+        ) from None
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
         raise ConfigError(
-            f"tracking.uri={redact_uri(uri)}: no MLflow server answers ({reason}); "
+            f"{shown}: no MLflow server answers ({reason}); "
             "start one (mlflow server) or use the local store (omit tracking.uri)"
         ) from None
+    try:
+        json.loads(body)
+    except ValueError:
+        raise ConfigError(
+            f"{shown}: a server answers but not as an MLflow tracking server (its MLflow API "
+            "does not answer in JSON); check the address and the port") from None
+
+
+def _request_without_credentials(url: str) -> urllib.request.Request:
+    """urllib cannot take user:password@ in a URL: move it to a basic-auth header."""
+    parts = urllib.parse.urlsplit(url)
+    if not (parts.username or parts.password):
+        return urllib.request.Request(url)
+    netloc = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
+    plain = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    token = base64.b64encode(
+        f"{urllib.parse.unquote(parts.username or '')}:"
+        f"{urllib.parse.unquote(parts.password or '')}".encode()).decode()
+    return urllib.request.Request(plain, headers={"Authorization": f"Basic {token}"})
+
+
+def check_store_folder(uri: str) -> None:
+    """A sqlite store's folder must exist: MLflow would silently create the whole folder tree
+    (a typo in tracking.uri would scatter stores over the disk)."""
+    if not uri.startswith("sqlite:///"):
+        return
+    path = uri[len("sqlite:///"):].split("?", 1)[0]
+    if path in ("", ":memory:"):
+        return
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise ConfigError(f"tracking.uri={uri}: the folder {folder} does not exist; create it "
+                          "first or pick a store in an existing folder")
 
 
 @contextlib.contextmanager
@@ -161,6 +205,7 @@ def git_commit(folder: Path) -> str | None:
 def open_client(uri: str):
     """An MlflowClient for `uri`, after checking that a server URI answers."""
     check_server(uri)
+    check_store_folder(uri)
     # A dead server should fail in seconds, not after MLflow's default retries (minutes).
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")

@@ -1,0 +1,109 @@
+"""Held-out evaluation: the metrics of gradexp.objective, computed in compiled code.
+
+`Evaluator(model, specs, task, splits)` keeps each split's rows on the device and evaluates every
+metric on whole splits in one `tf.function` call, between the trainer's compiled stretches of
+epochs: training itself is never interrupted (no host sync inside a step). The models output
+logits for a classification, so accuracy takes the arg max (or the sign, for one output) and
+crossentropy applies the softmax (or the sigmoid) itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from gradexp.data import Split
+from gradexp.objective import metric_name
+
+MetricFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
+
+
+def _mse(y: tf.Tensor, p: tf.Tensor) -> tf.Tensor:
+    return tf.reduce_mean(tf.square(y - p))
+
+
+def _mae(y: tf.Tensor, p: tf.Tensor) -> tf.Tensor:
+    return tf.reduce_mean(tf.abs(y - p))
+
+
+def _rmse(y: tf.Tensor, p: tf.Tensor) -> tf.Tensor:
+    return tf.sqrt(_mse(y, p))
+
+
+def _r2(y: tf.Tensor, p: tf.Tensor) -> tf.Tensor:
+    """1 - SS_res / SS_tot per output column, averaged (scikit-learn's r2_score)."""
+    residual = tf.reduce_sum(tf.square(y - p), axis=0)
+    total = tf.reduce_sum(tf.square(y - tf.reduce_mean(y, axis=0)), axis=0)
+    return tf.reduce_mean(1.0 - residual / tf.maximum(total, 1e-12))
+
+
+def _accuracy(y: tf.Tensor, p: tf.Tensor) -> tf.Tensor:
+    if y.shape[-1] == 1:  # one output: a binary label, the logit's sign
+        hits = tf.equal(y > 0.5, p > 0.0)
+    else:
+        hits = tf.equal(tf.argmax(y, axis=-1), tf.argmax(p, axis=-1))
+    return tf.reduce_mean(tf.cast(hits, tf.float32))
+
+
+def _crossentropy(y: tf.Tensor, p: tf.Tensor) -> tf.Tensor:
+    if y.shape[-1] == 1:
+        return tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=p))
+    return tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=y, logits=p))
+
+
+BUILTIN: dict[str, MetricFn] = {"mse": _mse, "mae": _mae, "rmse": _rmse, "r2": _r2,
+                                "accuracy": _accuracy, "crossentropy": _crossentropy}
+
+
+def build_metric(spec: Any) -> MetricFn:
+    """A built-in by name, or a `_target_`: a Keras metric (stateful: reset, update, result on
+    the whole split) or any callable (y_true, y_pred) whose result is averaged."""
+    if isinstance(spec, str):
+        return BUILTIN[spec]
+    from hydra.utils import instantiate
+
+    made = instantiate({key: value for key, value in spec.items() if key != "name"})
+    if hasattr(made, "update_state") and hasattr(made, "result"):
+        def keras_metric(y: tf.Tensor, p: tf.Tensor) -> tf.Tensor:
+            made.reset_state()
+            made.update_state(y, p)
+            return tf.cast(made.result(), tf.float32)
+
+        return keras_metric
+    return lambda y, p: tf.reduce_mean(tf.cast(made(y, p), tf.float32))
+
+
+class Evaluator:
+    """Every metric on whole splits, one compiled call per evaluation."""
+
+    def __init__(self, model: Callable[[tf.Tensor], tf.Tensor], specs: Iterable[Any],
+                 splits: Mapping[str, Split]):
+        self.model = model
+        self.metrics = {metric_name(spec): build_metric(spec) for spec in specs}
+        self.splits = {name: (tf.constant(split.x), tf.constant(split.y))
+                       for name, split in splits.items()}
+        self._compiled = tf.function(self._evaluate)
+
+    def __call__(self, split_names: Iterable[str]) -> dict[str, float]:
+        """{"<split>/<metric>": value} for the named splits that exist."""
+        names = tuple(name for name in split_names if name in self.splits)
+        if not names:
+            return {}
+        return {key: float(value) for key, value in self._compiled(names).items()}
+
+    def _evaluate(self, names: tuple[str, ...]) -> dict[str, tf.Tensor]:
+        values = {}
+        for split in names:
+            x, y = self.splits[split]
+            predictions = self.model(x)
+            for metric, compute in self.metrics.items():
+                values[f"{split}/{metric}"] = compute(y, predictions)
+        return values
+
+    def predictions(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+        """(targets, model outputs) of a split, for plots such as the confusion matrix."""
+        x, y = self.splits[split]
+        return y.numpy(), self.model(x).numpy()

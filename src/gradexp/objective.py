@@ -1,0 +1,99 @@
+"""What a run is judged on: its evaluation metrics and the sweep objective, by name only.
+
+Every run is measured on the same yardstick whatever its training loss: metrics computed on the
+held-out rows (`val/<metric>` during training, `test/<metric>` once at the end), `train/<metric>`
+beside them. This module knows the names, the defaults by task and which way is better; the
+TensorFlow side (gradexp.evaluation) computes them. No TensorFlow here: config errors answer fast.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from gradexp.schema import ConfigError
+
+# Built-in metrics (gradexp.evaluation computes them on the model's outputs, logits for a
+# classification). Anything else: a `{_target_: ...}` entry, e.g. {_target_: keras.metrics.AUC}.
+BUILTIN_METRICS = ("mse", "mae", "rmse", "r2", "accuracy", "crossentropy")
+DEFAULT_METRICS = {"regression": ["mse", "mae", "r2"],
+                   "classification": ["accuracy", "crossentropy"]}
+DEFAULT_OBJECTIVE = {"regression": "val/mse", "classification": "val/accuracy"}
+SPLITS = ("train", "val", "test")
+# A metric whose name ends in one of these is better when larger; every other (errors, losses,
+# crossentropy) when smaller.
+HIGHER_IS_BETTER = ("accuracy", "r2", "auc", "precision", "recall", "f1", "iou")
+FALLBACK = "final_loss"  # the objective when no run has the one asked for, labelled as such
+
+
+def task_of(data_cfg: DictConfig) -> str:
+    """regression or classification, as the data option declares it (scikit-learn's sets know
+    their own)."""
+    task = OmegaConf.select(data_cfg, "task", default=None)
+    if task is None:
+        from gradexp.data import SKLEARN_SETS
+
+        return SKLEARN_SETS.get(data_cfg.name, (None, "regression"))[1]
+    return getattr(task, "value", task)
+
+
+def metric_name(spec: Any) -> str:
+    """The name a metric is logged under: the string itself, or a `_target_` entry's `name`
+    (else the last part of its `_target_`, lower case: keras.metrics.AUC -> auc)."""
+    if isinstance(spec, str):
+        return spec
+    return str(spec.get("name") or spec["_target_"].rsplit(".", 1)[-1].lower())
+
+
+def metric_specs(cfg: DictConfig, task: str) -> list[Any]:
+    """eval.metrics as plain values, or the task's defaults; each checked (ConfigError)."""
+    specs = cfg.eval.metrics
+    if specs is None:
+        return list(DEFAULT_METRICS[task])
+    specs = OmegaConf.to_container(specs, resolve=True) if OmegaConf.is_config(specs) else specs
+    if not isinstance(specs, list) or not specs:
+        raise ConfigError(f"eval.metrics={specs}: must be a non-empty list, e.g. [mse,mae]")
+    for spec in specs:
+        if isinstance(spec, dict) and "_target_" in spec:
+            continue
+        if spec not in BUILTIN_METRICS:
+            raise ConfigError(f"eval.metrics: {spec!r} is not a metric gradexp knows; use one of "
+                              f"{', '.join(BUILTIN_METRICS)} or {{_target_: keras.metrics.AUC}}")
+    return specs
+
+
+def direction_of(metric: str) -> str:
+    """maximize for accuracy, r2 and the like; minimize for errors and losses."""
+    leaf = metric.rsplit("/", 1)[-1].lower()
+    return "maximize" if leaf.endswith(HIGHER_IS_BETTER) else "minimize"
+
+
+def objective(cfg: DictConfig, task: str | None = None) -> tuple[str, str]:
+    """(metric, direction) that sweeps rank runs by: sweep.objective and sweep.direction, with
+    `auto` resolved from the task (val/mse for a regression, val/accuracy for a classification)."""
+    task = task or task_of(cfg.data)
+    metric = cfg.sweep.objective
+    if metric == "auto":
+        metric = DEFAULT_OBJECTIVE[task]
+    direction = getattr(cfg.sweep.direction, "value", cfg.sweep.direction)
+    return metric, direction_of(metric) if direction == "auto" else direction
+
+
+def check_objective(cfg: DictConfig, task: str) -> None:
+    """A `<split>/<metric>` objective must name a metric this run logs."""
+    metric, _ = objective(cfg, task)
+    split, _, name = metric.partition("/")
+    if split in SPLITS and name:
+        logged = [metric_name(spec) for spec in metric_specs(cfg, task)]
+        if name not in logged:
+            raise ConfigError(f"sweep.objective={metric}: the runs log {split}/ "
+                              f"{', '.join(logged)} (eval.metrics); pick one of those")
+
+
+def register_resolver() -> None:
+    """`${gradexp.direction:}` in a config (e.g. an Optuna sweeper's `direction`): the direction
+    of this config's sweep objective, so a sweeper maximizes accuracy and minimizes errors."""
+    if not OmegaConf.has_resolver("gradexp.direction"):
+        OmegaConf.register_new_resolver(
+            "gradexp.direction", lambda *, _root_: objective(_root_)[1])
