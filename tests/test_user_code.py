@@ -119,10 +119,21 @@ def test_user_loss_trains_is_labelled_and_its_gradient_passes(store, client, lau
 
 
 def test_a_bound_argument_reaches_the_function(store, client, launch):
-    """delta=0.5 is bound to the function: its loss differs from delta=1.0's."""
-    losses = [run(store, launch, "loss=huber", "loss._target_=robust_losses.pseudo_huber",
-                  f"loss.delta={delta}").final_loss for delta in (0.5, 1.0)]
-    assert losses[0] != pytest.approx(losses[1])
+    """delta=0.5 is bound to the function (a key the option lacks, added with +): its loss
+    differs from the function's default delta=1.0, which loss=huber's delta=1.0 also gives."""
+    target = "loss._target_=robust_losses.pseudo_huber"
+    half = run(store, launch, target, "+loss.delta=0.5")
+    one = run(store, launch, "loss=huber", target, "loss.delta=1.0")
+    default = run(store, launch, target)
+    assert client.get_run(half.run_id).data.params["loss.delta"] == "0.5"
+    assert half.final_loss != pytest.approx(one.final_loss)
+    assert one.final_loss == pytest.approx(default.final_loss)
+
+
+def test_keys_go_to_user_code_unchecked_but_typos_in_built_in_options_are_refused():
+    check_ranges(compose_config("loss._target_=mylosses.pseudo_huber", "+loss.delta=0.5"))
+    with pytest.raises(ConfigError, match=r"^loss.delt=0.5: .*did you mean loss.delta\?"):
+        check_ranges(compose_config("loss=huber", "+loss.delt=0.5"))
 
 
 # ---------------------------------------------------------------- wrong backward passes
