@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import runpy
 import shutil
 import sys
 from pathlib import Path
@@ -68,6 +69,13 @@ def report(client, run_id: str, epoch: int) -> dict:
         return json.load(handle)
 
 
+def test_the_x_squared_example_finds_6_both_ways(capsys):
+    runpy.run_path(str(REPO / "examples" / "x_squared.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "GradientTape: 6.0" in out and "Gradient check PASSED" in out
+    assert "analytical 6, numerical 6 " in out
+
+
 # ---------------------------------------------------------------- labels (no TensorFlow)
 @pytest.mark.parametrize(("overrides", "name"), [
     (("loss=mse",), "mse"),
@@ -111,10 +119,21 @@ def test_user_loss_trains_is_labelled_and_its_gradient_passes(store, client, lau
 
 
 def test_a_bound_argument_reaches_the_function(store, client, launch):
-    """delta=0.5 is bound to the function: its loss differs from delta=1.0's."""
-    losses = [run(store, launch, "loss=huber", "loss._target_=robust_losses.pseudo_huber",
-                  f"loss.delta={delta}").final_loss for delta in (0.5, 1.0)]
-    assert losses[0] != pytest.approx(losses[1])
+    """delta=0.5 is bound to the function (a key the option lacks, added with +): its loss
+    differs from the function's default delta=1.0, which loss=huber's delta=1.0 also gives."""
+    target = "loss._target_=robust_losses.pseudo_huber"
+    half = run(store, launch, target, "+loss.delta=0.5")
+    one = run(store, launch, "loss=huber", target, "loss.delta=1.0")
+    default = run(store, launch, target)
+    assert client.get_run(half.run_id).data.params["loss.delta"] == "0.5"
+    assert half.final_loss != pytest.approx(one.final_loss)
+    assert one.final_loss == pytest.approx(default.final_loss)
+
+
+def test_keys_go_to_user_code_unchecked_but_typos_in_built_in_options_are_refused():
+    check_ranges(compose_config("loss._target_=mylosses.pseudo_huber", "+loss.delta=0.5"))
+    with pytest.raises(ConfigError, match=r"^loss.delt=0.5: .*did you mean loss.delta\?"):
+        check_ranges(compose_config("loss=huber", "+loss.delt=0.5"))
 
 
 # ---------------------------------------------------------------- wrong backward passes
@@ -174,10 +193,9 @@ def test_a_bad_loss_target_is_one_line_before_any_run(store, client, launch, tar
 
 
 def test_extra_keys_the_function_does_not_take_are_one_line(store, launch):
-    with pytest.raises(ConfigError, match=r"^loss._target_=mylosses.pseudo_huber: cannot be "
-                                          r"called as pseudo_huber\(y_true, y_pred, "
-                                          r"from_logits=True\): "
-                                          r"got an unexpected keyword argument 'from_logits'"):
+    line = (r"^loss._target_=mylosses.pseudo_huber: cannot be called as pseudo_huber\(y_true, "
+            r"y_pred, from_logits=True\): got an unexpected keyword argument 'from_logits'")
+    with pytest.raises(ConfigError, match=line):
         run(store, launch, "loss=binary_crossentropy", "loss._target_=mylosses.pseudo_huber")
 
 
@@ -190,6 +208,27 @@ def test_gradcheck_in_float32_passes_the_built_in_model_and_says_so(store, clien
     probe = first["reports"]["variables/probe"]
     assert probe["dtype_used"] == probe["dtype_requested"] == "float32"
     assert probe["rtol"] == 3e-3  # float32's tolerance, not float64's 1e-5
+
+
+def test_a_wrong_custom_layer_gradient_is_caught_in_float32_too(store, client, launch):
+    result = run(store, launch, "model=buggy_linear", "gradcheck.dtype=float32")
+    metrics = client.get_run(result.run_id).data.metrics
+    assert metrics["gradcheck/W/passed"] == 0.0 and metrics["gradcheck/b/passed"] == 1.0
+    assert metrics["gradcheck/W/max_rel_error"] == pytest.approx(0.1, rel=0.05)  # bug_scale 1.1
+
+
+def test_the_checker_evaluates_in_float32_when_asked():
+    import numpy as np
+    import tensorflow as tf
+
+    from gradexp.gradcheck import check_gradients
+
+    x = np.random.default_rng(0).standard_normal(8)  # float64 inputs, checked in float32
+    report = check_gradients(lambda x: tf.reduce_sum(tf.tanh(x)), [x], dtype="float32")
+    assert report.passed and report.dtype_used == "float32" and report.dtype_requested == "float32"
+    assert report.entries[0].dtype == "float32" and report.entries[0].rtol == 3e-3
+    with pytest.raises(ValueError, match="'float64' or 'float32'"):
+        check_gradients(lambda x: tf.reduce_sum(x), [x], dtype="bfloat16")
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int32"])

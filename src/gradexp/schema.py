@@ -460,6 +460,9 @@ def _leaves(node: DictConfig, prefix: str):
 # ---------------------------------------------------------------- keys nobody reads
 # Groups whose options may name user code (issue 9): `_target_` is always theirs to set.
 USER_CODE_GROUPS = ("data", "model", "loss")
+# Groups whose other keys are arguments of their `_target_`: with user code there, the code's
+# signature judges them (gradexp.losses.check_loss, one line before any run), not a schema.
+ARGUMENT_GROUPS = ("loss",)
 
 # Names people bring from other tools, and the key gradexp calls it.
 ALIASES = {"lr": "learning_rate", "bs": "batch_size", "batch": "batch_size",
@@ -510,7 +513,10 @@ def check_known_keys(cfg: DictConfig) -> None:
     would record it as a param, as if it had. Driven by the schemas' fields, so a field added to
     a schema is accepted here at once.
     """
-    found = _unknown_key(cfg, "")
+    from gradexp.targets import user_target  # lazy: gradexp.targets imports this module
+
+    trusted = {group for group in ARGUMENT_GROUPS if user_target(cfg, group)}
+    found = _unknown_key(cfg, "", trusted)
     if found is None:
         return
     key, value, accepted = found
@@ -527,13 +533,17 @@ def _option(cfg: DictConfig, group: str) -> str:
     return getattr(name, "value", name) if name is not None else "..."
 
 
-def _unknown_key(node: DictConfig, prefix: str) -> tuple[str, Any, list[str]] | None:
-    """The first (dotted key, value, accepted keys) that the node's schema does not declare."""
+def _unknown_key(node: DictConfig, prefix: str, trusted: set[str] | None = None
+                 ) -> tuple[str, Any, list[str]] | None:
+    """The first (dotted key, value, accepted keys) that the node's schema does not declare;
+    the top-level groups in `trusted` (keys that go to user code) are not looked into."""
     schema = OmegaConf.get_type(node)
     if not is_dataclass(schema):
         return None  # not from a schema (a free-form value): nothing to compare with
     accepted = [f.name for f in fields(schema)]
     for key in node.keys():
+        if prefix == "" and key in (trusted or ()):
+            continue
         if key in accepted or (key == "_target_" and prefix.rstrip(".") in USER_CODE_GROUPS):
             if not OmegaConf.is_missing(node, key) and isinstance(node[key], DictConfig):
                 found = _unknown_key(node[key], f"{prefix}{key}.")
