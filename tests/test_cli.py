@@ -71,3 +71,29 @@ def test_wheel_ships_conf_and_experiments_and_runs_from_any_folder(tmp_path):
     located = subprocess.run([sys.executable, "-c", "import gradexp; print(gradexp.__file__)"],
                              env={"PYTHONPATH": str(target)}, capture_output=True, text=True)
     assert located.stdout.startswith(str(target))
+
+
+def test_multirun_flag_anywhere_on_the_line(tmp_path):
+    # The README writes `experiment=NAME -m`; overrides after -m are part of the same sweep.
+    done = run_cli("trainer.epochs=2", "-m", "optimizer=sgd,adam", "gradcheck=off", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "usage:" not in done.stderr
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("gradexp").experiment_id])
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert {c.data.params["optimizer.name"] for c in children} == {"sgd", "adam"}
+    assert {c.data.params["trainer.epochs"] for c in children} == {"2"}
+
+
+def test_a_first_run_on_a_fresh_store_prints_only_gradexps_lines(tmp_path):
+    # A new store (MLflow creates its tables) and a new matplotlib cache (it builds its font
+    # list): both libraries log INFO lines then, which Hydra's logging setup lets through.
+    done = run_cli("trainer.epochs=2", cwd=tmp_path, env={"MPLCONFIGDIR": str(tmp_path / "mpl")})
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "mlflow.db").exists() and (tmp_path / "mpl").exists()
+    assert done.stderr == ""
+    for chatter in ("INFO", "Creating initial MLflow database tables", "fontManager"):
+        assert chatter not in done.stdout
+    assert "gradexp run" in done.stdout and "open the MLflow UI" in done.stdout

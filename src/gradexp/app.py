@@ -20,7 +20,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from gradexp.console import error_line, quiet_libraries
-from gradexp.errors import USER_ERRORS, one_line
+from gradexp.errors import USER_ERRORS, one_line, target_error
 from gradexp.objective import register_resolver
 from gradexp.schema import ConfigError, register_schemas
 
@@ -85,6 +85,14 @@ def task(cfg: DictConfig) -> float:
         if multirun and cfg.sweep.continue_on_failure:
             return float("nan")  # the sweep goes on; its summary lists this job as FAILED
         sys.exit(getattr(failure, "exit_code", EXIT_BAD_INPUT))
+    except USER_ERRORS as error:  # e.g. a _target_ that cannot be imported (one line)
+        message = target_error(error, cfg)
+        if message is None:
+            raise
+        error_line(message)
+        if multirun and cfg.sweep.continue_on_failure:
+            return float("nan")
+        sys.exit(EXIT_BAD_INPUT)
     except Terminated:
         error_line("terminated (SIGTERM): the run is recorded as KILLED")
         sys.exit(EXIT_TERMINATED)

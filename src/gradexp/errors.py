@@ -92,3 +92,22 @@ def _plain_validation(error: ValidationError) -> str:
 
 def _article(word: str) -> str:
     return "an" if word[:1] in "aeiou" else "a"
+
+
+def target_error(error: BaseException, cfg) -> str | None:
+    """A `_target_` that cannot be imported (a typo, user code not in the launch folder), as
+    one line naming its key; None for any other error (a bug inside the target stays a
+    traceback)."""
+    from hydra.errors import InstantiationException
+    from omegaconf import OmegaConf
+
+    found = re.search(r"Error locating target '([^']+)'", str(error))
+    if not isinstance(error, InstantiationException) or not found:
+        return None
+    target = found.group(1)
+    keys = [f"{group}._target_" for group in cfg
+            if OmegaConf.select(cfg, f"{group}._target_", default=None) == target]
+    cause = error.__cause__
+    reason = _first_line(str(cause.__cause__ or cause)) if cause else "cannot import it"
+    return (f"{keys[0] if keys else '_target_'}={target}: cannot import it ({reason}); a "
+            "_target_ is module.Name, and user modules go in the launch folder")

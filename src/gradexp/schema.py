@@ -9,6 +9,7 @@ Enums stand for closed choices: hydra-core 1.3 has no Literal.
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
 from typing import Any
@@ -368,6 +369,10 @@ def _fraction(value: Any) -> bool:
     return 0 <= value < 1
 
 
+def _non_empty(value: Any) -> bool:
+    return isinstance(value, str) and value.strip() != ""
+
+
 def _widths(value: Any) -> bool:
     return all(isinstance(width, int) and width >= 1 for width in value)
 
@@ -403,6 +408,7 @@ RANGE_RULES: list[tuple[str, Any, str]] = [
     ("model.hidden", _widths, "must be a list of integers >= 1, e.g. [32,32]"),
     ("model.init_scale", _non_negative, "must be a number >= 0"),
     ("model.dropout", _fraction, "must be a fraction in [0, 1)"),
+    ("tracking.experiment", _non_empty, "must be a name (not empty)"),
 ]
 
 # What a gradient check may evaluate in. float16/bfloat16 are refused: their finite differences
@@ -423,6 +429,7 @@ def check_ranges(cfg: DictConfig, *, missing_ok: bool = False) -> None:
         key = missing[0]
         raise ConfigError(f"{key} is required here: set it on the command line, {key}=VALUE")
     check_seeds(cfg)
+    check_finite(cfg)
     for key, accepted, accepted_text in RANGE_RULES:
         value = OmegaConf.select(cfg, key, default=None)
         if value is None:
@@ -444,6 +451,13 @@ def check_seeds(cfg: DictConfig) -> None:
                 isinstance(value, bool) or not isinstance(value, int)
                 or not 0 <= value <= SEED_MAX):
             raise ConfigError(f"{key}={value}: must be an integer in [0, {SEED_MAX}]")
+
+
+def check_finite(cfg: DictConfig) -> None:
+    """No number may be NaN or infinite (data.slope=nan would only show up as a diverged run)."""
+    for key, value in _leaves(cfg, ""):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{key}={value}: must be a finite number")
 
 
 def _leaves(node: DictConfig, prefix: str):

@@ -1,0 +1,137 @@
+"""Every key of `--cfg job`, for every option of every group, with a value of the wrong type and
+one out of range: each is refused with one line naming the key, or runs; none may end in a
+traceback or hang.
+
+Driven in-process through what the command line does (Hydra composition, then run_experiment),
+so a hundred cases take about half a minute, not a process (~5 s) each; tests/test_errors.py
+keeps real process cases of each kind.
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import fields, is_dataclass
+from enum import Enum
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from conftest import CONF, compose_config
+from gradexp.errors import USER_ERRORS, one_line, target_error
+from gradexp.experiment import RunFailed, run_experiment
+from gradexp.schema import ConfigError
+
+GROUPS = ["data", "model", "loss", "optimizer", "device", "trainer", "gradcheck", "tracking"]
+CSV = ("data.path=table.csv", "data.target=y")
+BASE = ("trainer.epochs=2", "gradcheck.plots=false")  # what runs at all runs briefly
+
+
+def _schema_types(node) -> dict[str, object]:
+    schema = OmegaConf.get_type(node)
+    if not is_dataclass(schema):
+        return {}
+    hints = typing.get_type_hints(schema)
+    return {f.name: hints[f.name] for f in fields(schema)}
+
+
+def _wrong_type(kind) -> str | None:
+    """A value of the wrong type for a field of type `kind` (None: every value is its type)."""
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    base = args[0] if typing.get_origin(kind) in (typing.Union, getattr(__import__("types"),
+                                                                      "UnionType", None)) \
+        and len(args) == 1 else kind
+    if base is bool:
+        return "maybe"
+    if base in (int, float):
+        return "abc"
+    if base is str:
+        return "[1,2]"
+    if isinstance(base, type) and issubclass(base, Enum):
+        return "banana"
+    if typing.get_origin(base) is list:
+        return "abc"
+    return None  # Any
+
+
+def _out_of_range(key: str, kind) -> str | None:
+    """A value of the right type outside what the key can mean."""
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    base = args[0] if args and typing.get_origin(kind) is not list else kind
+    name = key.rsplit(".", 1)[-1]
+    if base is int:
+        return "-99999999999"
+    if base is float:
+        return "nan"
+    if typing.get_origin(base) is list:
+        return "[0]"
+    if base is str:  # `name` is a label (the option's name): any text is in range
+        return {"_target_": "no.such.Thing", "path": "missing.csv", "target": "nope",
+                "uri": "sqlite:///no/such/dir/x.db", "dtype": "float128",
+                "experiment": "", "run_name": ""}.get(name)
+    return None
+
+
+def _cases() -> list[tuple[tuple[str, ...], str, str]]:
+    """(overrides, key, value) for every key of every option; a key that several options share
+    (optimizer.learning_rate) is tried with the first option that has it."""
+    cases: list[tuple[tuple[str, ...], str, str]] = []
+    for group in GROUPS:
+        for option in sorted(p.stem for p in (CONF / group).glob("*.yaml")):
+            chosen = (f"{group}={option}", *(CSV if (group, option) == ("data", "csv") else ()))
+            node = compose_config(*chosen)[group]
+            for name, kind in _schema_types(node).items():
+                key = f"{group}.{name}"
+                for value in sorted({_wrong_type(kind), _out_of_range(key, kind)} - {None}):
+                    if not any(k == key and v == value for _, k, v in cases):
+                        cases.append((chosen, key, value))
+    for name, kind in _schema_types(compose_config().sweep).items():
+        for value in sorted({_wrong_type(kind), _out_of_range(f"sweep.{name}", kind)} - {None}):
+            cases.append(((), f"sweep.{name}", value))
+    return cases
+
+
+CASES = _cases()
+
+
+@pytest.fixture(scope="module")
+def launch(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("every_key")
+    (folder / "table.csv").write_text("x,y\n" + "".join(f"{i},{2 * i + 1}\n" for i in range(20)))
+    return folder
+
+
+def answer(launch: Path, *overrides: str) -> str | None:
+    """What `python -m gradexp OVERRIDES` says in its one `error:` line; None if it ran.
+    Anything else (a traceback) propagates and fails the test."""
+    store = f"tracking.uri=sqlite:///{launch / 'mlflow.db'}"
+    try:
+        cfg = compose_config(store, *BASE, *overrides)
+    except USER_ERRORS as error:  # as app.main
+        return one_line(error)
+    try:
+        run_experiment(cfg, quiet=True, launch_dir=launch)
+    except (ConfigError, RunFailed) as error:  # as app.task
+        return str(error)
+    except USER_ERRORS as error:  # as app.task: a _target_ that cannot be imported
+        said = target_error(error, cfg)
+        if said is None:
+            raise
+        return said
+    return None
+
+
+def test_the_table_covers_every_key_of_every_option():
+    keys = {key for _, key, _ in CASES}
+    assert {"trainer.epochs", "optimizer.learning_rate", "model.hidden", "data.seed",
+            "gradcheck.method", "tracking.uri", "loss.delta", "sweep.skip_finished"} <= keys
+    assert len(CASES) > 80
+
+
+@pytest.mark.parametrize(("chosen", "key", "value"), CASES,
+                         ids=[f"{' '.join(c)} {k}={v}" for c, k, v in CASES])
+def test_a_wrong_value_is_one_line_naming_the_key_or_runs(launch, chosen, key, value):
+    said = answer(launch, *chosen, f"{key}={value}")
+    if said is not None:
+        assert "\n" not in said.strip(), said
+        assert key in said or key.rsplit(".", 1)[-1] in said, said
