@@ -30,7 +30,8 @@ def test_every_group_has_its_documented_options():
 @pytest.mark.parametrize(("group", "option"), OPTIONS)
 def test_every_option_composes_and_sets_name(group, option):
     extra = {("data", "csv"): ["data.path=x.csv", "data.target=y"],
-             ("data", "custom"): ["data._target_=my_data.load"]}.get((group, option), [])
+             ("data", "custom"): ["data._target_=my_data.load"],
+             ("model", "custom"): ["model._target_=my_models.build"]}.get((group, option), [])
     cfg = compose_config(f"{group}={option}", *extra)
     name = cfg[group].name
     # data=sklearn names the data set it loads (data.name=digits); every other option itself

@@ -115,13 +115,16 @@ def test_a_bad_builder_is_one_line_naming_it_and_leaves_no_run(tmp_path, store, 
                 if r.info.status == "RUNNING"]
 
 
-def test_the_logged_model_loads_with_pyfunc_and_predicts_what_was_trained(store, client):
+def test_the_logged_model_loads_with_pyfunc_and_predicts_what_was_trained(store, client,
+                                                                           tmp_path):
     import mlflow
 
     result = run(store, "gradcheck=off")
     assert "model" in {a.path for a in client.list_artifacts(result.run_id)}
-    mlflow.set_tracking_uri(store)
-    loaded = mlflow.pyfunc.load_model(f"runs:/{result.run_id}/model")
+    # Fetched with the test's own client: mlflow.set_tracking_uri would also set the process's
+    # MLFLOW_TRACKING_URI, which every later `python -m gradexp` child would inherit.
+    folder = client.download_artifacts(result.run_id, "model", str(tmp_path))
+    loaded = mlflow.pyfunc.load_model(folder)
     x = np.array([[0.0], [0.5], [1.0]], dtype=np.float32)
     predicted = np.asarray(loaded.predict(x)).ravel()
     expected = result.scalars["W"] * x.ravel() + result.scalars["b"]

@@ -52,12 +52,12 @@ def print_config(cfg: DictConfig, masked: Mapping[str, Any]) -> None:
     console().print(tree)
 
 
-def progress(total: int) -> Progress:
-    """A progress bar over epochs showing the latest loss."""
+def progress(total: int, completed: int = 0) -> Progress:
+    """A progress bar over epochs showing the latest loss (from `completed`, after a resume)."""
     bar = Progress(TextColumn("[bold]epoch"), MofNCompleteColumn(), BarColumn(),
                    TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(),
                    console=console(), transient=False)
-    bar.add_task("train", total=total, loss="-")
+    bar.add_task("train", total=total, completed=completed, loss="-")
     return bar
 
 

@@ -201,11 +201,31 @@ class CrossEntropyLoss(Loss):
 
 
 # ---------------------------------------------------------------- optimizer
+class ScheduleName(str, Enum):
+    none = "none"
+    cosine = "cosine"
+    exponential = "exponential"
+    piecewise = "piecewise"
+    warmup_cosine = "warmup_cosine"
+
+
+@dataclass
+class Schedule:
+    name: ScheduleName = ScheduleName.none
+    alpha: float = 0.0  # cosine: the final rate, as a fraction of learning_rate
+    warmup_epochs: float = 5.0  # warmup_cosine
+    decay_epochs: float = 10.0  # exponential: epochs per factor of decay_rate
+    decay_rate: float = 0.5  # exponential
+    boundaries: list[float] = field(default_factory=lambda: [50.0])  # piecewise, epochs
+    factors: list[float] = field(default_factory=lambda: [1.0, 0.1])  # piecewise: one more
+
+
 @dataclass
 class Optimizer:
     _target_: str = MISSING
     name: str = MISSING
     learning_rate: float = 0.1
+    schedule: Schedule = field(default_factory=Schedule)
 
 
 @dataclass
@@ -246,6 +266,15 @@ class DeviceConfig:
 
 
 @dataclass
+class EarlyStoppingConfig:
+    enabled: bool = False
+    monitor: str = "auto"  # a logged metric; auto = the sweep objective (val/mse, val/accuracy)
+    patience: int = 10  # epochs without improvement
+    min_delta: float = 0.0
+    restore_best: bool = True
+
+
+@dataclass
 class TrainerConfig:
     name: str = "default"
     epochs: int = 100
@@ -254,6 +283,10 @@ class TrainerConfig:
     log_every: int = 10
     compile: bool = True
     jit_compile: bool = False
+    deterministic: bool = False
+    early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
+    checkpoint_every: int | None = None  # epochs; null = about once a minute; 0 = never
+    resume: str | None = None  # an MLflow run id to continue
 
 
 @dataclass
@@ -408,6 +441,13 @@ RANGE_RULES: list[tuple[str, Any, str]] = [
     ("model.hidden", _widths, "must be a list of integers >= 1, e.g. [32,32]"),
     ("model.init_scale", _non_negative, "must be a number >= 0"),
     ("model.dropout", _fraction, "must be a fraction in [0, 1)"),
+    ("trainer.early_stopping.patience", _at_least(1), "must be an integer >= 1 (epochs)"),
+    ("trainer.early_stopping.min_delta", _non_negative, "must be a number >= 0"),
+    ("trainer.checkpoint_every", _at_least(0), "must be an integer >= 0 (0: never), or null"),
+    ("optimizer.schedule.alpha", _fraction, "must be a fraction in [0, 1)"),
+    ("optimizer.schedule.warmup_epochs", _positive, "must be a number of epochs > 0"),
+    ("optimizer.schedule.decay_epochs", _positive, "must be a number of epochs > 0"),
+    ("optimizer.schedule.decay_rate", _positive, "must be a number > 0"),
     ("tracking.experiment", _non_empty, "must be a name (not empty)"),
 ]
 

@@ -140,4 +140,5 @@ def _shipped_target(cfg: DictConfig, group: str) -> Any:
     option = resource_dir("conf") / group / f"{node.name}.yaml"
     if not option.is_file():
         return _NO_OPTION
-    return OmegaConf.load(option).get("_target_")
+    # As plain data: a `???` target (data=custom, model=custom) is the text "???", not a miss.
+    return OmegaConf.to_container(OmegaConf.load(option)).get("_target_")

@@ -272,7 +272,27 @@ class MlflowTracker(NullTracker):
             all_tags["mlflow.parentRunId"] = parent_run_id
         run = retry_locked(lambda: self.client.create_run(
             self.experiment_id, run_name=run_name, tags=all_tags))
-        self.run_id: str = run.info.run_id
+        self._start(run.info.run_id)
+
+    @classmethod
+    def reopen(cls, uri: str, run_id: str) -> MlflowTracker:
+        """An existing run, RUNNING again (trainer.resume). Metric points it already holds are
+        not written twice: each metric goes on after the last step it has."""
+        tracker = cls.__new__(cls)
+        tracker.uri = uri
+        tracker.client = open_client(uri)
+        run = retry_locked(lambda: tracker.client.get_run(run_id))
+        tracker.experiment_id = run.info.experiment_id
+        tracker._start(run_id)
+        for key in run.data.metrics:
+            history = retry_locked(lambda key=key: tracker.client.get_metric_history(run_id, key))
+            tracker._logged_through[key] = max(m.step for m in history)
+        retry_locked(lambda: tracker.client.update_run(run_id, "RUNNING"))
+        return tracker
+
+    def _start(self, run_id: str) -> None:
+        self.run_id: str = run_id
+        self._logged_through: dict[str, int] = {}  # a resumed run's last recorded step per key
         self._pending: list = []
         self._last_flush = time.monotonic()
         # Metric batches are written by one background thread, so sqlite's ~250 µs a point
@@ -291,7 +311,8 @@ class MlflowTracker(NullTracker):
     def log_metric(self, key: str, value: float, step: int) -> None:
         from mlflow.entities import Metric
 
-        self._pending.append(Metric(key, float(value), int(time.time() * 1000), int(step)))
+        if step > self._logged_through.get(key, -1):
+            self._pending.append(Metric(key, float(value), int(time.time() * 1000), int(step)))
 
     def log_history(self, steps: Sequence[int], values: Mapping[str, Iterable[float]]) -> None:
         """Per-epoch values, one series per key, at `steps`; written in batches."""
@@ -299,8 +320,9 @@ class MlflowTracker(NullTracker):
 
         now = int(time.time() * 1000)
         for key, series in values.items():
+            after = self._logged_through.get(key, -1)
             self._pending.extend(Metric(key, float(value), now, int(step))
-                                 for step, value in zip(steps, series))
+                                 for step, value in zip(steps, series) if step > after)
         if time.monotonic() - self._last_flush > FLUSH_SECONDS:
             self.flush()
         else:

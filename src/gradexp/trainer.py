@@ -49,7 +49,8 @@ class Trainer:
     """Minimises `loss(y, model(x))` over `data` with a Keras optimizer."""
 
     def __init__(self, model: Model, loss, optimizer, data: Dataset, *, batch_size: int | None,
-                 seed: int, compile: bool = True, jit_compile: bool = False):
+                 seed: int, compile: bool = True, jit_compile: bool = False,
+                 log_lr: bool = False):
         self.model = model
         self.loss = loss
         self.optimizer = optimizer
@@ -60,6 +61,8 @@ class Trainer:
         self.n_batches = -(-self.n_samples // self.batch_size)
         self.shuffle = tf.random.Generator.from_seed(seed)
         self.epoch = 0
+        self.epoch_variable = tf.Variable(0, dtype=tf.int64, trainable=False)  # checkpointed
+        self.log_lr = log_lr  # a schedule: keep each epoch's learning rate as "lr"
         self.optimizer.build(model.params)
         run = self._run_epochs
         self._run = tf.function(run, jit_compile=jit_compile or None) if compile else run
@@ -103,12 +106,24 @@ class Trainer:
             total_norm += norm
         return total_loss / self.n_batches, total_norm / self.n_batches
 
+    def checkpoint(self) -> tf.train.Checkpoint:
+        """Everything a resumed run needs to go on as if never stopped."""
+        return tf.train.Checkpoint(model=self.model.network, optimizer=self.optimizer,
+                                   epoch=self.epoch_variable, shuffle=self.shuffle)
+
     def _run_epochs(self, count: tf.Tensor) -> dict[str, tf.Tensor]:
-        """`count` epochs; per-epoch loss and gradient norm stay in TensorArrays until the end."""
+        """`count` epochs; per-epoch loss, gradient norm (and learning rate) stay in
+        TensorArrays until the end."""
         losses = tf.TensorArray(tf.float32, size=count)
         norms = tf.TensorArray(tf.float32, size=count)
+        rates = tf.TensorArray(tf.float32, size=count)
         for i in tf.range(count):
+            if self.log_lr:  # the rate of the epoch's first step
+                rates = rates.write(i, tf.cast(self.optimizer.learning_rate, tf.float32))
             loss, norm = self._epoch()
             losses = losses.write(i, loss)
             norms = norms.write(i, norm)
-        return {"loss": losses.stack(), "grad_norm": norms.stack()}
+        values = {"loss": losses.stack(), "grad_norm": norms.stack()}
+        if self.log_lr:
+            values["lr"] = rates.stack()
+        return values

@@ -1,0 +1,49 @@
+"""Early stopping: end training when the monitored held-out metric (default: the sweep
+objective, e.g. val/mse) has not improved by min_delta for `patience` epochs; optionally put back
+the weights of its best epoch. It reads the evaluations the run already makes (eval.every), so it
+never forces a compiled call per epoch; patience is counted in epochs between those evaluations."""
+
+from __future__ import annotations
+
+import math
+
+from omegaconf import DictConfig
+
+from gradexp.callbacks.base import Callback
+from gradexp.objective import direction_of
+
+
+class EarlyStopping(Callback):
+    def __init__(self, cfg: DictConfig, objective: str):
+        self.monitor = objective if cfg.monitor == "auto" else cfg.monitor
+        self.sign = -1.0 if direction_of(self.monitor) == "maximize" else 1.0
+        self.patience = cfg.patience
+        self.min_delta = cfg.min_delta
+        self.restore_best = cfg.restore_best
+        self.best = math.inf  # sign · value: smaller is better
+        self.best_epoch: int | None = None
+        self.best_weights = None
+
+    def on_stretch_end(self, run, stretch) -> None:
+        history = run.evaluations.get(self.monitor)
+        epoch = run.trainer.epoch
+        if not history or history[-1][0] != epoch - 1:
+            return  # no evaluation at this stretch's end
+        value = self.sign * history[-1][1]
+        if value < self.best - self.min_delta:
+            self.best, self.best_epoch = value, epoch
+            if self.restore_best:
+                self.best_weights = run.model.network.get_weights()
+        elif self.best_epoch is not None and epoch - self.best_epoch >= self.patience:
+            run.stop_training = True
+            run.tracker.log_metric("stopped_epoch", epoch, epoch - 1)
+            run.tracker.set_tags({"gradexp.stopped_early": f"{self.monitor} did not improve by "
+                                  f"{self.min_delta} in {epoch - self.best_epoch} epochs"})
+
+    def on_train_end(self, run, status: str) -> None:
+        if self.best_epoch is None:
+            return
+        run.tracker.log_metric("best_epoch", self.best_epoch, self.best_epoch - 1)
+        if self.restore_best and self.best_weights is not None and status == "FINISHED":
+            run.model.network.set_weights(self.best_weights)
+            run.restored_epoch = self.best_epoch

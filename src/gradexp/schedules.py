@@ -1,0 +1,48 @@
+"""Learning-rate schedules, counted in epochs in the config, built on Keras' own
+LearningRateSchedules (which count optimizer steps: epochs x batches per epoch).
+
+    optimizer.schedule.name = none | cosine | exponential | piecewise | warmup_cosine
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+
+def learning_rate(cfg: DictConfig, steps_per_epoch: int, epochs: int) -> Any:
+    """optimizer.learning_rate as it is (schedule none), or the schedule that starts from it."""
+    import keras
+
+    rate = cfg.learning_rate
+    schedule = cfg.schedule
+    name = getattr(schedule.name, "value", schedule.name)
+    steps = lambda n_epochs: max(1, int(round(n_epochs * steps_per_epoch)))  # noqa: E731
+    if name == "none":
+        return rate
+    if name == "cosine":  # from rate down to alpha·rate over the run
+        return keras.optimizers.schedules.CosineDecay(rate, steps(epochs), alpha=schedule.alpha)
+    if name == "warmup_cosine":  # alpha·rate up to rate over warmup_epochs, then cosine down
+        warmup = steps(schedule.warmup_epochs)
+        return keras.optimizers.schedules.CosineDecay(
+            rate * schedule.alpha, max(1, steps(epochs) - warmup), alpha=schedule.alpha,
+            warmup_target=rate, warmup_steps=warmup)
+    if name == "exponential":  # rate · decay_rate^(epoch / decay_epochs)
+        return keras.optimizers.schedules.ExponentialDecay(
+            rate, steps(schedule.decay_epochs), schedule.decay_rate)
+    if name == "piecewise":  # rate · factors[i] from boundaries[i-1] on
+        boundaries = [steps(epoch) for epoch in schedule.boundaries]
+        return keras.optimizers.schedules.PiecewiseConstantDecay(
+            boundaries, [rate * factor for factor in schedule.factors])
+    raise ValueError(f"unknown schedule {name}")  # the schema's enum stops this earlier
+
+
+def build_optimizer(cfg: DictConfig, steps_per_epoch: int, epochs: int) -> Any:
+    """The Keras optimizer `optimizer._target_` names, its learning rate a schedule if asked."""
+    from hydra.utils import instantiate
+
+    options = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    options.pop("schedule", None)
+    options.pop("learning_rate")
+    return instantiate(options, learning_rate=learning_rate(cfg, steps_per_epoch, epochs))
