@@ -231,6 +231,8 @@ class _Run:
                 if self.stop_training:
                     break
             self.emit("on_train_end", "FINISHED")
+            if self.restored_epoch is not None:  # early stopping put the best weights back:
+                self.evaluate(("train", "val"), step=self.trainer.epoch)  # what the run ends on
             final_loss = self.trainer.evaluate()
             self.evaluate(("test",))  # held out until now, evaluated once
         return self.finish(final_loss)
@@ -266,9 +268,9 @@ class _Run:
                 f"the learning rate is probably too high (optimizer.learning_rate={lr}); "
                 "try a smaller one")
 
-    def evaluate(self, splits: tuple[str, ...]) -> None:
+    def evaluate(self, splits: tuple[str, ...], step: int | None = None) -> None:
         """Metrics of the current parameters on whole splits, logged at the last epoch's step."""
-        step = self.trainer.epoch - 1
+        step = self.trainer.epoch - 1 if step is None else step
         for key, value in self.evaluator(splits).items():
             self.evaluations.setdefault(key, []).append((step, value))
             self.tracker.log_metric(key, value, step)

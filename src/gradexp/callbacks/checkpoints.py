@@ -46,6 +46,10 @@ class Checkpoints(Callback):
             self.save(run)
 
     def save(self, run) -> None:
+        # Every metric up to here goes into the store first: a run killed after this save
+        # resumes from it with no gap in its history.
+        run.tracker.flush()
+        run.tracker.wait()
         run.trainer.epoch_variable.assign(run.trainer.epoch)
         self.manager.save(checkpoint_number=run.trainer.epoch)
         self.last_save = time.monotonic()

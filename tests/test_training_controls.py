@@ -1,0 +1,169 @@
+"""Training controls (issue 10): learning-rate schedules, early stopping, determinism, XLA,
+checkpoints and resume after a crash. Real TensorFlow, a real sqlite MLflow store; processes only
+where the crash is the point."""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import compose_config, finish, run_cli, spawn_cli
+from gradexp.experiment import run_experiment
+from gradexp.schema import ConfigError
+
+
+def run(store: str, *overrides: str, tmp_path=None):
+    cfg = compose_config(f"tracking.uri={store}", "gradcheck=off", *overrides)
+    return run_experiment(cfg, quiet=True, launch_dir=tmp_path)
+
+
+def series(client, run_id: str, key: str) -> list[tuple[int, float]]:
+    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
+
+
+# ---------------------------------------------------------------- schedules
+@pytest.mark.parametrize(("schedule", "expected"), [
+    (("optimizer.schedule.name=cosine",),
+     lambda e: 0.1 * 0.5 * (1 + math.cos(math.pi * e / 40))),
+    (("optimizer.schedule.name=exponential", "optimizer.schedule.decay_epochs=10",
+      "optimizer.schedule.decay_rate=0.5"), lambda e: 0.1 * 0.5 ** (e / 10)),
+    (("optimizer.schedule.name=piecewise", "optimizer.schedule.boundaries=[10,30]",
+      "optimizer.schedule.factors=[1,0.1,0.01]"),
+     lambda e: 0.1 * (1 if e <= 10 else 0.1 if e <= 30 else 0.01)),
+    (("optimizer.schedule.name=warmup_cosine", "optimizer.schedule.warmup_epochs=10"),
+     lambda e: 0.1 * e / 10 if e <= 10 else 0.1 * 0.5 * (1 + math.cos(math.pi * (e - 10) / 30))),
+])
+def test_each_schedule_draws_its_learning_rate_curve_in_epochs(store, client, tmp_path,
+                                                               schedule, expected):
+    # 100 rows in batches of 25: 4 steps an epoch, so epochs and steps differ.
+    result = run(store, "trainer.epochs=40", "trainer.batch_size=25", *schedule,
+                 tmp_path=tmp_path)
+    logged = series(client, result.run_id, "lr")
+    assert [step for step, _ in logged] == list(range(40))
+    # step k holds the rate of epoch k's first update, after k epochs of 4 steps
+    np.testing.assert_allclose([value for _, value in logged],
+                               [expected(k) for k in range(40)], rtol=1e-4, atol=1e-7)
+
+
+def test_no_schedule_logs_no_lr(store, client, tmp_path):
+    result = run(store, "trainer.epochs=5", tmp_path=tmp_path)
+    assert series(client, result.run_id, "lr") == []
+
+
+# ---------------------------------------------------------------- early stopping
+def test_early_stopping_stops_after_patience_and_restores_the_best_weights(store, client,
+                                                                           tmp_path):
+    # Adam at a large rate on seed 004's line: val/mse bottoms out, then bounces around.
+    overrides = ("optimizer=adam", "optimizer.learning_rate=0.5", "eval.every=5",
+                 "trainer.log_every=5", "trainer.epochs=400")
+    full = run(store, *overrides, tmp_path=tmp_path)
+    curve = series(client, full.run_id, "val/mse")  # (step = epoch - 1, value) every 5 epochs
+    stopped = run(store, *overrides, "trainer.early_stopping.enabled=true",
+                  "trainer.early_stopping.patience=20", tmp_path=tmp_path)
+    # Where it should stop: the first evaluation 20 epochs after the best so far.
+    best_value, best_epoch, expected_stop = math.inf, None, None
+    for step, value in curve:
+        epoch = step + 1
+        if value < best_value:
+            best_value, best_epoch = value, epoch
+        elif epoch - best_epoch >= 20:
+            expected_stop = epoch
+            break
+    assert expected_stop is not None and expected_stop < 400
+    metrics = client.get_run(stopped.run_id).data.metrics
+    assert metrics["stopped_epoch"] == expected_stop and stopped.epochs == expected_stop
+    assert metrics["best_epoch"] == best_epoch
+    assert client.get_run(stopped.run_id).info.status == "FINISHED"
+    # restore_best: the run ends on the best epoch's weights, so its final val/mse is the best
+    assert stopped.metrics["val/mse"] == pytest.approx(best_value, rel=1e-5)
+
+
+# ---------------------------------------------------------------- determinism and XLA
+def test_deterministic_runs_with_mini_batches_are_identical_bit_for_bit(store, tmp_path):
+    overrides = ("trainer.deterministic=true", "trainer.batch_size=16", "trainer.epochs=30",
+                 "model=mlp", "model.hidden=[8]", "model.dropout=0.2", "data=sine")
+    first = run(store, *overrides, tmp_path=tmp_path)
+    second = run(store, *overrides, tmp_path=tmp_path)
+    for key in ("loss", "grad_norm"):
+        assert np.array_equal(first.history[key], second.history[key]), key
+    assert first.metrics == second.metrics
+
+
+def test_xla_runs_with_a_short_last_batch_and_agrees_on_a_full_batch(store, tmp_path):
+    xla = run(store, "trainer.jit_compile=true", "trainer.batch_size=30", tmp_path=tmp_path)
+    assert xla.final_loss < 0.02  # 100 rows in batches of 30, 30, 30 and 10: it learned
+    full_xla = run(store, "trainer.jit_compile=true", tmp_path=tmp_path)
+    full = run(store, tmp_path=tmp_path)
+    assert full_xla.scalars["W"] == pytest.approx(full.scalars["W"], rel=1e-5)
+    assert full_xla.scalars["b"] == pytest.approx(full.scalars["b"], rel=1e-5)
+
+
+# ---------------------------------------------------------------- checkpoints and resume
+LONG = ("trainer.epochs=100000", "trainer.checkpoint_every=5000", "trainer.deterministic=true",
+        "gradcheck=off", "tracking.log_model=false")
+
+
+def wait_for_checkpoint(folder: Path, process, timeout: float = 120) -> Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        # The manager's state file is written last, once a checkpoint is whole.
+        found = sorted(folder.glob("checkpoints/*/checkpoint"))
+        if found:
+            return found[0].parent
+        assert process.poll() is None, "the run ended before its first checkpoint"
+        time.sleep(0.05)
+    raise AssertionError("no checkpoint appeared")
+
+
+@pytest.mark.slow
+def test_kill_9_then_resume_reaches_the_uninterrupted_result(tmp_path):
+    from mlflow import MlflowClient
+
+    crashed = spawn_cli(*LONG, cwd=tmp_path)
+    folder = wait_for_checkpoint(tmp_path, crashed)
+    crashed.send_signal(signal.SIGKILL)
+    finish(crashed, 30)
+    run_id = folder.name
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert client.get_run(run_id).info.status == "RUNNING"  # kill -9: nothing could end it
+
+    resumed = run_cli(f"trainer.resume={run_id}", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:] + resumed.stdout[-3000:]
+    after = client.get_run(run_id)
+    assert after.info.status == "FINISHED"
+    assert int(after.data.tags["gradexp.resumed_from_epoch"]) >= 5000
+    steps = [m.step for m in client.get_metric_history(run_id, "loss")]
+    assert len(steps) == len(set(steps))  # no epoch written twice
+    assert steps == list(range(0, 100_000, 10))  # every 10th epoch (max_points), no gap
+
+    whole = run_cli(*LONG, "tracking.experiment=uninterrupted", cwd=tmp_path)
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    (reference,) = client.search_runs([client.get_experiment_by_name("uninterrupted")
+                                       .experiment_id])
+    for key in ("final_W", "final_b"):
+        assert after.data.metrics[key] == pytest.approx(reference.data.metrics[key], abs=1e-6)
+
+
+@pytest.mark.slow
+def test_an_interrupt_writes_a_checkpoint_at_the_epoch_it_reached(tmp_path):
+    process = spawn_cli(*LONG, cwd=tmp_path)
+    folder = wait_for_checkpoint(tmp_path, process)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGTERM)
+    done = finish(process, 60)
+    assert done.returncode == 143
+    numbers = sorted(int(p.stem.split("-")[1]) for p in folder.glob("ckpt-*.index"))
+    assert numbers[-1] % 5000 != 0  # the interrupt's own checkpoint, between periodic ones
+
+
+def test_resume_refuses_what_it_cannot_continue(store, tmp_path):
+    with pytest.raises(ConfigError, match="trainer.resume=nope: no such run"):
+        run(store, "trainer.resume=nope", tmp_path=tmp_path)
+    short = run(store, "trainer.epochs=3", tmp_path=tmp_path)  # too short to have saved
+    with pytest.raises(ConfigError, match=f"trainer.resume={short.run_id}: no checkpoint in"):
+        run(store, f"trainer.resume={short.run_id}", tmp_path=tmp_path)
