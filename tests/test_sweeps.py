@@ -25,7 +25,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from conftest import CONF, default_signals, free_port, run_cli, spawn_cli
+from conftest import CONF, cli_env, default_signals, free_port, run_cli, spawn_cli
 
 TINY = ("trainer.epochs=3", "gradcheck=off")
 OPTIMIZERS = ("sgd", "adam", "rmsprop", "adagrad")
@@ -152,8 +152,9 @@ def ray_head(tmp_path):
     # Ray swaps 127.0.0.1 for the machine's outward address unless told it is one machine only;
     # this keeps all of its traffic on the loopback interface.
     # No drain on SIGTERM (a 30 s wait meant for Kubernetes pods): nothing runs at teardown.
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-           "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
+    # Its workers run the jobs, so they import the gradexp under test too (cli_env).
+    env = cli_env({"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+                   "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"})
     temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths have a cap
     port = free_port()
     log = (tmp_path / "ray_head.log").open("w")
