@@ -1,0 +1,71 @@
+"""Gradient checks: are the gradients that training uses right, and if not, where are they wrong?
+
+Training trusts whatever automatic differentiation (and every ``tf.custom_gradient`` in the model)
+returns. This package compares those analytical gradients with central finite differences of the
+function itself and reports, per input or per variable, whether they agree, which element disagrees
+most and by how much, and which dtype, step and tolerances the verdict rests on.
+
+Two methods (``method=``):
+
+``"jacobian"``
+    The full numerical Jacobian against the full analytical one: ``tf.test.compute_gradient`` per
+    input for :func:`check_gradients`; the same central differences by temporarily assigning
+    perturbed values for :func:`check_variables`. Exact, and it points at one (output, input)
+    element, but it costs 2·n evaluations for an input of n elements (5,000 inputs take seconds,
+    90,000 take minutes), so inputs above ``max_jacobian_size`` are refused.
+``"probe"``
+    Randomized directional checks. For a random output cotangent v and a Gaussian direction u,
+    the analytical vᵀJu (one backward pass, shared by all inputs) is compared with the central
+    difference vᵀ(f(x + hu) - f(x - hu)) / 2h, one input at a time. A wrong gradient g' = g + e
+    makes the two differ by e·u, a Gaussian with standard deviation ‖e‖, so it escapes one probe
+    only if that Gaussian lands inside the tolerance; see :func:`miss_probability`. The cost does
+    not grow with n: per probe one backward pass plus four evaluations per input. When a probe
+    fails, the failing input is narrowed down by bisection (probes restricted to halves of it),
+    then exact central differences on the last few elements and the exact Jacobian column of the
+    worst one name the wrong (output, input) element.
+
+Both methods also check two things gradient checkers usually leave out, because they are where
+hand-written backward functions go wrong:
+
+* The backward pass must be linear in its upstream gradient: VJP(-v/2) must equal -VJP(v)/2. A
+  backward that ignores its upstream gradient (or takes its absolute value) fails this exactly.
+* Cotangents are random and non-uniform, never all ones, and a scalar output gets a random
+  cotangent of magnitude 1.5 to 2.5; a backward that ignores its upstream gradient is therefore
+  wrong against the finite differences too, even when it sits right at a scalar loss.
+
+Finite differences are noise-limited in low precision (float32: about 1e-3 relative at best), so
+``dtype="float64"`` evaluates the function in float64 when it allows it (``dtype="float32"``
+asks for float32, e.g. to check code as it trains). Either way the step is cbrt(machine
+epsilon) · max(1, rms(x)) and the tolerances come from the dtype evaluated in; the probe method
+also measures the finite-difference error (steps h and 2h) and widens its tolerance by it, so a
+noisy function is reported as noisy instead of wrong. Kinks (relu or |x| at 0) inside the step
+make finite differences wrong, not the gradient: a failing probe whose analytical gradient jumps
+within the step is repeated with smaller steps and the report says so.
+
+The package, one module per part, imports flowing one way (each only from those above it):
+
+    options.py   the keyword options, dtypes, eps and tolerances, steps, rounding, cotangents
+    report.py    GradCheckReport, GradCheckEntry, to_dict(), the text of str(report)
+    targets.py   what is checked: a function of tensors or a loss of variables; its VJPs
+    entries.py   one entry per input: its step and tolerances, shared judgements
+    jacobian.py  the jacobian method
+    locate.py    bisection to the wrong element of a failing probe
+    probe.py     the probe method, miss_probability
+    api.py       check_gradients, check_variables
+
+TensorFlow is imported inside the functions that need it, so importing this package is cheap.
+"""
+
+from gradexp.gradcheck.api import check_gradients, check_variables
+from gradexp.gradcheck.options import EVALUATION_DTYPES as EVALUATION_DTYPES  # public, as before
+from gradexp.gradcheck.options import METHODS as METHODS  # public, as before
+from gradexp.gradcheck.probe import miss_probability
+from gradexp.gradcheck.report import GradCheckEntry, GradCheckReport
+
+__all__ = [
+    "GradCheckEntry",
+    "GradCheckReport",
+    "check_gradients",
+    "check_variables",
+    "miss_probability",
+]

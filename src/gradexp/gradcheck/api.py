@@ -1,0 +1,192 @@
+"""The public entry points: check_gradients and check_variables.
+
+Each validates its options, builds a target (a function of tensors, or a loss of variables),
+runs the chosen method over every input and assembles the GradCheckReport.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from gradexp.gradcheck.entries import _noisy
+from gradexp.gradcheck.jacobian import _jacobian_entries
+from gradexp.gradcheck.options import _coarsest, _Options
+from gradexp.gradcheck.probe import _probe_entries
+from gradexp.gradcheck.report import GradCheckReport
+from gradexp.gradcheck.targets import (
+    _FunctionTarget,
+    _Target,
+    _variable_handle,
+    _variable_name,
+    _VariableTarget,
+)
+
+
+def check_gradients(
+    f: Callable[..., Any],
+    xs: Sequence[Any],
+    *,
+    method: str = "probe",
+    probes: int = 4,
+    delta: float | None = None,
+    atol: float | None = None,
+    rtol: float | None = None,
+    seed: int = 0,
+    dtype: Any = None,
+    max_jacobian_size: int = 20_000,
+    names: Sequence[str] | None = None,
+) -> GradCheckReport:
+    """Check the gradients of ``f(*xs)`` with respect to each floating-point input.
+
+    ``f`` returns one tensor of any shape; ``xs`` are tensors or arrays (a single one is accepted
+    too). Integer inputs are listed but not checked. See the package docstring for the methods;
+    ``dtype="float64"`` (or ``"float32"``) casts float inputs to that dtype and evaluates ``f``
+    there unless ``f`` fails or does not return that dtype, in which case the inputs' own
+    dtypes are used and the report says so.
+    """
+    import tensorflow as tf
+
+    opts = _Options.make(method, probes, delta, atol, rtol, seed, dtype, max_jacobian_size)
+    if isinstance(xs, (list, tuple)):
+        xs = list(xs)
+    else:
+        xs = [xs]
+    tensors = [tf.convert_to_tensor(x) for x in xs]
+    names = _names(names, [f"x{i}" for i in range(len(tensors))])
+    notes: list[str] = []
+    if opts.dtype is not None:
+        tensors = _try_dtype(f, tensors, opts.dtype, notes)
+    target = _FunctionTarget(f, tensors, names)
+    return _run(target, opts, notes)
+
+
+def check_variables(
+    loss_fn: Callable[[], Any],
+    variables: Sequence[Any],
+    *,
+    method: str = "probe",
+    probes: int = 4,
+    delta: float | None = None,
+    atol: float | None = None,
+    rtol: float | None = None,
+    seed: int = 0,
+    dtype: Any = None,
+    max_jacobian_size: int = 20_000,
+    names: Sequence[str] | None = None,
+) -> GradCheckReport:
+    """Check the gradients of ``loss_fn()`` (any output shape) with respect to ``variables``.
+
+    The variables (tf.Variable or Keras 3 variables) are perturbed in place by assignment and
+    always restored to their original values, also when ``loss_fn`` raises. Default names are
+    the Keras variable path, else ``variable.name`` without ``:0``. ``dtype=`` cannot change
+    a variable's dtype: variables are checked in their own dtype and the report says so.
+    """
+    opts = _Options.make(method, probes, delta, atol, rtol, seed, dtype, max_jacobian_size)
+    variables = list(variables)
+    handles = [_variable_handle(v) for v in variables]
+    names = _names(names, [_variable_name(v) for v in variables])
+    notes: list[str] = []
+    if opts.dtype is not None:
+        other = [n for n, h in zip(names, handles)
+                 if h.dtype.is_floating and h.dtype.name != opts.dtype]
+        if other:
+            notes.append(
+                f"dtype={opts.dtype!r} requested, but variables keep their dtype "
+                f"({', '.join(other)} are not {opts.dtype}); checked in their own dtype."
+            )
+    target = _VariableTarget(loss_fn, handles, names)
+    try:
+        return _run(target, opts, notes)
+    finally:
+        target.restore()
+
+
+def _names(given: Sequence[str] | None, default: list[str]) -> list[str]:
+    if given is None:
+        names = default
+    else:
+        names = [str(n) for n in given]
+        if len(names) != len(default):
+            raise ValueError(f"names has {len(names)} entries for {len(default)} inputs")
+    seen: dict[str, int] = {}
+    unique = []
+    for n in names:  # keep report keys (and MLflow metric keys) distinct
+        seen[n] = seen.get(n, 0) + 1
+        unique.append(n if seen[n] == 1 else f"{n}_{seen[n] - 1}")
+    return unique
+
+
+def _try_dtype(f: Callable[..., Any], tensors: list[Any], dtype: str, notes: list[str]
+               ) -> list[Any]:
+    """Cast float inputs to `dtype` if f accepts them and returns `dtype`; else keep them."""
+    import tensorflow as tf
+
+    cast = [tf.cast(t, dtype) if t.dtype.is_floating else t for t in tensors]
+    if all(c is t for c, t in zip(cast, tensors)):
+        return tensors
+    try:
+        y = tf.convert_to_tensor(f(*cast))
+        reason = None if y.dtype == dtype else f"f returned {y.dtype.name} for {dtype} inputs"
+    except Exception as exc:  # noqa: BLE001 - whatever f raises means: not in this dtype
+        first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
+        reason = f"f raised {type(exc).__name__} for {dtype} inputs ({first})"
+    if reason is None:
+        return cast
+    notes.append(f"dtype={dtype!r} requested, but {reason}; checked in the inputs' own dtypes.")
+    return tensors
+
+
+def _run(target: _Target, opts: _Options, notes: list[str]) -> GradCheckReport:
+    start = time.perf_counter()
+    if opts.method == "jacobian":
+        _refuse_large(target, opts.max_jacobian_size)
+    target.start()
+    try:
+        rng = np.random.default_rng(opts.seed)
+        if target.out0.size == 0:
+            notes.append("the output is empty: there is nothing to check.")
+        if opts.method == "jacobian":
+            entries = _jacobian_entries(target, opts, rng)
+        else:
+            entries = _probe_entries(target, opts, rng)
+    finally:
+        target.close()
+    checked = [e for e in entries if e.checked]
+    dtype_used = _coarsest([e.precision for e in checked] + [target.out_dtype])
+    if any(_noisy(e) for e in checked if e.passed):
+        notes.append("finite differences were noisy for some entries (see their notes): only "
+                     "gradient errors larger than that noise can be seen there.")
+    return GradCheckReport(
+        passed=all(e.passed for e in entries),
+        method=opts.method,
+        entries=entries,
+        max_abs_error=max((e.max_abs_error for e in checked), default=0.0),
+        max_rel_error=max((e.max_rel_error for e in checked), default=0.0),
+        dtype_used=dtype_used,
+        dtype_requested=opts.dtype,
+        delta=max((e.delta for e in checked), default=0.0),
+        atol=max((e.atol for e in checked), default=0.0),
+        rtol=max((e.rtol for e in checked), default=0.0),
+        probes=opts.probes if opts.method == "probe" else 0,
+        seed=opts.seed,
+        output_shape=tuple(int(d) for d in target.out0.shape),
+        function_evaluations=target.evaluations,
+        backward_passes=target.backward_passes,
+        seconds=time.perf_counter() - start,
+        notes=notes,
+    )
+
+
+def _refuse_large(target: _Target, limit: int) -> None:
+    for name, x, why in zip(target.names, target.values, target.skip):
+        if why is None and x.size > limit:
+            raise ValueError(
+                f"input '{name}' has {x.size:,} elements, more than max_jacobian_size={limit:,}: "
+                f"the jacobian method would need {2 * x.size:,} function evaluations. "
+                f'Use method="probe" (randomized directional checks, cost independent of size) '
+                f"or raise max_jacobian_size."
+            )

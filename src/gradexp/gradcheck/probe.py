@@ -1,0 +1,187 @@
+"""The probe method: randomized directional checks vᵀJu, and how likely they miss an error.
+
+Per input and probe: a random cotangent v and a Gaussian direction u; the analytical vᵀJu (from
+the shared backward passes) against central differences at steps h and 2h, whose gap measures the
+finite-difference error that widens the tolerance. Probes that step over a kink are repeated with
+smaller steps; a failing input is handed to locate.py. ``miss_probability`` is the chance that
+every probe misses a wrong gradient.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from gradexp.gradcheck.entries import _linearity, _new_entry, _noisy, _shape_error
+from gradexp.gradcheck.locate import _narrow
+from gradexp.gradcheck.options import _EPS, _cotangent, _Options, _rounding
+from gradexp.gradcheck.report import GradCheckEntry
+from gradexp.gradcheck.targets import _Target
+
+# How often a probe that stepped over a kink is repeated with a smaller step.
+_KINK_RETRIES = 3
+
+
+def miss_probability(error_std_to_tolerance: float, probes: int) -> float:
+    """Chance that ``probes`` independent probes all miss a wrong gradient.
+
+    ``error_std_to_tolerance`` is t = σ / tol, where σ is the standard deviation of one probe's
+    directional error: with u ~ N(0, I) and a gradient error e, e·u is N(0, ‖e‖²) (the checker
+    divides by ‖u‖·‖v‖, so σ ≈ ‖e‖ / (√n ‖v‖)). One probe misses when that Gaussian lands in
+    [-tol, tol], with probability erf(1 / (t √2)); every probe has to miss. For small 1/t this
+    is about (0.8 / t) ** probes.
+    """
+    if error_std_to_tolerance <= 0:
+        return 1.0
+    return math.erf(1.0 / (error_std_to_tolerance * math.sqrt(2.0))) ** probes
+
+
+@dataclass
+class _Probe:
+    """One directional check of one input (values normalised by ‖u‖·‖v‖)."""
+
+    analytical: float
+    numerical: float
+    fd_error: float  # |difference between the step-h and step-2h estimates|
+    rounding: float  # a-priori rounding error of the outputs
+    step: float
+
+
+def _probe_entries(target: _Target, opts: _Options, rng: np.random.Generator
+                   ) -> list[GradCheckEntry]:
+    vs = [_cotangent(rng, target.out0.shape, target.out_numpy_dtype) for _ in range(opts.probes)]
+    grads = target.vjps(vs + [-0.5 * vs[0]])
+    entries = []
+    for i in range(len(target.values)):
+        entry = _new_entry(target, i, opts)
+        entries.append(entry)
+        if not entry.checked or target.out0.size == 0 or _shape_error(target, i, entry):
+            continue
+        _linearity(entry, grads[0][i], grads[-1][i])
+        _probe_one(entry, target, i, vs, [g[i] for g in grads[:-1]], rng)
+    return entries
+
+
+def _probe_one(entry: GradCheckEntry, target: _Target, i: int, vs: list[np.ndarray],
+               gs: list[np.ndarray], rng: np.random.Generator) -> None:
+    x = target.values[i]
+    x64 = x.astype(np.float64).reshape(-1)
+    vs = [v.reshape(-1) for v in vs]
+    directions = [rng.standard_normal(x64.size) for _ in vs]
+    results = [_measure(target, i, x, x64, u, entry.delta, v, g, entry)
+               for u, v, g in zip(directions, vs, gs)]
+    ratio, noise = _judge(results, entry)
+    # A probe that fails because it stepped over a kink is repeated with smaller steps (fewer
+    # kinks inside; more rounding noise, which the tolerance then accounts for).
+    shrink = 1 / 64 if _EPS[entry.precision] < 1e-10 else 1 / 8
+    kinks: list[int] = []
+    retries = [0] * len(results)
+    while True:  # re-judged after each round: a retried probe changes the others' tolerance
+        todo = [k for k in np.flatnonzero(~(ratio <= 1)) if retries[k] < _KINK_RETRIES]
+        for k in todo:
+            retries[k] = _KINK_RETRIES
+            if _crosses_kink(target, i, x, x64, directions[k], vs[k], gs[k], results[k]):
+                retries[k] = kinks.count(k) + 1
+                kinks.append(k)
+                results[k] = _measure(target, i, x, x64, directions[k],
+                                      results[k].step * shrink, vs[k], gs[k], entry)
+        if not todo:
+            break
+        ratio, noise = _judge(results, entry)
+    if kinks:
+        steps = ", ".join(f"{results[k].step:.1e}" for k in sorted(set(kinks)))
+        entry.notes.append(
+            f"{len(set(kinks))} probe(s) crossed a kink (the analytical gradient jumps within the "
+            "step, e.g. relu at 0), where finite differences are wrong; repeated with smaller "
+            f"steps (down to {steps})"
+            + (": they agree." if np.all(ratio <= 1) else ": they still disagree.")
+        )
+    if _noisy(entry):
+        entry.notes.append(
+            f"finite differences are noisy here: their estimated error is {entry.noise:.1%} of "
+            f"the directional derivative, so gradient errors below about {2 * entry.noise:.0%} "
+            "cannot be seen (kinks or float32 rounding; dtype='float64' helps)."
+        )
+    if entry.probes_failed:
+        entry.passed = False
+    if not entry.passed:
+        k = int(np.argmax(ratio))
+        noise_abs = noise * float(np.linalg.norm(directions[k]) * np.linalg.norm(vs[k]))
+        _narrow(entry, target, i, directions[k], vs[k], gs[k], results[k].step, noise_abs)
+
+
+def _measure(target: _Target, i: int, x: np.ndarray, x64: np.ndarray, u: np.ndarray, h: float,
+             v: np.ndarray, g: np.ndarray, entry: GradCheckEntry) -> _Probe:
+    """One probe: directional derivatives at steps h and 2h, normalised by ‖u‖·‖v‖."""
+    eps = _EPS[entry.precision]
+    norm = float(np.linalg.norm(u) * np.linalg.norm(v)) or 1.0
+    (a1, n1), fp, fm = _directional(target, i, x, x64, u, h, v, g)
+    (a2, n2), _, _ = _directional(target, i, x, x64, u, 2 * h, v, g)
+    rounding = float(np.abs(v) @ (_rounding(fp, eps) + _rounding(fm, eps))) / (2 * h)
+    # A gradient error is the same at both steps; the finite-difference error is not.
+    fd_error = abs((a1 - n1) - (a2 - n2))
+    return _Probe(a1 / norm, n1 / norm, fd_error / norm, rounding / norm, h)
+
+
+def _judge(results: list[_Probe], entry: GradCheckEntry) -> tuple[np.ndarray, float]:
+    """Error/tolerance ratio per probe (> 1 fails); fills the entry's error fields.
+
+    Tolerance: atol + rtol·scale + 2·noise, where scale is the probe's numerical directional
+    derivative (at least their rms, so a probe that happens to be ~0 is not judged relatively)
+    and noise the largest finite-difference error measured over the probes.
+    """
+    numerical = np.array([p.numerical for p in results])
+    analytical = np.array([p.analytical for p in results])
+    noise = max(max(p.fd_error, p.rounding) for p in results)
+    rms = float(np.sqrt(np.mean(numerical**2)))
+    scale = np.maximum(np.abs(numerical), rms)
+    diff = np.abs(analytical - numerical)
+    tol = entry.atol + entry.rtol * scale + 2.0 * noise
+    ratio = np.where(np.isnan(diff), np.inf, diff / np.maximum(tol, np.finfo(float).tiny))
+    floor = entry.atol / entry.rtol if entry.rtol > 0 else np.finfo(float).tiny
+    entry.error_to_tolerance = float(np.max(ratio))
+    entry.probes = len(results)
+    entry.probes_failed = int(np.sum(~(ratio <= 1)))
+    entry.max_abs_error = float(np.max(np.where(np.isnan(diff), np.inf, diff)))
+    entry.max_rel_error = float(np.max(diff / np.maximum(scale, floor)))
+    entry.noise = noise / max(rms, floor)
+    return ratio, noise
+
+
+def _crosses_kink(target: _Target, i: int, x: np.ndarray, x64: np.ndarray, u: np.ndarray,
+                  v: np.ndarray, g: np.ndarray, probe: _Probe) -> bool:
+    """Does the analytical gradient jump between x - hu and x + hu (two extra VJPs)?
+
+    For a smooth function the second difference of the directional derivative,
+    (g(x+hu) + g(x-hu) - 2 g(x))·u, is O(h²); a kink crossed inside the step makes it as large as
+    the jump, and a crossed kink can spoil the finite difference by up to half the jump. A wrong
+    but smooth gradient leaves it ~0, so real errors are not excused by this test.
+    """
+    h = probe.step
+    plus = (x64 + h * u).astype(x.dtype).reshape(x.shape)
+    minus = (x64 - h * u).astype(x.dtype).reshape(x.shape)
+    vv = v.reshape(target.out0.shape)
+    curve = float((target.vjp_at(i, plus, vv) + target.vjp_at(i, minus, vv) - 2 * g) @ u)
+    norm = float(np.linalg.norm(u) * np.linalg.norm(v)) or 1.0
+    return abs(curve) / norm >= 0.5 * abs(probe.analytical - probe.numerical)
+
+
+def _directional(target: _Target, i: int, x: np.ndarray, x64: np.ndarray, u: np.ndarray,
+                 h: float, v: np.ndarray, g: np.ndarray
+                 ) -> tuple[tuple[float, float], np.ndarray, np.ndarray]:
+    """(analytical, numerical) derivative along u with step h, plus the two outputs.
+
+    Both use the perturbation actually realised in the input's dtype, so rounding the
+    perturbed input (large in float32) does not count as a gradient error.
+    """
+    hu = h * u
+    plus = (x64 + hu).astype(x.dtype, copy=False)
+    minus = (x64 - hu).astype(x.dtype, copy=False)
+    fp = target.evaluate(i, plus.reshape(x.shape))
+    fm = target.evaluate(i, minus.reshape(x.shape))
+    step = plus.astype(np.float64, copy=False) - minus.astype(np.float64, copy=False)
+    analytical = float(g @ step) / (2 * h)
+    numerical = float(v @ (fp - fm)) / (2 * h)
+    return (analytical, numerical), fp, fm

@@ -1,0 +1,173 @@
+"""What a gradient check found: GradCheckReport, one GradCheckEntry per input or variable.
+
+Plain dataclasses with their JSON-ready ``to_dict()`` and their text (``str(report)``, one line
+per entry, ``describe_worst()``). Imports nothing else of the checker.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class GradCheckEntry:
+    """The verdict for one input (check_gradients) or one variable (check_variables).
+
+    Errors are those of the method: Jacobian elements (jacobian), or directional derivatives
+    vᵀJu normalised by ‖u‖·‖v‖ (probe), so both are on the scale of one Jacobian element.
+    ``max_rel_error`` divides by max(|numerical|, atol/rtol), so values far below the absolute
+    tolerance do not produce huge relative errors. ``worst_*`` names the element that disagrees
+    most: ``worst_output_index`` / ``worst_input_index`` are indices into the output's and this
+    input's shapes; ``worst_output_index`` is None when the element is of the cotangent-weighted
+    gradient vᵀJ (the Jacobian column could not be formed), see ``worst_kind``.
+    ``dtype`` is the dtype the input was evaluated in; ``precision`` the coarser of it and the
+    output's dtype, which sets the default ``delta`` (the step), ``atol`` and ``rtol``.
+    ``error_to_tolerance`` is the largest error divided by its tolerance (> 1 fails): how close
+    a passing check came to failing. ``noise`` is the probe's measured finite-difference error
+    relative to the directional derivative; ``linearity_error`` the relative gap between
+    VJP(-v/2) and -VJP(v)/2.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    passed: bool
+    max_abs_error: float = 0.0
+    max_rel_error: float = 0.0
+    checked: bool = True
+    delta: float = 0.0
+    atol: float = 0.0
+    rtol: float = 0.0
+    precision: str = ""
+    probes: int = 0
+    probes_failed: int = 0
+    linearity_error: float = 0.0
+    noise: float = 0.0
+    error_to_tolerance: float = 0.0
+    worst_output_index: tuple[int, ...] | None = None
+    worst_input_index: tuple[int, ...] | None = None
+    worst_analytical: float | None = None
+    worst_numerical: float | None = None
+    worst_kind: str = ""
+    notes: list[str] = field(default_factory=list)
+    # Full Jacobians (output size x input size) of the jacobian method, for heat maps.
+    # Kept out of to_dict(): they can be large and are not JSON.
+    analytical: np.ndarray | None = field(default=None, repr=False, compare=False)
+    numerical: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (plain Python types only, no Jacobian arrays)."""
+        skip = {"analytical", "numerical"}
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name not in skip}
+
+    def describe_worst(self) -> str:
+        """One line naming the worst element and how far apart its two values are."""
+        if self.worst_input_index is None or self.worst_analytical is None:
+            return ""
+        a, n = self.worst_analytical, self.worst_numerical
+        gap = abs(a - n) if n is not None else float("nan")
+        rel = gap / abs(n) if n else float("inf")
+        where = f"{self.name}{list(self.worst_input_index)}"
+        if self.worst_output_index is not None:
+            out = f"out{list(self.worst_output_index)}" if self.worst_output_index else "out"
+            what = f"d {out} / d {where}"
+        else:
+            what = f"(v^T J)[{where}] with random cotangent v"
+        return (f"worst element: {what}: analytical {a:.6g}, numerical {n:.6g} "
+                f"(abs diff {gap:.2e}, rel diff {rel:.2e})")
+
+
+@dataclass
+class GradCheckReport:
+    """Everything one gradient check found; ``passed`` is True only if every entry passed.
+
+    ``delta``, ``atol`` and ``rtol`` are the largest used over the entries (each entry has its own,
+    they depend on each input's dtype and scale). ``function_evaluations`` and
+    ``backward_passes`` count what the check cost.
+    """
+
+    passed: bool
+    method: str
+    entries: list[GradCheckEntry]
+    max_abs_error: float
+    max_rel_error: float
+    dtype_used: str
+    dtype_requested: str | None
+    delta: float
+    atol: float
+    rtol: float
+    probes: int
+    seed: int
+    output_shape: tuple[int, ...]
+    function_evaluations: int = 0
+    backward_passes: int = 0
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def failed_entries(self) -> list[GradCheckEntry]:
+        """The entries whose gradients disagree with finite differences."""
+        return [e for e in self.entries if not e.passed]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (plain Python types only), e.g. for an MLflow artifact."""
+        out = {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name != "entries"}
+        out["entries"] = [e.to_dict() for e in self.entries]
+        return out
+
+    def __str__(self) -> str:
+        failed = self.failed_entries
+        checked = [e for e in self.entries if e.checked]
+        verdict = "PASSED" if self.passed else f"FAILED: {len(failed)} of {len(checked)} disagree"
+        how = f"method={self.method}"
+        if self.method == "probe":
+            how += f", {self.probes} probes, seed={self.seed}"
+        requested = f" (requested {self.dtype_requested})" if self.dtype_requested else ""
+        lines = [
+            f"Gradient check {verdict} ({how})",
+            f"  evaluated in {self.dtype_used}{requested}; output shape {list(self.output_shape)}",
+            (f"  max abs error {self.max_abs_error:.3e}, max rel error {self.max_rel_error:.3e}; "
+             f"cost {self.function_evaluations} evaluations + {self.backward_passes} backward "
+             f"passes, {self.seconds:.2f} s"),
+        ]
+        lines += [f"  note: {n}" for n in self.notes]
+        for e in self.entries:
+            lines += _entry_lines(e, self.method)
+        return "\n".join(lines)
+
+
+def _plain(value: Any) -> Any:
+    """Turn numpy scalars, tuples and non-finite floats into JSON-ready Python values."""
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    return value
+
+
+def _entry_lines(e: GradCheckEntry, method: str) -> list[str]:
+    status = "ok  " if e.passed else "FAIL"
+    if not e.checked:
+        status = "skip"
+    head = f"  {status}  {e.name}  shape {list(e.shape)}  {e.dtype}"
+    if not e.checked:
+        return [head] + [f"        {n}" for n in e.notes]
+    head += (f": max abs error {e.max_abs_error:.2e}, max rel error {e.max_rel_error:.2e}; "
+             f"step {e.delta:.2e}, atol {e.atol:.0e}, rtol {e.rtol:.0e}")
+    if method == "probe":
+        head += f"; {e.probes_failed}/{e.probes} probes failed"
+    lines = [head]
+    worst = e.describe_worst()
+    if worst and (not e.passed or method == "jacobian"):
+        lines.append(f"        {worst}")
+    lines += [f"        note: {n}" for n in e.notes]
+    return lines

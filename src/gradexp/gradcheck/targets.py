@@ -1,0 +1,295 @@
+"""What is being checked: a function of tensors, or a loss of variables.
+
+A target (``_FunctionTarget`` for check_gradients, ``_VariableTarget`` for check_variables)
+evaluates the function with one input replaced, records one forward pass and returns VJPs from
+it, forms analytical Jacobian columns and full Jacobians, and counts what that costs. The methods
+(jacobian.py, probe.py, locate.py) get numpy arrays from a target and do their own arithmetic in
+numpy; they never import TensorFlow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from gradexp.gradcheck.options import _EPS
+
+
+def _variable_handle(v: Any) -> Any:
+    """The tf.Variable behind a tf.Variable or a Keras 3 variable (which tapes cannot watch)."""
+    import tensorflow as tf
+
+    if isinstance(v, tf.Variable):
+        return v
+    inner = getattr(v, "value", None)
+    if isinstance(inner, tf.Variable):
+        return inner
+    raise TypeError(f"check_variables expects tf.Variable or Keras variables, got {type(v)!r}")
+
+
+def _variable_name(v: Any) -> str:
+    path = getattr(v, "path", None)  # Keras 3: "dense/kernel" is clearer than "kernel"
+    name = path if isinstance(path, str) and path else str(getattr(v, "name", "variable"))
+    return name.removesuffix(":0")
+
+
+class _Target:
+    """The thing under check: evaluate it with one input replaced, and its VJPs.
+
+    Subclasses fill ``names``, ``values`` (numpy, evaluation dtype), ``dtypes`` and
+    ``skip`` (a reason per input, or None if it is checked).
+    """
+
+    names: list[str]
+    values: list[np.ndarray]
+    dtypes: list[str]
+    skip: list[str | None]
+
+    def __init__(self) -> None:
+        self.evaluations = 0
+        self.backward_passes = 0
+        self._tape: Any = None
+        self._y: Any = None
+        self.out0: np.ndarray = np.zeros(())
+        self.out_dtype = "float64"
+        self.out_numpy_dtype: Any = np.float64
+        self.grad_shape_errors: dict[int, str] = {}
+
+    # -- subclass hooks
+    def _forward(self, i: int | None = None, value: np.ndarray | None = None) -> Any:
+        raise NotImplementedError
+
+    def _sources(self) -> list[Any]:
+        raise NotImplementedError
+
+    # -- shared machinery
+    def _call(self, i: int | None = None, value: np.ndarray | None = None) -> Any:
+        import tensorflow as tf
+
+        self.evaluations += 1
+        y = self._forward(i, value)
+        if isinstance(y, (list, tuple, dict)):
+            raise TypeError("the checked function must return one tensor, not a list/tuple/dict")
+        y = tf.convert_to_tensor(y)
+        if not y.dtype.is_floating:
+            raise TypeError(f"the checked function returned {y.dtype.name}; expected a float")
+        return y
+
+    def evaluate(self, i: int, value: np.ndarray) -> np.ndarray:
+        """Output (float64, flat) with input ``i`` replaced by ``value``."""
+        return self._call(i, value).numpy().astype(np.float64).reshape(-1)
+
+    def start(self) -> None:
+        """One recorded forward pass; every VJP afterwards is a backward pass on this tape."""
+        import tensorflow as tf
+
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch([s for s, why in zip(self._sources(), self.skip) if why is None])
+            y = self._call()
+        self._tape, self._y = tape, y
+        self.out0 = y.numpy().astype(np.float64)
+        self.out_dtype = y.dtype.name
+        self.out_numpy_dtype = y.dtype.as_numpy_dtype
+        if self.out_dtype not in _EPS:
+            raise TypeError(f"unsupported output dtype {self.out_dtype}")
+
+    def close(self) -> None:
+        self._tape = self._y = None
+
+    def vjps(self, cotangents: list[np.ndarray]) -> list[list[np.ndarray]]:
+        """VJPs (float64, flat, one per input) for each cotangent, from the recorded forward."""
+        import tensorflow as tf
+
+        checked = [k for k, why in enumerate(self.skip) if why is None]
+        sources = [self._sources()[k] for k in checked]
+        out = []
+        for c in cotangents:
+            grads = self._tape.gradient(
+                self._y, sources, output_gradients=tf.constant(c, dtype=self._y.dtype),
+                unconnected_gradients=tf.UnconnectedGradients.ZERO,
+            ) if sources else []
+            self.backward_passes += 1
+            flat = [np.zeros(x.size) for x in self.values]
+            for k, g in zip(checked, grads):
+                flat[k] = self._flat_grad(k, g)
+            out.append(flat)
+        return out
+
+    def _flat_grad(self, i: int, g: Any) -> np.ndarray:
+        import tensorflow as tf
+
+        shape = self.values[i].shape
+        if g is None:
+            return np.zeros(self.values[i].size)
+        g = tf.convert_to_tensor(g)  # IndexedSlices (gathers, embeddings) -> dense
+        if tuple(g.shape) != tuple(shape):
+            self.grad_shape_errors[i] = (
+                f"the analytical gradient has shape {list(g.shape)} but the input has shape "
+                f"{list(shape)} (a transposed or mis-shaped gradient)"
+            )
+            return np.full(self.values[i].size, np.nan)
+        return g.numpy().astype(np.float64).reshape(-1)
+
+    def vjp_at(self, i: int, value: np.ndarray, cotangent: np.ndarray) -> np.ndarray:
+        """VJP for input ``i`` (float64, flat) with that input replaced by ``value``."""
+        import tensorflow as tf
+
+        source = self._replaced_source(i, value)
+        try:
+            with tf.GradientTape() as tape:
+                tape.watch(source)
+                y = self._call(i, source)
+            g = tape.gradient(y, source, output_gradients=tf.constant(cotangent, y.dtype),
+                              unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        finally:
+            self._restore(i)
+        self.backward_passes += 1
+        return tf.convert_to_tensor(g).numpy().astype(np.float64).reshape(-1)
+
+    def _replaced_source(self, i: int, value: np.ndarray) -> Any:
+        raise NotImplementedError
+
+    def _restore(self, i: int) -> None:
+        """Undo _replaced_source (variables only)."""
+
+    def column(self, i: int, j: int, cotangent: np.ndarray) -> np.ndarray | None:
+        """Analytical Jacobian column d out / d input_i[j], by differentiating the VJP in v.
+
+        The VJP is linear in v, so its derivative with respect to v is the column: one forward
+        and two backward passes, through any custom gradient. None if that is not possible.
+        """
+        import tensorflow as tf
+
+        sources = self._sources()
+        try:
+            v = tf.constant(cotangent, dtype=self.out_dtype)
+            with tf.GradientTape() as outer:
+                outer.watch(v)
+                with tf.GradientTape() as inner:
+                    inner.watch(sources[i])
+                    y = self._call()
+                g = inner.gradient(y, sources[i], output_gradients=v)
+                if g is None:
+                    return np.zeros(self.out0.size)
+                gj = tf.reshape(tf.convert_to_tensor(g), [-1])[j]
+            col = outer.gradient(gj, v)
+            self.backward_passes += 2
+        except Exception:  # noqa: BLE001 - e.g. an op without a second-order gradient
+            return None
+        if col is None:
+            return np.zeros(self.out0.size)
+        return tf.convert_to_tensor(col).numpy().astype(np.float64).reshape(-1)
+
+    def jacobians(self, i: int, delta: float) -> tuple[np.ndarray, np.ndarray]:
+        """(analytical, numerical) Jacobians, output size x input size, by central differences.
+
+        Each element is perturbed by ±delta in the input's dtype; the difference is divided by
+        the step actually realised after rounding, which matters in float32.
+        """
+        m, n = self.out0.size, self.values[i].size
+        rows = [np.eye(1, m, r).reshape(self.out0.shape) for r in range(m)]
+        analytical = np.stack([g[i] for g in self.vjps(rows)]) if m else np.zeros((0, n))
+        numerical = np.zeros((m, n))
+        x = self.values[i]
+        work = x.copy().reshape(-1)
+        dt = x.dtype
+        for j in range(n):
+            orig = work[j]
+            plus = dt.type(float(orig) + delta)
+            minus = dt.type(float(orig) - delta)
+            step = float(plus) - float(minus)
+            work[j] = plus
+            fp = self.evaluate(i, work.reshape(x.shape))
+            work[j] = minus
+            fm = self.evaluate(i, work.reshape(x.shape))
+            work[j] = orig
+            numerical[:, j] = (fp - fm) / step if step else 0.0
+        return analytical, numerical
+
+
+class _FunctionTarget(_Target):
+    def __init__(self, f: Callable[..., Any], tensors: list[Any], names: list[str]) -> None:
+        super().__init__()
+        self.f = f
+        self.tensors = tensors
+        self.names = names
+        self.values = [t.numpy() for t in tensors]
+        self.dtypes = [t.dtype.name for t in tensors]
+        self.skip = [_skip_reason(t.dtype, t.shape.num_elements()) for t in tensors]
+
+    def _sources(self) -> list[Any]:
+        return self.tensors
+
+    def _forward(self, i: int | None = None, value: Any = None) -> Any:
+        import tensorflow as tf
+
+        args = list(self.tensors)
+        if i is not None:
+            args[i] = value if tf.is_tensor(value) else tf.constant(value, self.tensors[i].dtype)
+        return self.f(*args)
+
+    def _replaced_source(self, i: int, value: np.ndarray) -> Any:
+        import tensorflow as tf
+
+        return tf.constant(value, dtype=self.tensors[i].dtype)
+
+    def jacobians(self, i: int, delta: float) -> tuple[np.ndarray, np.ndarray]:
+        """TensorFlow's own full-Jacobian check, on input ``i`` with the others held fixed."""
+        import tensorflow as tf
+
+        def f_i(x: Any) -> Any:
+            self.evaluations += 1
+            args = list(self.tensors)
+            args[i] = x
+            return self.f(*args)
+
+        (analytical,), (numerical,) = tf.test.compute_gradient(f_i, [self.tensors[i]], delta)
+        self.backward_passes += self.out0.size
+        return np.asarray(analytical, np.float64), np.asarray(numerical, np.float64)
+
+
+class _VariableTarget(_Target):
+    def __init__(self, loss_fn: Callable[[], Any], handles: list[Any], names: list[str]) -> None:
+        super().__init__()
+        self.loss_fn = loss_fn
+        self.handles = handles
+        self.names = names
+        self.values = [h.numpy() for h in handles]
+        self.dtypes = [h.dtype.name for h in handles]
+        self.skip = [_skip_reason(h.dtype, h.shape.num_elements()) for h in handles]
+
+    def _sources(self) -> list[Any]:
+        return self.handles
+
+    def _forward(self, i: int | None = None, value: Any = None) -> Any:
+        if i is None or value is self.handles[i]:
+            return self.loss_fn()
+        self.handles[i].assign(value)
+        try:
+            return self.loss_fn()
+        finally:
+            self.handles[i].assign(self.values[i])
+
+    def _replaced_source(self, i: int, value: np.ndarray) -> Any:
+        self.handles[i].assign(value)  # undone by _restore, also on error
+        return self.handles[i]
+
+    def _restore(self, i: int) -> None:
+        self.handles[i].assign(self.values[i])
+
+    def restore(self) -> None:
+        """Put every variable back to the value it had before the check."""
+        for h, v in zip(self.handles, self.values):
+            h.assign(v)
+
+
+def _skip_reason(dtype: Any, size: int | None) -> str | None:
+    if not dtype.is_floating:
+        return f"not checked: {dtype.name} is not a floating-point dtype"
+    if dtype.name not in _EPS:
+        return f"not checked: dtype {dtype.name} is not supported"
+    if size == 0:
+        return "not checked: empty"
+    return None
