@@ -1,5 +1,14 @@
-"""`gradexp compare` against a real MLflow store: runs logged with MlflowClient in the shape gradexp
-logs them (no TensorFlow), then what a person sees: the table, its order, the plot, the errors."""
+"""`gradexp compare` against runs gradexp itself recorded: a real sweep (`python -m gradexp -m`,
+its parent and child runs as the sweep callback tags them) and single runs made in-process with
+`run_experiment`, all in one sqlite store. Then what a person sees: the table, its order, the
+plot, the errors. Metric, param and tag names are gradexp's own: renaming one breaks a test here.
+
+The store, in the order the runs were made:
+  experiment "gradexp":    a buggy_linear run whose gradient check fails (the run finishes)
+  experiment "lr_search":  a sweep optimizer=sgd,adam x optimizer.learning_rate=0.1,LONG_LR
+                           (4 children), then a single run (sgd) that diverges (FAILED, no
+                           final metrics) -- the newest run of all
+"""
 
 from __future__ import annotations
 
@@ -14,69 +23,60 @@ from pathlib import Path
 
 import pytest
 
+from conftest import compose_config, run_cli
 from gradexp.compare import main
 
-T0 = 1_760_000_000_000  # ms; runs start one second apart, the standalone run last
-COMMON = {"data.name": "linear", "data.noise": "0.1", "loss.name": "mse",
-          "loss._target_": "keras.losses.MeanSquaredError", "model.name": "linear",
-          "trainer.epochs": "10", "trainer.seed": "0", "gradcheck.method": "both",
-          "tracking.experiment": "gradexp"}
-OPTIMIZERS = {  # option -> params only that option has (they follow from optimizer.name)
-    "sgd": {"optimizer._target_": "keras.optimizers.SGD", "optimizer.momentum": "0.0"},
-    "adam": {"optimizer._target_": "keras.optimizers.Adam", "optimizer.beta_1": "0.9"},
-    "rmsprop": {"optimizer._target_": "keras.optimizers.RMSprop", "optimizer.rho": "0.9"},
-}
-# name, learning rate, final loss, grad norm, gradient check passed, status
-CHILDREN = [("sgd", "0.1", 0.015, 0.05, 1.0, "FINISHED"),
-            ("adam", "0.05", 0.5, 0.9, 1.0, "FINISHED"),
-            ("rmsprop", "0.01", 2.0, 0.3, 0.0, "FAILED")]
+LONG_LR = "0.06460685963831937"  # what Optuna proposes; a legend shows 0.06461
+EPOCHS = "10"
 
 
-def log_run(client, experiment_id: str, name: str, start: int, params: dict, *,
-            parent: str | None = None, history: list[float] = (), final: dict | None = None,
-            tags: dict | None = None, status: str = "FINISHED") -> str:
-    """One run as gradexp records it: params, per-epoch loss/grad_norm (step = epoch), finals."""
-    from mlflow.entities import Metric, Param
+def run_in_process(uri: str, folder: Path, *overrides: str, run_name: str):
+    from gradexp.experiment import RunFailed, run_experiment
 
-    all_tags = {**(tags or {}), **({"mlflow.parentRunId": parent} if parent else {})}
-    run_id = client.create_run(experiment_id, start_time=start, tags=all_tags,
-                               run_name=name).info.run_id
-    metrics = [Metric(key, value, start, epoch) for epoch, loss in enumerate(history)
-               for key, value in (("loss", loss), ("grad_norm", loss / 10))]
-    metrics += [Metric(key, value, start, len(history)) for key, value in (final or {}).items()]
-    client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()], metrics=metrics)
-    client.set_terminated(run_id, status, end_time=start + 500)
-    return run_id
+    cfg = compose_config(f"tracking.uri={uri}", f"trainer.epochs={EPOCHS}", *overrides)
+    try:
+        return run_experiment(cfg, run_name=run_name, launch_dir=folder, quiet=True).run_id
+    except RunFailed:
+        return None
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
-    """A sweep (parent + 3 children differing in optimizer.name/learning_rate), a standalone run
-    (KILLED after 3 epochs, no final metrics), and a second experiment."""
+    """Run ids by role, the store's URI and folder, and each run as MLflow holds it."""
     from mlflow import MlflowClient
 
     folder = tmp_path_factory.mktemp("store")
     uri = f"sqlite:///{folder / 'mlflow.db'}"
+    run_in_process(uri, folder, "model=buggy_linear", "gradcheck=jacobian",
+                   "tracking.experiment=gradexp", run_name="model=buggy_linear")
+    sweep = run_cli("-m", "optimizer=sgd,adam", f"optimizer.learning_rate=0.1,{LONG_LR}",
+                    f"trainer.epochs={EPOCHS}", f"tracking.uri={uri}",
+                    "tracking.experiment=lr_search", f"hydra.sweep.dir={folder / 'sweep'}",
+                    cwd=folder, timeout=600)
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    run_in_process(uri, folder, "optimizer.learning_rate=50",
+                   "tracking.experiment=lr_search", run_name="optimizer.learning_rate=50")
+
     client = MlflowClient(uri)
-    exp = client.create_experiment("gradexp")
-    client.create_experiment("optimizer_comparison")
-    parent = log_run(client, exp, "sweep: optimizer=sgd,adam,rmsprop", T0,
-                     {"sweep.overrides": "optimizer=sgd,adam,rmsprop"},
-                     tags={"gradexp.sweep": "true"}, final={"best_final_loss": 0.015})
-    ids = {"parent": parent}
-    for i, (opt, lr, final_loss, grad_norm, passed, status) in enumerate(CHILDREN):
-        params = {**COMMON, **OPTIMIZERS[opt], "optimizer.name": opt,
-                  "optimizer.learning_rate": lr}
-        history = [final_loss * (10 - epoch) for epoch in range(10)]
-        ids[opt] = log_run(client, exp, f"optimizer={opt}", T0 + 1000 * (i + 1), params,
-                           parent=parent, history=history, status=status,
-                           final={"final_loss": final_loss, "grad_norm": grad_norm,
-                                  "gradcheck/passed": passed, "gradcheck/max_abs_error": 1e-9})
-    ids["standalone"] = log_run(
-        client, exp, "trainer.epochs=3", T0 + 10_000,
-        {**COMMON, **OPTIMIZERS["sgd"], "optimizer.name": "sgd", "optimizer.learning_rate": "0.1",
-         "trainer.epochs": "3"}, history=[3.0, 2.0, 1.0], status="KILLED")
-    return {"uri": uri, "folder": folder, **ids}
+    experiments = {e.name: e.experiment_id for e in client.search_experiments()}
+    every = client.search_runs(list(experiments.values()), order_by=["attributes.start_time"])
+    parent = next(run for run in every if run.data.tags.get("gradexp.sweep") == "true")
+    children = [run for run in every
+                if run.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    single = [run for run in every if run is not parent and run not in children]
+    assert len(children) == 4 and [run.info.status for run in single] == ["FINISHED", "FAILED"]
+    return {"uri": uri, "folder": folder, "client": client, "parent": parent,
+            "children": {run.info.run_id: run for run in children},
+            "buggy": single[0], "diverged": single[1]}
+
+
+def ids(runs_: list) -> list[str]:
+    return [run.info.run_id[:8] for run in runs_]
+
+
+def ranked(runs_: list, metric: str, desc: bool = False) -> list:
+    """`runs_` best first by `metric` as the store holds it: what the table's order must be."""
+    return sorted(runs_, key=lambda run: run.data.metrics[metric], reverse=desc)
 
 
 @pytest.fixture(autouse=True)
@@ -91,47 +91,95 @@ def compare(capsys, *args: str) -> tuple[int, str, str]:
 
 
 def table(out: str) -> tuple[list[str], list[list[str]]]:
-    """(header cells, row cells) of the rich table in `out`."""
-    header = next(line for line in out.splitlines() if line.startswith("┃"))
-    rows = [line for line in out.splitlines() if line.startswith("│")]
-    cells = [[cell.strip() for cell in row.strip("│").split("│")] for row in rows]
-    return [cell.strip() for cell in header.strip("┃").split("┃")], cells
+    """(header cells, row cells) of the rich table in `out`; a cell folded over several lines
+    (a narrow terminal) is joined back together."""
+    def cells(line: str, bar: str) -> list[str]:
+        return [cell.strip() for cell in line.strip(bar).split(bar)]
+
+    def joined(lines: list[list[str]]) -> list[str]:
+        return ["".join(parts) for parts in zip(*lines)]
+
+    header = joined([cells(line, "┃") for line in out.splitlines() if line.startswith("┃")])
+    rows: list[list[list[str]]] = []
+    for line in out.splitlines():
+        if line.startswith("│"):
+            row = cells(line, "│")
+            if row[0] or not rows:  # a new run (its id); else the rest of the one above
+                rows.append([row])
+            else:
+                rows[-1].append(row)
+    return header, [joined(parts) for parts in rows]
 
 
-def test_default_shows_every_run_but_sweep_parents_and_only_params_that_differ(capsys, runs):
+def test_default_is_the_newest_runs_experiment_and_says_so(capsys, runs):
+    """After `python -m gradexp -m experiment=lr_search`, a bare `gradexp compare` shows
+    lr_search (presets record into their own experiment), not "no such experiment gradexp"."""
     code, out, err = compare(capsys, "--tracking-uri", runs["uri"])
     assert code == 0, err
+    assert out.startswith("experiment lr_search (the newest run's; --experiment NAME for "
+                          "another) · 5 runs")
     header, rows = table(out)
-    params = [h for h in header if "." in h]
-    assert params == ["optimizer.learning_rate", "optimizer.name", "trainer.epochs"]
-    assert [row[0] for row in rows] == [runs[k][:8] for k in ("sgd", "adam", "rmsprop",
-                                                              "standalone")]
-    assert runs["parent"][:8] not in [row[0] for row in rows]
-    assert [row[header.index("sweep")] for row in rows] == [runs["parent"][:8]] * 3 + ["-"]
-    sgd = dict(zip(header, rows[0]))
-    assert sgd["final_loss ↑"] == "0.015" and sgd["gradcheck"] == "passed"
-    assert dict(zip(header, rows[2]))["gradcheck"] == "failed"
-    assert dict(zip(header, rows[3]))["status"] == "KILLED"
-    assert "not listed: 8 params the same in every run" in out
-    assert "follow from optimizer.name" in out  # beta_1, momentum, rho, _target_
-    assert f"--sweep {runs['parent'][:8]}" in out
+    children = list(runs["children"].values())
+    # ranked by the runs' sweep objective (tag gradexp.objective = val/mse); the diverged run
+    # has no val/mse and comes last
+    assert "val/mse ↑" in header
+    assert [row[0] for row in rows] == ids(ranked(children, "val/mse") + [runs["diverged"]])
+    assert runs["parent"].info.run_id[:8] not in [row[0] for row in rows]  # parents: a summary
+    parent = runs["parent"].info.run_id[:8]
+    assert [row[header.index("sweep")] for row in rows] == [parent] * 4 + ["-"]
+    cells = {row[0]: dict(zip(header, row)) for row in rows}
+    diverged = cells[runs["diverged"].info.run_id[:8]]
+    assert diverged["status"] == "FAILED"
+    assert diverged["optimizer.learning_rate"] == "50.0" and diverged["val/mse ↑"] == "-"
+    for run in children:
+        row = cells[run.info.run_id[:8]]
+        assert row["status"] == "FINISHED" and row["gradcheck"] == "passed"
+        assert row["final_loss"] == f"{run.data.metrics['final_loss']:.6g}"
+    assert f"one sweep's runs only: gradexp compare --sweep {parent}" in out  # no --experiment
 
 
-@pytest.mark.parametrize(("args", "order"), [
-    ((), ["sgd", "adam", "rmsprop"]),
-    (("--desc",), ["rmsprop", "adam", "sgd"]),
-    (("--sort", "grad_norm"), ["sgd", "rmsprop", "adam"]),
-])
-def test_sweep_shows_its_children_in_sort_order(capsys, runs, args, order):
-    code, out, err = compare(capsys, "--tracking-uri", runs["uri"], "--sweep",
-                             runs["parent"][:8], *args)
+def test_only_the_params_that_differ_are_columns(capsys, runs):
+    code, out, err = compare(capsys, "--tracking-uri", runs["uri"], "--experiment", "lr_search")
+    assert code == 0, err
+    assert out.startswith("experiment lr_search · 5 runs")  # named: no "(the newest run's)"
+    header, _ = table(out)
+    assert [h for h in header if "." in h] == ["optimizer.learning_rate", "optimizer.name"]
+    shown = [runs["diverged"], *runs["children"].values()]
+    keys = {key for run in shown for key in run.data.params}
+    same = [key for key in keys if len({run.data.params.get(key) for run in shown}) == 1]
+    assert f"not listed: {len(same)} params the same in every run" in out
+    assert "follow from optimizer.name" in out  # beta_1, epsilon, _target_, ...: Adam's only
+    assert "optimizer.beta_1" not in header and "optimizer._target_" not in header
+    assert "trainer.epochs" not in header and "loss.name" not in header
+
+
+def test_another_experiment_by_name(capsys, runs):
+    code, out, err = compare(capsys, "--tracking-uri", runs["uri"], "--experiment", "gradexp")
     assert code == 0, err
     header, rows = table(out)
-    assert [row[0] for row in rows] == [runs[name][:8] for name in order]
+    assert [row[0] for row in rows] == ids([runs["buggy"]])
+    assert rows[0][header.index("gradcheck")] == "failed"  # gradcheck/passed = 0
+    assert rows[0][header.index("status")] == "FINISHED"
+    assert "no param differs" in out
+
+
+@pytest.mark.parametrize(("args", "metric", "desc"), [
+    ((), "val/mse", False),
+    (("--desc",), "val/mse", True),
+    (("--sort", "grad_norm"), "grad_norm", False),
+    (("--by", "final_loss", "--desc"), "final_loss", True),
+])
+def test_sweep_shows_its_children_in_sort_order(capsys, runs, args, metric, desc):
+    parent = runs["parent"].info.run_id
+    code, out, err = compare(capsys, "--tracking-uri", runs["uri"], "--sweep", parent[:8], *args)
+    assert code == 0, err
+    header, rows = table(out)
+    assert [row[0] for row in rows] == ids(ranked(list(runs["children"].values()), metric, desc))
+    assert f"{metric} {'↓' if desc else '↑'}" in header
     assert [h for h in header if "." in h] == ["optimizer.learning_rate", "optimizer.name"]
-    assert "sweep" not in header and out.startswith(f"sweep {runs['parent'][:8]}: optimizer=")
-    if "--sort" in args:
-        assert "grad_norm ↑" in header
+    assert "sweep" not in header
+    assert out.startswith(f"sweep {parent[:8]}: optimizer=sgd,adam optimizer.learning_rate=")
+    assert "besides the swept keys (optimizer, optimizer.learning_rate), no param differs" in out
 
 
 def test_a_narrow_terminal_drops_the_run_name_not_the_params(capsys, runs, monkeypatch):
@@ -141,29 +189,66 @@ def test_a_narrow_terminal_drops_the_run_name_not_the_params(capsys, runs, monke
     assert code == 0 and max(len(line) for line in table_lines) <= 100
     header, rows = table(out)
     assert "run" not in header and "optimizer.learning_rate" in header
-    assert {row[header.index("optimizer.name")] for row in rows} == {"sgd", "adam", "rmsprop"}
+    assert {row[header.index("optimizer.name")] for row in rows} == {"sgd", "adam"}
 
 
 def test_runs_without_the_sort_metric_come_last_either_way(capsys, runs):
     for extra in ((), ("--desc",)):
         _, out, _ = compare(capsys, "--tracking-uri", runs["uri"], "--sort", "final_loss", *extra)
-        assert table(out)[1][-1][0] == runs["standalone"][:8]
+        assert table(out)[1][-1][0] == runs["diverged"].info.run_id[:8]
 
 
-def test_plot_writes_the_loss_curves_of_the_runs_shown(capsys, runs, tmp_path):
+def test_plot_writes_the_loss_curves_with_rounded_numbers(capsys, runs, tmp_path, monkeypatch):
+    import gradexp.plots
+
+    drawn = {}
+    real = gradexp.plots.loss_curves
+
+    def spy(curves, *args, **kwargs):
+        drawn.update(curves)
+        return real(curves, *args, **kwargs)
+
+    monkeypatch.setattr(gradexp.plots, "loss_curves", spy)
     target = tmp_path / "curves.png"
     code, out, err = compare(capsys, "--tracking-uri", runs["uri"], "--sweep", "latest",
                              "--plot", str(target))
     assert code == 0, err
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and target.stat().st_size > 10_000
-    assert f"wrote the loss curves of 3 runs: {target}" in out
+    assert f"wrote the loss curves of 4 runs: {target}" in out
+    assert sorted(drawn) == ["optimizer.learning_rate=0.06461 optimizer=adam",
+                             "optimizer.learning_rate=0.06461 optimizer=sgd",
+                             "optimizer.learning_rate=0.1 optimizer=adam",
+                             "optimizer.learning_rate=0.1 optimizer=sgd"]
+    for run in runs["children"].values():  # one point per epoch, from the run's `loss` history
+        label = next(name for name in drawn if run.data.params["optimizer.name"] in name
+                     and run.data.params["optimizer.learning_rate"][:6] in name)
+        epochs, values = drawn[label]
+        history = sorted(runs["client"].get_metric_history(run.info.run_id, "loss"),
+                         key=lambda m: m.step)
+        assert list(values) == [m.value for m in history] and len(epochs) == int(EPOCHS)
+
+
+@pytest.mark.parametrize(("names", "labels"), [
+    (["optimizer.learning_rate=0.06460685963831937,trainer.epochs=100"],
+     ["optimizer.learning_rate=0.06461,trainer.epochs=100"]),  # integers stay whole
+    (["lr=1.2345678e-05", "lr=-0.123456789", "hidden=[32,32]", "run 1a2b3c4d"],
+     ["lr=1.235e-05", "lr=-0.1235", "hidden=[32,32]", "run 1a2b3c4d"]),
+    (["lr=0.064606859", "lr=0.064612"], ["lr=0.064607", "lr=0.064612"]),  # kept apart
+])
+def test_legend_labels_round_long_numbers(names, labels):
+    from gradexp.plots import short_labels
+
+    assert short_labels(names) == labels
 
 
 @pytest.mark.parametrize(("args", "says"), [
     (("--experiment", "nope"), "--experiment nope: no such experiment; existing: Default, "
-                               "gradexp, optimizer_comparison"),
-    (("--sweep", "deadbeef"), "--sweep deadbeef: no sweep with that id in experiment gradexp; "
+                               "gradexp, lr_search"),
+    (("--sweep", "deadbeef"), "--sweep deadbeef: no sweep with that id in experiment lr_search; "
                               "its sweeps, newest first: "),
+    (("--experiment", "gradexp", "--sweep", "latest"),
+     "--sweep latest: no sweep with that id in experiment gradexp; its sweeps, newest first: "
+     "(none)"),
     (("--sort", "accuracy"), "--by accuracy: no run shown has that metric; available: "),
     (("--limit", "0"), "--limit 0: must be"),
     (("--plot", "curves.txt"), "--plot curves.txt: the file name must end in .png"),
@@ -173,28 +258,44 @@ def test_bad_input_is_exit_2_and_one_line_naming_the_value(capsys, runs, args, s
     code, out, err = compare(capsys, "--tracking-uri", runs["uri"], *args)
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and says in err, err
-    if args[0] == "--sort":
-        assert "final_loss, grad_norm, gradcheck/max_abs_error, gradcheck/passed, loss" in err
+    if args[0] == "--sort":  # gradexp's own metric names, as the runs recorded them
+        available = err.strip().split("available: ")[1].split(", ")
+        assert {"loss", "grad_norm", "final_loss", "W", "b", "final_W", "final_b",
+                "gradcheck/max_abs_error", "gradcheck/max_rel_error", "gradcheck/passed",
+                "train/mse", "val/mse", "val/mae", "val/r2"} <= set(available), available
     if args[0] == "--sweep":
-        assert f"{runs['parent'][:8]} (optimizer=sgd,adam,rmsprop)" in err
+        parent = runs["parent"]
+        assert f"{parent.info.run_id[:8]} ({parent.info.run_name.removeprefix('sweep: ')})" in err
 
 
 def test_a_job_is_not_a_sweep(capsys, runs):
-    code, _, err = compare(capsys, "--tracking-uri", runs["uri"], "--sweep", runs["sgd"])
-    assert code == 2 and f"it is a job of sweep {runs['parent']}" in err
+    child = next(iter(runs["children"]))
+    code, _, err = compare(capsys, "--tracking-uri", runs["uri"], "--sweep", child)
+    assert code == 2 and f"it is a job of sweep {runs['parent'].info.run_id}" in err
 
 
 def test_default_store_is_mlflow_db_here_and_a_missing_one_is_not_created(
         capsys, runs, tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(runs["folder"])
-    assert compare(capsys, "--sweep", runs["parent"])[0] == 0
+    assert compare(capsys, "--sweep", runs["parent"].info.run_id)[0] == 0
     monkeypatch.chdir(tmp_path)
     code, _, err = compare(capsys)
     assert code == 2 and "no MLflow store at sqlite:///" in err
     assert not (tmp_path / "mlflow.db").exists()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", runs["uri"])
     assert compare(capsys, "--sweep", "latest")[0] == 0
+
+
+def test_a_store_without_runs_says_so(capsys, tmp_path):
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    MlflowClient(uri).search_experiments()  # creates the tables and the Default experiment
+    code, out, err = compare(capsys, "--tracking-uri", uri)
+    assert code == 2 and out == ""
+    assert err.strip().endswith("the store has no runs yet: record one with python -m gradexp "
+                                "first")
 
 
 # ---------------------------------------------------------------- a real tracking server
@@ -248,7 +349,8 @@ def test_http_tracking_uri_reads_a_real_mlflow_server(capsys, server, runs):
             assert time.monotonic() < deadline, "mlflow server did not answer /health in 90 s"
             time.sleep(0.3)
     code, out, err = compare(capsys, "--tracking-uri", server["url"], "--sweep",
-                             runs["parent"][:8])
+                             runs["parent"].info.run_id[:8])
     assert code == 0, err
-    assert [row[0] for row in table(out)[1]] == [runs[k][:8] for k in ("sgd", "adam", "rmsprop")]
+    children = list(runs["children"].values())
+    assert [row[0] for row in table(out)[1]] == ids(ranked(children, "val/mse"))
     assert f"in the MLflow UI: {server['url']}/#/experiments/" in out

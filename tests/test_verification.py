@@ -87,3 +87,52 @@ def test_jacobian_heat_maps_are_drawn_for_small_variables_after_training(store, 
             "gradcheck/heatmap_dense1_kernel_epoch_00002.png",
             "gradcheck/heatmap_dense0_bias_epoch_00002.png"} <= files
     assert not any("dense1_bias" in f or "epoch_00000.png" in f for f in files)
+
+
+def test_heat_maps_keep_the_variables_shape_and_mark_the_worst_element():
+    """A kernel is drawn as its rows and columns, a bias as one row; a gradient wrong in one
+    element is outlined there, in every panel, with its two values written below."""
+    import numpy as np
+    import tensorflow as tf
+    from matplotlib.patches import Rectangle
+
+    from gradexp.gradcheck import check_gradients
+    from gradexp.plots import jacobian_heatmaps
+    from gradexp.verification import CheckResult, heatmaps
+
+    x = tf.constant(np.random.default_rng(0).normal(size=(5, 3)))
+    mask = np.ones((3, 2))
+    mask[2, 1] = 1.5  # the backward is wrong for kernel[2, 1] only
+
+    @tf.custom_gradient
+    def scaled(kernel):
+        return tf.identity(kernel), lambda upstream: upstream * mask
+
+    def loss(kernel, bias):
+        return tf.reduce_sum(tf.square(x @ scaled(kernel) + bias))
+
+    kernel, bias = tf.constant(np.full((3, 2), 0.3)), tf.constant([0.1, -0.2], tf.float64)
+    report = check_gradients(loss, [kernel, bias], method="jacobian",
+                             names=["dense/kernel", "dense/bias"])
+    maps = heatmaps(CheckResult(epoch=3, reports={"variables/jacobian": report}))
+    assert maps["dense/kernel"].analytical.shape == (3, 2) and maps["dense/kernel"].worst == (2, 1)
+    assert maps["dense/bias"].analytical.shape == (1, 2) and maps["dense/bias"].worst is None
+    assert maps["dense/bias"].shape == (2,)
+
+    drawn = maps["dense/kernel"]
+    figure = jacobian_heatmaps("dense/kernel", drawn.analytical, drawn.numerical,
+                               worst=drawn.worst, shape=drawn.shape)
+    panels = [axis for axis in figure.axes if axis.get_title()]
+    assert [axis.get_title() for axis in panels] == [
+        "analytical (autodiff)", "numerical (finite differences)", "analytical − numerical"]
+    for axis in panels:
+        assert list(axis.get_xticks()) == [0, 1] and list(axis.get_yticks()) == [0, 1, 2]
+        boxes = [p for p in axis.patches if isinstance(p, Rectangle)]
+        assert {(box.get_x(), box.get_y()) for box in boxes} == {(0.5, 1.5)}  # column 1, row 2
+    assert figure.get_suptitle() == "gradient of the loss w.r.t. dense/kernel (shape 3 × 2)"
+    caption = " ".join(text.get_text() for text in figure.texts)
+    assert "the worst element dense/kernel[2, 1]: analytical" in caption
+    bias = maps["dense/bias"]
+    figure = jacobian_heatmaps("dense/bias", bias.analytical, bias.numerical, shape=bias.shape)
+    assert figure.get_suptitle() == "gradient of the loss w.r.t. dense/bias (shape 2)"
+    assert not any(axis.patches for axis in figure.axes)

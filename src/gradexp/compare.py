@@ -1,6 +1,6 @@
 """`gradexp compare`: the runs of an experiment, or of one sweep, side by side in the terminal.
 
-    gradexp compare                          newest 50 runs of experiment "gradexp", best first
+    gradexp compare                          the newest run's experiment, best first
     gradexp compare --sweep latest           the child runs of the newest sweep
     gradexp compare --sweep latest --by val/mae
     gradexp compare --sweep 1a2b3c4d --by grad_norm --desc --plot curves.png
@@ -65,7 +65,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                  "the params that differ,\nthe final metrics, sorted by a metric.",
                      epilog="examples:\n" + __doc__.split("\n\n")[1])
     parser.add_argument("--experiment", metavar="NAME",
-                        help=f'MLflow experiment (default: "{DEFAULT_EXPERIMENT}")')
+                        help="MLflow experiment (default: the experiment of the newest run in "
+                             "the store, e.g. lr_search after a preset's sweep)")
     parser.add_argument("--sweep", metavar="RUN_ID",
                         help="only the child runs of this sweep: its parent run id, a prefix of "
                              f"it (the tables show {SHORT} characters), or 'latest'")
@@ -154,11 +155,26 @@ def find_experiment(client, name: str):
     return found
 
 
+def newest_runs_experiment(client):
+    """The experiment the newest run in the store belongs to (presets such as lr_search record
+    into their own); experiment "gradexp" when the store has no run yet."""
+    active = {e.experiment_id: e for e in client.search_experiments()}
+    newest = client.search_runs(list(active), order_by=NEWEST_FIRST, max_results=1) if active \
+        else []
+    if newest:
+        return active[newest[0].info.experiment_id]
+    found = client.get_experiment_by_name(DEFAULT_EXPERIMENT)
+    if found is None or found.lifecycle_stage != "active":
+        raise BadInput("the store has no runs yet: record one with python -m gradexp first")
+    return found
+
+
 def select(client, args: argparse.Namespace) -> Selection:
     """The runs asked for: one sweep's children, or the experiment's runs without sweep parents."""
     experiment = None
     if not (args.sweep and len(args.sweep) == 32):  # a full id names its own experiment
-        experiment = find_experiment(client, args.experiment or DEFAULT_EXPERIMENT)
+        experiment = (find_experiment(client, args.experiment) if args.experiment
+                      else newest_runs_experiment(client))
     if args.sweep:
         parent = find_sweep(client, args.sweep, experiment, args.experiment)
         runs = client.search_runs([parent.info.experiment_id],
@@ -178,11 +194,12 @@ def select(client, args: argparse.Namespace) -> Selection:
         if not token:
             break
     latest = newest_sweeps(client, experiment.experiment_id, 1)
-    named = "" if experiment.name == DEFAULT_EXPERIMENT else f" --experiment {experiment.name}"
+    named = f" --experiment {experiment.name}" if args.experiment else ""
     hint = (f"one sweep's runs only: gradexp compare{named} --sweep "
             f"{latest[0].info.run_id[:SHORT]}  (newest: {sweep_label(latest[0])})"
             if latest else None)
-    return Selection(f"experiment {experiment.name}", experiment.experiment_id,
+    which = "" if args.experiment else " (the newest run's; --experiment NAME for another)"
+    return Selection(f"experiment {experiment.name}{which}", experiment.experiment_id,
                      runs[:args.limit], more=len(runs) > args.limit, hint=hint)
 
 
@@ -217,7 +234,8 @@ def find_sweep(client, ref: str, experiment, experiment_arg: str | None):
                 raise BadInput(f"--sweep {ref}: that run is not a sweep (no child runs)"
                                + (f"; it is a job of sweep {own}" if own else ""))
             return parent
-        experiment = experiment or find_experiment(client, experiment_arg or DEFAULT_EXPERIMENT)
+        experiment = experiment or (find_experiment(client, experiment_arg) if experiment_arg
+                                    else newest_runs_experiment(client))
     sweeps = newest_sweeps(client, experiment.experiment_id, 1000)
     if ref == "latest" and sweeps:
         return sweeps[0]
@@ -376,7 +394,7 @@ def print_table(selection: Selection, sort: str, desc: bool, uri: str) -> None:
     params, implied, same = differing_params(selection.runs)
     cols = columns(selection, params, sort, desc)
     count = f"newest {len(selection.runs)} runs (--limit N for more)" if selection.more else (
-        f"{len(selection.runs)} runs")
+        f"{len(selection.runs)} run{'s' if len(selection.runs) > 1 else ''}")
     out.print(build_table(f"{selection.title} · {count}", cols, params, out.width))
     groups = sorted({key.partition(".")[0] + ".name" for key in implied})
     out.print(f"not listed: {same} params the same in every run"
@@ -402,12 +420,12 @@ def write_plot(client, selection: Selection, path: Path) -> None:
     import numpy as np
 
     from gradexp.console import console, error_line
-    from gradexp.plots import loss_curves
+    from gradexp.plots import loss_curves, round_numbers, short_labels
 
     params = differing_params(selection.runs)[0]  # a line's label: what sets it apart
-    names = [" ".join(f"{key.removesuffix('.name')}={run.data.params.get(key, '-')}"
-                      for key in params) or run.info.run_name or run.info.run_id[:SHORT]
-             for run in selection.runs]
+    names = short_labels([" ".join(f"{key.removesuffix('.name')}={run.data.params.get(key, '-')}"
+                                   for key in params) or run.info.run_name
+                          or run.info.run_id[:SHORT] for run in selection.runs])  # 0.06461
     curves: dict[str, tuple[Any, Any]] = {}
     for run, name in zip(selection.runs, names):
         history = sorted(client.get_metric_history(run.info.run_id, "loss"), key=lambda m: m.step)
@@ -418,7 +436,7 @@ def write_plot(client, selection: Selection, path: Path) -> None:
     if not curves:
         error_line(f"--plot {path}: no run shown has a per-epoch loss; nothing written")
         return
-    figure = loss_curves(curves, f"loss · {selection.title}")
+    figure = loss_curves(curves, round_numbers(f"loss · {selection.title}"))
     figure.savefig(path)
     import matplotlib.pyplot as plt
 

@@ -6,19 +6,47 @@ figure registry to close, and a faster import (this runs at the end of every run
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 
 import numpy as np
+
+# A decimal number inside a label (0.06460685963831937, 1.5e-05, 3e+20): a point or a signed
+# exponent, so integers (epochs=100, hidden=[32]) and hex run ids stay as they are.
+_DECIMAL = re.compile(r"(?<![\w.])-?(?:\d+\.\d+(?:[eE][-+]?\d+)?|\d+[eE][-+]\d+)(?![\w.])")
+
+
+def round_numbers(text: str, digits: int = 4) -> str:
+    """`optimizer.learning_rate=0.06460685963831937` -> `optimizer.learning_rate=0.06461`."""
+    def short(match: re.Match) -> str:
+        rounded = f"{float(match.group()):.{digits}g}"
+        return rounded if len(rounded) < len(match.group()) else match.group()
+
+    return _DECIMAL.sub(short, text)
+
+
+def short_labels(names: Sequence[str], digits: int = 4) -> list[str]:
+    """Legend labels from run names or params: numbers rounded to `digits` significant digits,
+    or to as many more as keep different names apart."""
+    for places in range(digits, 18):
+        labels = [round_numbers(name, places) for name in names]
+        if len(set(labels)) == len(set(names)):
+            return labels
+    return list(names)
 
 
 def loss_curves(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], title: str = "loss",
                 ylabel: str = "loss"):
     """One line per name: (epochs, values). Log scale when the values span decades."""
+    import textwrap
+
     from matplotlib.figure import Figure
 
+    title = "\n".join(textwrap.wrap(title, 75)[:3])  # a sweep's overrides can be long
     # Fixed margins: layout="tight" doubles savefig's time (~0.2 s) for the same picture here.
     figure = Figure(figsize=(7, 4.5), dpi=100)
-    figure.subplots_adjust(left=0.11, right=0.97, top=0.92, bottom=0.12)
+    figure.subplots_adjust(left=0.11, right=0.97, top=0.92 - 0.045 * title.count("\n"),
+                           bottom=0.12)
     axes = figure.subplots()
     for name, (epochs, losses) in curves.items():
         axes.plot(epochs, losses, label=name, linewidth=1.5)
@@ -28,31 +56,97 @@ def loss_curves(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], title: str 
         axes.set_yscale("log")
     axes.set_xlabel("epoch")
     axes.set_ylabel(ylabel)
-    axes.set_title(title)
+    axes.set_title(title, fontsize=12 if "\n" not in title else 10)
     axes.grid(alpha=0.3)
     if len(curves) > 1:
         axes.legend(fontsize=8)
     return figure
 
 
-def jacobian_heatmaps(name: str, analytical: np.ndarray, numerical: np.ndarray):
-    """Analytical, numerical and their difference side by side, for one checked variable."""
-    from matplotlib.figure import Figure
+def jacobian_heatmaps(name: str, analytical: np.ndarray, numerical: np.ndarray,
+                      worst: tuple[int, int] | None = None, shape: tuple[int, ...] | None = None):
+    """A variable's gradient, analytical and numerical, and their difference, side by side.
 
-    analytical = np.atleast_2d(analytical)
-    numerical = np.atleast_2d(numerical)
-    panels = {"analytical": analytical, "numerical": numerical,
-              "analytical - numerical": analytical - numerical}
-    figure = Figure(figsize=(12, 3.8), dpi=100, layout="tight")
+    The arrays are in the variable's own shape (a kernel's rows and columns, a bias as one row;
+    gradexp.verification.heatmaps); `shape` is the variable's own, for the title (default: the
+    arrays'). The first two panels share one colour scale centred on 0, the difference has its
+    own; small maps print each value. `worst`, the (row, column) of the element that failed the
+    check, is outlined in every panel and its two values are written below.
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    analytical, numerical = np.atleast_2d(analytical), np.atleast_2d(numerical)
+    rows, cols = analytical.shape
+    shape = tuple(shape) if shape is not None else (rows, cols)
+    reach = _symmetric_limit(analytical, numerical)
+    panels = [("analytical (autodiff)", analytical, reach),
+              ("numerical (finite differences)", numerical, reach),
+              ("analytical \N{MINUS SIGN} numerical", analytical - numerical,
+               _symmetric_limit(analytical - numerical))]
+    wide = cols >= 2 * rows  # a row or a few: colour bars below, the figure as short as the map
+    tall = min(rows / cols, 4.0)  # a long column is squeezed: cells at most 4:1 (h:w) as a whole
+    height = 1.5 + 3.9 * rows / cols if wide else 4.3
+    figure = Figure(figsize=(13, height + (0.3 if worst else 0)), dpi=100, layout="constrained")
     axes = figure.subplots(1, 3)
-    for axis, (title, values) in zip(axes, panels.items()):
-        image = axis.imshow(values, aspect="auto", cmap="coolwarm", interpolation="nearest")
-        axis.set_title(title)
-        axis.set_xlabel("input element")
-        axis.set_ylabel("output element")
-        figure.colorbar(image, ax=axis)
-    figure.suptitle(f"Jacobian of the loss w.r.t. {name}")
+    number = FuncFormatter(lambda value, _: f"{value:.2g}")  # 8e-12 on each tick: no offset text
+    for axis, (title, values, limit) in zip(axes, panels):
+        image = axis.imshow(values, cmap="RdBu_r", vmin=-limit, vmax=limit,
+                            interpolation="nearest", aspect=tall * cols / rows)
+        axis.set_title(title, fontsize=10)
+        axis.set_xticks(_ticks(cols))
+        axis.set_yticks(_ticks(rows))
+        axis.set_xlabel("column" if len(shape) > 1 else "element")
+        if len(shape) > 1:
+            axis.set_ylabel("row" if len(shape) == 2 else "row (all dims but the last)")
+        else:
+            axis.set_yticks([])
+        if values.size <= 32 and cols <= 10:
+            _write_values(axis, values, limit)
+        if worst is not None:
+            _outline(axis, worst)
+        bar = figure.colorbar(image, ax=axis, format=number, shrink=0.9,
+                              ticks=MaxNLocator(5, symmetric=True),
+                              location="bottom" if wide else "right")
+        bar.ax.tick_params(labelsize=8)
+    size = " \N{MULTIPLICATION SIGN} ".join(map(str, shape))
+    figure.suptitle(f"gradient of the loss w.r.t. {name} (shape {size})")
+    if worst is not None:
+        at = list(np.unravel_index(int(np.ravel_multi_index(worst, (rows, cols))), shape))
+        figure.supxlabel(f"check failed; outlined: the worst element {name}"
+                         f"[{', '.join(map(str, at))}]: analytical {analytical[worst]:.6g}, "
+                         f"numerical {numerical[worst]:.6g}", color="darkred", fontsize=10)
     return figure
+
+
+def _write_values(axis, values: np.ndarray, limit: float) -> None:
+    for (row, column), value in np.ndenumerate(values):
+        axis.text(column, row, f"{value:.2g}", ha="center", va="center", fontsize=7,
+                  color="white" if abs(value) > 0.6 * limit else "black")
+
+
+def _outline(axis, cell: tuple[int, int]) -> None:
+    """A box around one cell that shows on dark and light colours alike."""
+    from matplotlib.patches import Rectangle
+
+    for colour, width in (("black", 4.0), ("yellow", 1.8)):
+        axis.add_patch(Rectangle((cell[1] - 0.5, cell[0] - 0.5), 1, 1, fill=False,
+                                 edgecolor=colour, linewidth=width))
+
+
+def _symmetric_limit(*arrays: np.ndarray) -> float:
+    """The largest |value| (NaNs aside), so that 0 sits in the middle of a colour scale."""
+    finite = [np.abs(a[np.isfinite(a)]) for a in arrays]
+    largest = max((float(a.max()) for a in finite if a.size), default=0.0)
+    return largest or 1.0
+
+
+def _ticks(count: int, most: int = 9) -> list[int]:
+    """Whole-number ticks, every one when few, else a round step (2, 5, 10, 20, ...)."""
+    step = 1
+    while count > most * step:
+        step = step * 5 // 2 if str(step).startswith("2") else step * 2
+    return list(range(0, count, step))
 
 
 def confusion_matrix(counts: np.ndarray, title: str):

@@ -247,22 +247,23 @@ def _overlay_curves(tracker, rows: list[dict[str, Any]], metric: str) -> None:
     """The parent's plots: every job's training loss, and its objective's validation curve."""
     import numpy as np
 
-    from gradexp.plots import loss_curves
+    from gradexp.plots import loss_curves, short_labels
     from gradexp.tracking import retry_locked
 
     wanted = {"loss": ("plots/sweep_loss_curves.png", "loss of every job")}
     if metric != FALLBACK:
         safe = metric.replace("/", "_")
         wanted[metric] = (f"plots/sweep_{safe}_curves.png", f"{metric} of every job")
+    labels = short_labels([row["run_name"] or row["run_id"] for row in rows])  # 0.06461
     for key, (path, title) in wanted.items():
         curves = {}
-        for row in rows:
+        for row, label in zip(rows, labels):
             history = retry_locked(
                 lambda row=row, key=key: tracker.client.get_metric_history(row["run_id"], key))
             if history:
                 history.sort(key=lambda m: m.step)
-                curves[row["run_name"]] = (np.array([m.step for m in history]),
-                                           np.array([m.value for m in history]))
+                curves[label] = (np.array([m.step for m in history]),
+                                 np.array([m.value for m in history]))
         if curves:
             tracker.log_figure(loss_curves(curves, title, ylabel=key), path)
 

@@ -175,19 +175,45 @@ def _only(function: Callable, xs: list[tf.Tensor], varying: list[int]) -> Callab
 HEATMAP_SIZES = range(2, 401)  # a 1-element map says nothing; beyond ~400 cells it is a blur
 
 
-def heatmap_arrays(result: CheckResult) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """(analytical, numerical) per small variable checked by the Jacobian method, shaped for a
-    picture: a scalar loss's one-row Jacobian is folded back into the variable's 2-D shape."""
-    arrays = {}
+@dataclass
+class Heatmap:
+    """One checked variable's gradient, analytical and numerical, drawn in the variable's own
+    shape: a kernel as its rows and columns, a bias as one row, more dimensions folded into rows
+    (all but the last). `worst` is the (row, column) of the element that failed the check, or
+    None when the variable passed; `shape` is the variable's own."""
+
+    analytical: np.ndarray
+    numerical: np.ndarray
+    worst: tuple[int, int] | None = None
+    shape: tuple[int, ...] | None = None
+
+
+def heatmaps(result: CheckResult) -> dict[str, Heatmap]:
+    """A Heatmap per small variable (or input) checked by the Jacobian method."""
+    maps = {}
     for key, report in result.reports.items():
         if not key.endswith("/jacobian"):
             continue
         for entry in report.entries:
             if entry.analytical is None or np.size(entry.analytical) not in HEATMAP_SIZES:
                 continue
-            analytical, numerical = np.asarray(entry.analytical), np.asarray(entry.numerical)
-            shape = tuple(entry.shape)
-            if analytical.shape[0] == 1 and len(shape) == 2:
-                analytical, numerical = analytical.reshape(shape), numerical.reshape(shape)
-            arrays[entry.name] = (analytical, numerical)
-    return arrays
+            maps[entry.name] = _heatmap(entry)
+    return maps
+
+
+def heatmap_arrays(result: CheckResult) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """(analytical, numerical) of each of `heatmaps(result)`, without the worst element."""
+    return {name: (m.analytical, m.numerical) for name, m in heatmaps(result).items()}
+
+
+def _heatmap(entry) -> Heatmap:
+    analytical, numerical = np.asarray(entry.analytical), np.asarray(entry.numerical)
+    shape = tuple(entry.shape)
+    if analytical.shape[0] != 1 or not shape:  # several outputs: (output, input) elements
+        return Heatmap(analytical, numerical)  # (the losses checked here are scalars)
+    drawn = (int(np.prod(shape[:-1])), shape[-1])  # (8,) -> (1, 8); (3, 3, 2, 4) -> (18, 4)
+    worst = None
+    if not entry.passed and entry.worst_input_index is not None:
+        flat = int(np.ravel_multi_index(tuple(entry.worst_input_index), shape))
+        worst = tuple(int(i) for i in np.unravel_index(flat, drawn))
+    return Heatmap(analytical.reshape(drawn), numerical.reshape(drawn), worst, shape)
