@@ -201,11 +201,6 @@ def heatmaps(result: CheckResult) -> dict[str, Heatmap]:
     return maps
 
 
-def heatmap_arrays(result: CheckResult) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """(analytical, numerical) of each of `heatmaps(result)`, without the worst element."""
-    return {name: (m.analytical, m.numerical) for name, m in heatmaps(result).items()}
-
-
 def _heatmap(entry) -> Heatmap:
     analytical, numerical = np.asarray(entry.analytical), np.asarray(entry.numerical)
     shape = tuple(entry.shape)

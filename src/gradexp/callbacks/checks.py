@@ -63,9 +63,11 @@ class GradientChecks(Callback):
     @staticmethod
     def log_heatmaps(run, result) -> None:
         from gradexp.plots import jacobian_heatmaps
-        from gradexp.verification import heatmap_arrays
+        from gradexp.verification import heatmaps
 
-        for name, (analytical, numerical) in heatmap_arrays(result).items():
+        for name, maps in heatmaps(result).items():
             safe = name.replace("/", "_")
-            run.tracker.log_figure(jacobian_heatmaps(name, analytical, numerical),
+            figure = jacobian_heatmaps(name, maps.analytical, maps.numerical, worst=maps.worst,
+                                       shape=maps.shape)  # a failure's worst element outlined
+            run.tracker.log_figure(figure,
                                    f"gradcheck/heatmap_{safe}_epoch_{result.epoch:05d}.png")
