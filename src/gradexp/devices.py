@@ -14,18 +14,32 @@ class DeviceChoice:
     requested: str
     used: str  # what actually runs, e.g. "/CPU:0", "/GPU:0", "mirrored(2 GPUs)"
     strategy: Any = None  # a tf.distribute strategy for device=mirrored
+    replicas: int = 1
 
     def scope(self) -> contextlib.AbstractContextManager:
-        """Where to create variables and run steps."""
+        """Where to create the variables (mirrored on every replica for device=mirrored)."""
         import tensorflow as tf
 
         return self.strategy.scope() if self.strategy else tf.device(self.used)
 
+    def run_scope(self) -> contextlib.AbstractContextManager:
+        """Where to train, evaluate and check. For mirrored: outside the strategy's scope, where
+        Keras would divide every loss by the replica count; its steps enter it by
+        strategy.run."""
+        return contextlib.nullcontext() if self.strategy else self.scope()
 
-def select_device(requested: str) -> DeviceChoice:
-    """Pick the device; asking for a GPU when none is visible is a ConfigError saying what is."""
+
+def select_device(requested: str, cpu_replicas: int = 0) -> DeviceChoice:
+    """Pick the device; asking for a GPU when none is visible is a ConfigError saying what is.
+
+    device=mirrored with cpu_replicas=N and no GPU splits the CPU into N logical devices and
+    mirrors over them: the same code path as several GPUs, testable on any machine."""
     import tensorflow as tf
 
+    if requested == "mirrored" and cpu_replicas:
+        return DeviceChoice(requested, f"mirrored({cpu_replicas} CPU replicas)",
+                            tf.distribute.MirroredStrategy(_logical_cpus(cpu_replicas)),
+                            replicas=cpu_replicas)
     gpus = tf.config.list_logical_devices("GPU")
     if requested == "cpu" or (requested == "auto" and not gpus):
         return DeviceChoice(requested, "/CPU:0")
@@ -37,14 +51,36 @@ def select_device(requested: str) -> DeviceChoice:
         )
     if requested == "mirrored":
         strategy = tf.distribute.MirroredStrategy([d.name for d in gpus])
-        return DeviceChoice(requested, f"mirrored({len(gpus)} GPUs)", strategy)
+        return DeviceChoice(requested, f"mirrored({len(gpus)} GPUs)", strategy,
+                            replicas=len(gpus))
     return DeviceChoice(requested, gpus[0].name)
 
 
-def check_device(requested: str) -> None:
+def _logical_cpus(count: int) -> list[str]:
+    """The CPU as `count` logical devices. TensorFlow allows this only before its runtime starts,
+    so once per process; asking again for another count is a ConfigError."""
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)])
+    except RuntimeError:  # the runtime has started: fine if it already has that many
+        pass
+    names = [d.name for d in tf.config.list_logical_devices("CPU")]
+    if len(names) != count:
+        raise ConfigError(f"device.cpu_replicas={count}: this process already runs TensorFlow "
+                          f"with {len(names)} CPU device(s); set it in a fresh process")
+    return names
+
+
+def check_device(requested: str, cpu_replicas: int = 0) -> None:
     """Before a run is opened: asking for a GPU that is not there is refused, so no FAILED run is
     left in the store for it. (device=auto and cpu cannot fail; they load TensorFlow later.)"""
-    if requested in ("gpu", "mirrored"):
+    if cpu_replicas and requested != "mirrored":
+        raise ConfigError(f"device.cpu_replicas={cpu_replicas}: only device=mirrored uses it "
+                          f"(device={requested})")
+    if requested == "gpu" or (requested == "mirrored" and not cpu_replicas):
         from gradexp.tensorflow_import import import_tensorflow
 
         import_tensorflow()  # quietly: its C++ start-up lines stay off the terminal

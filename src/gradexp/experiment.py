@@ -104,7 +104,7 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
     params = config_params(cfg)
     if show_config and not quiet:
         console.print_config(cfg, params)
-    check_device(getattr(cfg.device.name, "value", cfg.device.name))
+    check_device(getattr(cfg.device.name, "value", cfg.device.name), cfg.device.cpu_replicas)
     tracker = open_tracker(cfg, run_name, launch_dir, parent_run_id, resume)
     run = _Run(cfg, data, tracker, hydra_dir, quiet, launch_dir, resume)
     with sigterm_as_interrupt():
@@ -199,8 +199,10 @@ class _Run:
             tf.config.experimental.enable_op_determinism()
             keras.utils.set_random_seed(cfg.trainer.seed)
         tf.random.set_seed(cfg.trainer.seed)
-        device = select_device(getattr(cfg.device.name, "value", cfg.device.name))
+        device = select_device(getattr(cfg.device.name, "value", cfg.device.name),
+                               cfg.device.cpu_replicas)
         self.tracker.set_tags({"tensorflow.version": tf.__version__, "device": device.used,
+                               "gradexp.replicas": device.replicas,
                                "device.requested": device.requested, "gradexp.task": self.data.task,
                                "gradexp.objective": self.objective,
                                "gradexp.direction": self.direction,
@@ -215,10 +217,11 @@ class _Run:
                 self.model, build_loss(cfg.loss), optimizer, self.data,
                 batch_size=cfg.trainer.batch_size, seed=cfg.trainer.seed,
                 compile=cfg.trainer.compile, jit_compile=cfg.trainer.jit_compile,
-                log_lr=schedule != "none")
+                log_lr=schedule != "none", strategy=device.strategy)
             if self.resume is not None:
                 self.resume.restore(self.trainer)
                 self.tracker.set_tags({"gradexp.resumed_from_epoch": self.trainer.epoch})
+        with device.run_scope():
             self.evaluator = Evaluator(self.model, metric_specs(cfg, self.data.task),
                                        self.data.splits())
             self.callbacks = build_callbacks(self)

@@ -263,6 +263,7 @@ class AdagradOptimizer(Optimizer):
 @dataclass
 class DeviceConfig:
     name: Device = Device.auto
+    cpu_replicas: int = 0  # mirrored without a GPU: split the CPU into this many devices
 
 
 @dataclass
@@ -441,6 +442,7 @@ RANGE_RULES: list[tuple[str, Any, str]] = [
     ("model.hidden", _widths, "must be a list of integers >= 1, e.g. [32,32]"),
     ("model.init_scale", _non_negative, "must be a number >= 0"),
     ("model.dropout", _fraction, "must be a fraction in [0, 1)"),
+    ("device.cpu_replicas", _at_least(0), "must be an integer >= 0 (0: GPUs only)"),
     ("trainer.early_stopping.patience", _at_least(1), "must be an integer >= 1 (epochs)"),
     ("trainer.early_stopping.min_delta", _non_negative, "must be a number >= 0"),
     ("trainer.checkpoint_every", _at_least(0), "must be an integer >= 0 (0: never), or null"),

@@ -50,8 +50,9 @@ class Trainer:
 
     def __init__(self, model: Model, loss, optimizer, data: Dataset, *, batch_size: int | None,
                  seed: int, compile: bool = True, jit_compile: bool = False,
-                 log_lr: bool = False):
+                 log_lr: bool = False, strategy=None):
         self.model = model
+        self.strategy = strategy  # device=mirrored: each batch split across its replicas
         self.loss = loss
         self.optimizer = optimizer
         self.x = tf.constant(data.x)
@@ -86,11 +87,36 @@ class Trainer:
 
     # ---------------------------------------------------------------- compiled parts
     def _step(self, x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        if self.strategy is not None:
+            loss, norm = self.strategy.run(self._replica_step, args=(x, y))
+            local = self.strategy.experimental_local_results
+            return local(loss)[0], local(norm)[0]  # all-reduced: the same on every replica
         with tf.GradientTape() as tape:
             loss = self.loss(y, self.model(x, training=True))  # dropout on, batch norm learns
         gradients = tape.gradient(loss, self.model.params)
         self.optimizer.apply_gradients(zip(gradients, self.model.params))
         return loss, tf.linalg.global_norm(gradients)
+
+    def _replica_step(self, x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """One replica's share of a batch (rows i·k .. (i+1)·k, the last share maybe shorter).
+
+        Keras scales a loss computed in a replica by 1/replicas and its optimizer sums the
+        replicas' gradients; weighting by rows·replicas/batch makes that sum the gradient of the
+        whole batch's mean loss, also when the shares are uneven."""
+        context = tf.distribute.get_replica_context()
+        replicas = context.num_replicas_in_sync
+        rows = tf.shape(x)[0]
+        share = (rows + replicas - 1) // replicas
+        start = context.replica_id_in_sync_group * share
+        x_part, y_part = x[start:start + share], y[start:start + share]
+        weight = tf.cast(tf.shape(x_part)[0] * replicas, tf.float32) / tf.cast(rows, tf.float32)
+        with tf.GradientTape() as tape:
+            loss = self.loss(y_part, self.model(x_part, training=True)) * weight
+        gradients = tape.gradient(loss, self.model.params)
+        self.optimizer.apply_gradients(zip(gradients, self.model.params))
+        summed = context.all_reduce(tf.distribute.ReduceOp.SUM, gradients)
+        return (context.all_reduce(tf.distribute.ReduceOp.SUM, loss),
+                tf.linalg.global_norm(summed))
 
     def _epoch(self) -> tuple[tf.Tensor, tf.Tensor]:
         """One pass over the data: mean batch loss and mean gradient norm."""

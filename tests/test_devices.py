@@ -1,0 +1,44 @@
+"""device=mirrored really splits each batch across replicas (issue 10). Without a GPU the CPU is
+split into logical devices (device.cpu_replicas), which TensorFlow allows only before its runtime
+starts: so each configuration runs as its own process."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import run_cli
+
+RUN = ("data=sine", "model=mlp", "model.hidden=[8]", "optimizer=adam",
+       "optimizer.learning_rate=0.01", "trainer.epochs=30", "trainer.batch_size=50",
+       "gradcheck=off")  # 256 rows in batches of 50: the last batch (6 rows) splits 3 and 3
+
+
+@pytest.mark.slow
+def test_mirrored_on_two_cpu_replicas_equals_one_device(tmp_path):
+    from mlflow import MlflowClient
+
+    one = run_cli(*RUN, "device=cpu", "tracking.experiment=one", cwd=tmp_path)
+    assert one.returncode == 0, one.stderr[-2000:]
+    two = run_cli(*RUN, "device=mirrored", "device.cpu_replicas=2", "tracking.experiment=two",
+                  cwd=tmp_path)
+    assert two.returncode == 0, two.stderr[-2000:]
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (single,), (mirrored,) = (client.search_runs([client.get_experiment_by_name(name)
+                                                  .experiment_id]) for name in ("one", "two"))
+    assert mirrored.data.tags["gradexp.replicas"] == "2"
+    assert mirrored.data.tags["device"] == "mirrored(2 CPU replicas)"
+    for key in ("loss", "grad_norm", "val/mse"):
+        a, b = ([m.value for m in sorted(client.get_metric_history(run.info.run_id, key),
+                                          key=lambda m: m.step)] for run in (single, mirrored))
+        np.testing.assert_allclose(b, a, rtol=1e-4, err_msg=key)
+    assert mirrored.data.metrics["final_loss"] == pytest.approx(
+        single.data.metrics["final_loss"], rel=1e-4)
+
+
+def test_cpu_replicas_out_of_range_is_one_line():
+    from conftest import compose_config
+    from gradexp.schema import ConfigError, check_ranges
+
+    with pytest.raises(ConfigError, match="device.cpu_replicas=-1: must be an integer >= 0"):
+        check_ranges(compose_config("device=mirrored", "device.cpu_replicas=-1"))
