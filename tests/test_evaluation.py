@@ -97,7 +97,7 @@ def test_a_regression_logs_train_and_val_metrics_at_the_progress_points(store, c
     result = run(store)
     for key in ("train/mse", "train/mae", "train/r2", "val/mse", "val/mae", "val/r2"):
         assert [step for step, _ in history(client, result.run_id, key)] == list(
-            range(9, 100, 10)), key
+            range(10, 101, 10)), key
     # train/mse is the mse loss itself, after the last step
     assert result.metrics["train/mse"] == pytest.approx(result.final_loss, rel=1e-5)
     # 100 fresh points of y = 3x + 4 + 0.1·noise: the fitted line is off by little more than noise
@@ -128,7 +128,7 @@ def test_eval_metrics_and_every_can_be_chosen(store, client):
                                    for name in ("rmse", "mse", "kmae")}
     assert result.metrics["val/rmse"] == pytest.approx(math.sqrt(result.metrics["val/mse"]),
                                                        rel=1e-5)
-    assert [step for step, _ in history(client, result.run_id, "val/kmae")] == [14, 29]
+    assert [step for step, _ in history(client, result.run_id, "val/kmae")] == [15, 30]
     assert result.objective_value == result.metrics["val/rmse"]
 
 
@@ -136,7 +136,7 @@ def test_a_test_split_is_evaluated_once_at_the_end(store, client):
     result = run(store, "data=sklearn", "data.name=diabetes", "data.test_fraction=0.2",
                  "optimizer=adam", "trainer.epochs=20")
     for key in ("test/mse", "test/mae", "test/r2"):
-        assert [step for step, _ in history(client, result.run_id, key)] == [19]
+        assert [step for step, _ in history(client, result.run_id, key)] == [20]
     assert len(history(client, result.run_id, "val/mse")) == 2  # epochs 10 and 20
 
 

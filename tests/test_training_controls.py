@@ -44,10 +44,10 @@ def test_each_schedule_draws_its_learning_rate_curve_in_epochs(store, client, tm
     result = run(store, "trainer.epochs=40", "trainer.batch_size=25", *schedule,
                  tmp_path=tmp_path)
     logged = series(client, result.run_id, "lr")
-    assert [step for step, _ in logged] == list(range(40))
-    # step k holds the rate of epoch k's first update, after k epochs of 4 steps
+    assert [step for step, _ in logged] == list(range(1, 41))
+    # epoch k's rate is that of its first update, after k - 1 epochs of 4 steps
     np.testing.assert_allclose([value for _, value in logged],
-                               [expected(k) for k in range(40)], rtol=1e-4, atol=1e-7)
+                               [expected(k - 1) for k in range(1, 41)], rtol=1e-4, atol=1e-7)
 
 
 def test_no_schedule_logs_no_lr(store, client, tmp_path):
@@ -62,13 +62,12 @@ def test_early_stopping_stops_after_patience_and_restores_the_best_weights(store
     overrides = ("optimizer=adam", "optimizer.learning_rate=0.5", "eval.every=5",
                  "trainer.log_every=5", "trainer.epochs=400")
     full = run(store, *overrides, tmp_path=tmp_path)
-    curve = series(client, full.run_id, "val/mse")  # (step = epoch - 1, value) every 5 epochs
+    curve = series(client, full.run_id, "val/mse")  # (step = epoch, value) every 5 epochs
     stopped = run(store, *overrides, "trainer.early_stopping.enabled=true",
                   "trainer.early_stopping.patience=20", tmp_path=tmp_path)
     # Where it should stop: the first evaluation 20 epochs after the best so far.
     best_value, best_epoch, expected_stop = math.inf, None, None
-    for step, value in curve:
-        epoch = step + 1
+    for epoch, value in curve:
         if value < best_value:
             best_value, best_epoch = value, epoch
         elif epoch - best_epoch >= 20:
@@ -139,7 +138,7 @@ def test_kill_9_then_resume_reaches_the_uninterrupted_result(tmp_path):
     assert int(after.data.tags["gradexp.resumed_from_epoch"]) >= 5000
     steps = [m.step for m in client.get_metric_history(run_id, "loss")]
     assert len(steps) == len(set(steps))  # no epoch written twice
-    assert steps == list(range(0, 100_000, 10))  # every 10th epoch (max_points), no gap
+    assert steps == list(range(10, 100_001, 10))  # every 10th epoch (max_points), no gap
 
     whole = run_cli(*LONG, "tracking.experiment=uninterrupted", cwd=tmp_path)
     assert whole.returncode == 0, whole.stderr[-2000:]

@@ -15,8 +15,9 @@ import pytest
 
 from conftest import REPO, compose_config, run_cli
 from gradexp.experiment import GradientCheckFailed, run_experiment
-from gradexp.schema import ConfigError, check_ranges
+from gradexp.schema import ConfigError
 from gradexp.targets import label_by_target
+from gradexp.validation import check_ranges
 
 FAST = ("trainer.epochs=5", "data.n_samples=32", "data.outliers=0.1", "gradcheck.plots=false")
 

@@ -20,20 +20,11 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from gradexp.console import error_line, quiet_libraries
+from gradexp.endings import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED
 from gradexp.errors import USER_ERRORS, one_line, target_error
 from gradexp.objective import register_resolver
+from gradexp.resources import resource_dir
 from gradexp.schema import ConfigError, register_schemas
-
-EXIT_BAD_INPUT = 2  # as argparse: the command line asked for something that cannot be
-EXIT_INTERRUPTED = 130  # Ctrl-C, the shell's convention (128 + SIGINT)
-EXIT_TERMINATED = 143  # SIGTERM (128 + 15)
-
-
-def resource_dir(name: str) -> Path:
-    """conf/ or experiments/: inside the installed package (wheel), else at the checkout's top."""
-    package_dir = Path(__file__).resolve().parent
-    inside = package_dir / name
-    return inside if inside.is_dir() else package_dir.parents[1] / name
 
 
 def register_experiments() -> None:
@@ -48,16 +39,11 @@ def register_experiments() -> None:
                     package="_global_")
 
 
-def parent_run_file(sweep_dir: str | Path) -> Path:
-    """Where a sweep's MLflow parent run id is left for its jobs (they may be other processes)."""
-    return Path(sweep_dir) / ".mlflow_parent_run_id"
-
-
 def task(cfg: DictConfig) -> float:
     """One job: run the experiment and return its sweep objective (sweep.objective, e.g. the
     final val/mse) to the sweeper; the final loss, said so, when the run has no such metric."""
     from gradexp.experiment import RunFailed, Terminated, run_experiment
-    from gradexp.sweep import reuse_finished_run
+    from gradexp.sweep import parent_run_file, reuse_finished_run
 
     # Again in the job: Hydra has set up its logging by now, and some launchers (Ray) run jobs
     # in processes that never ran main().

@@ -1,7 +1,12 @@
 """How a run can end before its last epoch: exceptions whose message is the one line a person
-reads. The run loop (gradexp.experiment) turns each into the MLflow status it stands for."""
+reads (the run loop, gradexp.experiment, turns each into the MLflow status it stands for), and
+the exit codes the command line ends with."""
 
 from __future__ import annotations
+
+EXIT_BAD_INPUT = 2  # as argparse: the command line asked for something that cannot be
+EXIT_INTERRUPTED = 130  # Ctrl-C, the shell's convention (128 + SIGINT)
+EXIT_TERMINATED = 143  # SIGTERM (128 + 15)
 
 
 class RunFailed(Exception):

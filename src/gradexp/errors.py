@@ -12,7 +12,8 @@ from dataclasses import fields
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from gradexp.schema import SCHEMAS, SweepConfig, did_you_mean, group_keys
+from gradexp.schema import SCHEMAS, SweepConfig
+from gradexp.validation import did_you_mean, group_keys
 
 USER_ERRORS = (HydraException, OmegaConfBaseException)
 

@@ -28,9 +28,10 @@ from gradexp.devices import check_device
 from gradexp.endings import Diverged, GradientCheckFailed, RunFailed, Terminated
 from gradexp.objective import check_objective, metric_specs, objective
 from gradexp.resume import Resume, prepare_resume
-from gradexp.schema import ConfigError, check_ranges
+from gradexp.schema import ConfigError
 from gradexp.targets import importable, label_by_target, locate
 from gradexp.tracking import MlflowTracker, NullTracker, config_params, git_commit, resolve_uri
+from gradexp.validation import check_ranges
 
 __all__ = ["Diverged", "GradientCheckFailed", "RunFailed", "RunResult", "Terminated",
            "run_experiment"]
@@ -272,8 +273,8 @@ class _Run:
                 "try a smaller one")
 
     def evaluate(self, splits: tuple[str, ...], step: int | None = None) -> None:
-        """Metrics of the current parameters on whole splits, logged at the last epoch's step."""
-        step = self.trainer.epoch - 1 if step is None else step
+        """Metrics of the current parameters on whole splits, logged at step = epochs done."""
+        step = self.trainer.epoch if step is None else step
         for key, value in self.evaluator(splits).items():
             self.evaluations.setdefault(key, []).append((step, value))
             self.tracker.log_metric(key, value, step)
@@ -344,7 +345,8 @@ class _Run:
             self.tracker.log_folder(self.hydra_dir / ".hydra", ".hydra")
         history = self.merged_history()
         if "loss" in history and len(history["loss"]):
-            epochs = np.arange(self.first_epochs[0], self.first_epochs[0] + len(history["loss"]))
+            first = self.first_epochs[0] + 1
+            epochs = np.arange(first, first + len(history["loss"]))
             self.tracker.log_figure(loss_curves({"loss": (epochs, history["loss"])}),
                                     "plots/loss_curve.png")
 

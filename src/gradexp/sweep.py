@@ -59,7 +59,7 @@ class MlflowSweepCallback(Callback):
     # sweep themselves (SystemExit passes Hydra's guard): one line for what a person can fix,
     # a traceback for a bug.
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from gradexp.schema import check_ranges
+        from gradexp.validation import check_ranges
 
         with _stop_the_sweep_on_error():
             # What every job shares (the overrides that are not swept) is checked once, before
@@ -77,7 +77,6 @@ class MlflowSweepCallback(Callback):
             self._close_parent(config)
 
     def _open_parent(self, config: DictConfig) -> None:
-        from gradexp.app import parent_run_file
         from gradexp.tracking import MlflowTracker, git_commit, resolve_uri
 
         launch_dir = Path.cwd()
@@ -117,8 +116,8 @@ class MlflowSweepCallback(Callback):
 
 @contextmanager
 def _stop_the_sweep_on_error() -> Iterator[None]:
-    from gradexp.app import EXIT_BAD_INPUT
     from gradexp.console import error_line
+    from gradexp.endings import EXIT_BAD_INPUT
     from gradexp.schema import ConfigError
 
     try:
@@ -164,6 +163,11 @@ def swept_keys(config: DictConfig) -> list[str]:
     keys = {override.key_or_group for override in parsed if override.is_sweep_override()}
     keys |= set(OmegaConf.select(config, "hydra.sweeper.params", default=None) or {})
     return sorted(keys)
+
+
+def parent_run_file(sweep_dir: str | Path) -> Path:
+    """Where a sweep's MLflow parent run id is left for its jobs (they may be other processes)."""
+    return Path(sweep_dir) / ".mlflow_parent_run_id"
 
 
 # ---------------------------------------------------------------- the sweep's end
@@ -359,7 +363,6 @@ def reuse_finished_run(cfg: DictConfig, hydra_cfg: DictConfig) -> float | None:
     None means "run the job": skipping is off, tracking is off, or no such run exists."""
     if not cfg.sweep.skip_finished or _tracking_off(cfg):
         return None
-    from gradexp.app import parent_run_file
     from gradexp.console import console
     from gradexp.targets import label_by_target
     from gradexp.tracking import config_params, open_client, resolve_uri, retry_locked

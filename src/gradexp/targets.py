@@ -22,6 +22,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from gradexp.schema import ConfigError
+from gradexp.validation import NO_OPTION, shipped_target
 
 LABELLED_GROUPS = ("data", "model", "loss")
 
@@ -104,41 +105,10 @@ def label_by_target(cfg: DictConfig, groups: tuple[str, ...] = LABELLED_GROUPS) 
     Idempotent (a labelled name is no option's file), so callers need not coordinate.
     """
     for group in groups:
-        shipped = _shipped_target(cfg, group)
-        if shipped is None or shipped is _NO_OPTION:
+        shipped = shipped_target(cfg, group)
+        if shipped is None or shipped is NO_OPTION:
             continue
         node = OmegaConf.select(cfg, group)
         if node["_target_"] != shipped:
             node.name = str(node["_target_"])
     return cfg
-
-
-def user_target(cfg: DictConfig, group: str) -> bool:
-    """Does `<group>._target_` name code other than the chosen option's own (user code)?
-
-    True when the `_target_` differs from the option file's, or when `name` is no option's file
-    (a labelled run, or a name the person chose), so the answer is the same after labelling.
-    """
-    shipped = _shipped_target(cfg, group)
-    if shipped is None:
-        return False
-    node = OmegaConf.select(cfg, group)
-    return shipped is _NO_OPTION or node["_target_"] != shipped
-
-
-_NO_OPTION = object()  # `name` is no option's file
-
-
-def _shipped_target(cfg: DictConfig, group: str) -> Any:
-    """The `_target_` of conf/<group>/<name>.yaml; _NO_OPTION if there is no such file; None if
-    the group has no `_target_` or `name`."""
-    from gradexp.app import resource_dir  # app is the entry point; a lazy import keeps no cycle
-
-    node = OmegaConf.select(cfg, group, default=None)
-    if not isinstance(node, DictConfig) or "_target_" not in node or "name" not in node:
-        return None
-    option = resource_dir("conf") / group / f"{node.name}.yaml"
-    if not option.is_file():
-        return _NO_OPTION
-    # As plain data: a `???` target (data=custom, model=custom) is the text "???", not a miss.
-    return OmegaConf.to_container(OmegaConf.load(option)).get("_target_")

@@ -19,19 +19,21 @@ from gradexp.models import Model
 
 @dataclass
 class EpochMetrics:
-    """Metrics of the epochs first_epoch .. first_epoch + len - 1 (step = epoch, from 0)."""
+    """Metrics of the epochs after `first_epoch` were done: epochs first_epoch + 1 ..
+    first_epoch + len, numbered from 1 as the progress lines print them; each epoch's values are
+    logged at step = its number."""
 
-    first_epoch: int
+    first_epoch: int  # epochs done before this stretch
     values: dict[str, np.ndarray]  # per epoch: "loss", "grad_norm"
     latest: dict[str, float] = field(default_factory=dict)  # after the last epoch: "W", "b"
 
     @property
     def last_epoch(self) -> int:
-        return self.first_epoch + len(self.values["loss"]) - 1
+        return self.first_epoch + len(self.values["loss"])
 
     @property
     def epochs(self) -> np.ndarray:
-        return self.first_epoch + np.arange(len(self.values["loss"]))
+        return self.first_epoch + 1 + np.arange(len(self.values["loss"]))
 
     def first_nonfinite_epoch(self) -> int | None:
         """The first epoch whose loss or gradient norm is NaN or infinite, else None."""
@@ -40,7 +42,7 @@ class EpochMetrics:
 
     def upto(self, epoch: int) -> EpochMetrics:
         """The metrics of the epochs before `epoch` (to keep what was good before a divergence)."""
-        count = epoch - self.first_epoch
+        count = epoch - 1 - self.first_epoch
         return EpochMetrics(self.first_epoch, {k: v[:count] for k, v in self.values.items()})
 
 

@@ -27,7 +27,7 @@ class EarlyStopping(Callback):
     def on_stretch_end(self, run, stretch) -> None:
         history = run.evaluations.get(self.monitor)
         epoch = run.trainer.epoch
-        if not history or history[-1][0] != epoch - 1:
+        if not history or history[-1][0] != epoch:
             return  # no evaluation at this stretch's end
         value = self.sign * history[-1][1]
         if value < self.best - self.min_delta:
@@ -36,14 +36,14 @@ class EarlyStopping(Callback):
                 self.best_weights = run.model.network.get_weights()
         elif self.best_epoch is not None and epoch - self.best_epoch >= self.patience:
             run.stop_training = True
-            run.tracker.log_metric("stopped_epoch", epoch, epoch - 1)
+            run.tracker.log_metric("stopped_epoch", epoch, epoch)
             run.tracker.set_tags({"gradexp.stopped_early": f"{self.monitor} did not improve by "
                                   f"{self.min_delta} in {epoch - self.best_epoch} epochs"})
 
     def on_train_end(self, run, status: str) -> None:
         if self.best_epoch is None:
             return
-        run.tracker.log_metric("best_epoch", self.best_epoch, self.best_epoch - 1)
+        run.tracker.log_metric("best_epoch", self.best_epoch, self.best_epoch)
         if self.restore_best and self.best_weights is not None and status == "FINISHED":
             run.model.network.set_weights(self.best_weights)
             run.restored_epoch = self.best_epoch

@@ -25,7 +25,7 @@ class Progress(Callback):
         self.bar.update(self.bar.task_ids[0], completed=epoch, loss=f"{latest['loss']:.6g}")
         if epoch % self.every == 0 or epoch == epochs or run.stop_training:
             held_out = {key: values[-1][1] for key, values in run.evaluations.items()
-                        if key.startswith("val/") and values[-1][0] == epoch - 1}
+                        if key.startswith("val/") and values[-1][0] == epoch}
             shown = "  ".join(f"{key} {value:.6g}" for key, value in {**latest, **held_out}.items())
             self.bar.console.print(f"epoch {epoch:>{len(str(epochs))}}/{epochs}  {shown}",
                                    highlight=False)
