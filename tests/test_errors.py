@@ -66,7 +66,9 @@ BAD_INPUTS = [
      "became NaN or infinite at epoch"),
     # What is recorded is what ran: a key gradexp does not read is refused, + or not.
     (["+trainer.patience=10"], 2, "trainer.patience=10: no such key, gradexp would not read it "
-     "(trainer=default accepts: name, epochs, batch_size, seed, log_every, compile, jit_compile)"),
+     "(trainer=default accepts: name, epochs, batch_size, seed, log_every, compile, jit_compile, "
+     "deterministic, early_stopping, checkpoint_every, resume); did you mean "
+     "trainer.early_stopping.patience?"),
     (["+trainer.checkpoint=true"], 2, "trainer.checkpoint=True: no such key"),
     (["+trainer.resume_from=abc"], 2, "trainer.resume_from=abc: no such key"),
     (["+model.anything=1"], 2, "model.anything=1: no such key, gradexp would not read it "

@@ -175,6 +175,17 @@ def group_keys(group: str) -> list[str]:
     return list(keys)
 
 
+def _nested_key(group: str, name: str) -> str | None:
+    """`group.block.name` when one of the group's blocks (trainer.early_stopping) has `name`."""
+    top = group.split(".")[0]
+    for schema in SCHEMAS.get(top, {}).values():
+        for block in fields(schema):
+            inner = block.default_factory() if callable(block.default_factory) else None
+            if is_dataclass(inner) and name in {f.name for f in fields(inner)}:
+                return f"{top}.{block.name}.{name}"
+    return None
+
+
 def did_you_mean(key: str, value: Any, accepted: list[str] | None = None) -> str:
     """'; did you mean ...?' for a key no schema declares, or ''. A top-level key may be a
     misspelt group (`optimzer=adam` -> the group optimizer=adam) or a key of some group
@@ -183,7 +194,10 @@ def did_you_mean(key: str, value: Any, accepted: list[str] | None = None) -> str
     group, _, name = key.rpartition(".")
     if group:
         hint = closest_key(name, group_keys(group) if accepted is None else accepted)
-        return f"; did you mean {group}.{hint}?" if hint else ""
+        if hint:
+            return f"; did you mean {group}.{hint}?"
+        nested = _nested_key(group, name)  # trainer.patience -> trainer.early_stopping.patience
+        return f"; did you mean {nested}?" if nested else ""
     close = difflib.get_close_matches(name, list(SCHEMAS), n=1, cutoff=0.7)
     if close:
         return f"; did you mean the group {close[0]}={value}?"
