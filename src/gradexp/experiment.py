@@ -368,11 +368,15 @@ class _Run:
         from gradexp.tracking import runs_view_link
 
         verdict = None
-        if self.checks:
-            last = self.checks[-1]
-            verdict = (f"{'passed' if last.passed else 'FAILED'} "
-                       f"(max abs error {last.max_abs_error:.2g}, "
-                       f"max rel error {last.max_rel_error:.2g})")
+        if self.checks:  # the worst check of the run, not just the last
+            failed = [check.epoch for check in self.checks if not check.passed]
+            worst = max(self.checks, key=lambda check: (not check.passed, check.max_rel_error))
+            verdict = (("passed" if not failed else
+                        f"FAILED at epoch{'s' if len(failed) > 1 else ''} "
+                        f"{', '.join(map(str, failed))}")
+                       + f" ({len(self.checks)} check{'s' if len(self.checks) > 1 else ''}; "
+                       f"worst at epoch {worst.epoch}: max abs error {worst.max_abs_error:.2g}, "
+                       f"max rel error {worst.max_rel_error:.2g})")
         objective = result.objective_value
         rows = {"final loss (after the last step)": result.final_loss, **result.scalars,
                 **result.metrics,
