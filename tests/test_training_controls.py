@@ -166,3 +166,28 @@ def test_resume_refuses_what_it_cannot_continue(store, tmp_path):
     short = run(store, "trainer.epochs=3", tmp_path=tmp_path)  # too short to have saved
     with pytest.raises(ConfigError, match=f"trainer.resume={short.run_id}: no checkpoint in"):
         run(store, f"trainer.resume={short.run_id}", tmp_path=tmp_path)
+
+
+@pytest.mark.slow
+def test_a_sweep_job_that_was_killed_resumes_from_its_checkpoint(tmp_path):
+    from mlflow import MlflowClient
+
+    sweep = ("-m", "loss=mse,mae", *LONG)
+    first = spawn_cli(*sweep, cwd=tmp_path)
+    wait_for_checkpoint(tmp_path, first)
+    first.send_signal(signal.SIGINT)  # Ctrl-C during the first job: it ends KILLED, checkpointed
+    assert finish(first, 60).returncode == 130
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("gradexp").experiment_id
+    (killed,) = [r for r in client.search_runs([experiment]) if r.info.status == "KILLED"
+                 and "mlflow.parentRunId" in r.data.tags]
+
+    again = run_cli(*sweep, "sweep.resume_killed=true", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    resumed = client.get_run(killed.info.run_id)
+    assert resumed.info.status == "FINISHED"
+    assert int(resumed.data.tags["gradexp.resumed_from_epoch"]) >= 5000
+    children = [r for r in client.search_runs([experiment]) if "mlflow.parentRunId" in r.data.tags]
+    # the killed job continued as its own run; only the job that never ran made a new one
+    assert sorted(r.data.params["loss.name"] for r in children) == ["mae", "mse"]
+    assert all(r.info.status == "FINISHED" for r in children)

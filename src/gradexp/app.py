@@ -43,7 +43,7 @@ def task(cfg: DictConfig) -> float:
     """One job: run the experiment and return its sweep objective (sweep.objective, e.g. the
     final val/mse) to the sweeper; the final loss, said so, when the run has no such metric."""
     from gradexp.experiment import RunFailed, Terminated, run_experiment
-    from gradexp.sweep import parent_run_file, reuse_finished_run
+    from gradexp.sweep import parent_run_file, resume_killed_run, reuse_finished_run
 
     # Again in the job: Hydra has set up its logging by now, and some launchers (Ray) run jobs
     # in processes that never ran main().
@@ -58,6 +58,8 @@ def task(cfg: DictConfig) -> float:
         reused = reuse_finished_run(cfg, hydra_cfg) if multirun else None
         if reused is not None:
             return reused
+        if multirun:  # sweep.resume_killed: continue this config's KILLED run, if it has one
+            cfg = resume_killed_run(cfg, hydra_cfg)
         result = run_experiment(
             cfg,
             run_name=cfg.tracking.run_name or hydra_cfg.job.override_dirname or "defaults",

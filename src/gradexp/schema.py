@@ -330,6 +330,7 @@ class Direction(str, Enum):
 @dataclass
 class SweepConfig:
     skip_finished: bool = False
+    resume_killed: bool = False
     continue_on_failure: bool = True
     objective: str = "auto"  # a logged metric, e.g. val/mse; auto = val/mse or val/accuracy
     direction: Direction = Direction.auto

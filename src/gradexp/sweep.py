@@ -365,7 +365,7 @@ def reuse_finished_run(cfg: DictConfig, hydra_cfg: DictConfig) -> float | None:
         return None
     from gradexp.console import console
     from gradexp.targets import label_by_target
-    from gradexp.tracking import config_params, open_client, resolve_uri, retry_locked
+    from gradexp.tracking import config_params, open_client, resolve_uri
 
     launch_dir = Path(hydra_cfg.runtime.cwd)
     client = open_client(resolve_uri(cfg.tracking.uri, launch_dir))
@@ -373,11 +373,7 @@ def reuse_finished_run(cfg: DictConfig, hydra_cfg: DictConfig) -> float | None:
     run = find_finished_run(client, cfg.tracking.experiment, config_params(label_by_target(cfg)))
     if run is None:
         return None
-    parent = parent_run_file(launch_dir / hydra_cfg.sweep.dir)
-    if parent.exists():
-        parent_id = parent.read_text().strip()
-        retry_locked(lambda: client.set_tag(parent_id, f"{REUSED_TAG}{hydra_cfg.job.num}",
-                                            run.info.run_id))
+    _note_reused(client, launch_dir, hydra_cfg, run.info.run_id)
     metric = objective(cfg)[0]
     value = run.data.metrics.get(metric, run.data.metrics["final_loss"])
     console().print(f"skipped {hydra_cfg.job.override_dirname or 'defaults'}: the same config "
@@ -386,9 +382,46 @@ def reuse_finished_run(cfg: DictConfig, hydra_cfg: DictConfig) -> float | None:
     return value
 
 
-def find_finished_run(client, experiment: str, params: Mapping[str, str]):
-    """The newest FINISHED child run of `experiment` whose params are `params` (sweep.* aside)
-    and which has a finite final loss; None if there is none."""
+def resume_killed_run(cfg: DictConfig, hydra_cfg: DictConfig) -> DictConfig:
+    """With sweep.resume_killed=true: this job's config set to resume (trainer.resume) the newest
+    KILLED child run with its resolved config, when that run left a checkpoint; the config
+    unchanged otherwise. The run it continues is noted on the new parent, as a reused one."""
+    from omegaconf import open_dict
+
+    from gradexp.resume import checkpoint_folder
+    from gradexp.targets import label_by_target
+    from gradexp.tracking import config_params, open_client, resolve_uri
+
+    if not cfg.sweep.resume_killed or _tracking_off(cfg) or cfg.trainer.resume:
+        return cfg
+    launch_dir = Path(hydra_cfg.runtime.cwd)
+    client = open_client(resolve_uri(cfg.tracking.uri, launch_dir))
+    params = config_params(label_by_target(cfg.copy()))
+    run = find_finished_run(client, cfg.tracking.experiment, params, status="KILLED")
+    if run is None or not any(checkpoint_folder(launch_dir, run.info.run_id).glob("ckpt-*")):
+        return cfg
+    _note_reused(client, launch_dir, hydra_cfg, run.info.run_id)
+    resumed = cfg.copy()
+    with open_dict(resumed):
+        resumed.trainer.resume = run.info.run_id
+    return resumed
+
+
+def _note_reused(client, launch_dir: Path, hydra_cfg: DictConfig, run_id: str) -> None:
+    """Tag the sweep's parent with a run of an earlier sweep that this job reuses."""
+    from gradexp.tracking import retry_locked
+
+    parent = parent_run_file(launch_dir / hydra_cfg.sweep.dir)
+    if parent.exists():
+        parent_id = parent.read_text().strip()
+        retry_locked(lambda: client.set_tag(parent_id, f"{REUSED_TAG}{hydra_cfg.job.num}",
+                                            run_id))
+
+
+def find_finished_run(client, experiment: str, params: Mapping[str, str],
+                      status: str = "FINISHED"):
+    """The newest child run of `experiment` in `status` whose params are `params` (sweep.*
+    aside) and, when FINISHED, which has a finite final loss; None if there is none."""
     from gradexp.tracking import retry_locked
 
     found = retry_locked(lambda: client.get_experiment_by_name(experiment))
@@ -398,11 +431,11 @@ def find_finished_run(client, experiment: str, params: Mapping[str, str]):
     page_token = None
     while True:
         page = retry_locked(lambda token=page_token: client.search_runs(
-            [found.experiment_id], filter_string="attributes.status = 'FINISHED'",
+            [found.experiment_id], filter_string=f"attributes.status = '{status}'",
             max_results=1000, page_token=token))  # newest first
         for run in page:
-            loss = run.data.metrics.get("final_loss")
-            if (PARENT_TAG in run.data.tags and loss is not None and math.isfinite(loss)
+            loss = run.data.metrics.get("final_loss", math.nan if status == "FINISHED" else 0.0)
+            if (PARENT_TAG in run.data.tags and math.isfinite(loss)
                     and _what_a_job_computes(run.data.params) == wanted):
                 return run
         page_token = page.token
