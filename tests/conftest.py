@@ -122,3 +122,13 @@ def run_cli(*args: str, cwd: Path, timeout: float = 300, env: dict | None = None
             python_args: tuple = ()) -> subprocess.CompletedProcess:
     """`python -m gradexp ARGS` as a person would type it, in folder `cwd`."""
     return finish(spawn_cli(*args, cwd=cwd, env=env, python_args=python_args), timeout)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _run_outside_the_checkout(tmp_path_factory):
+    """Tests run in a temporary folder: what a run writes beside itself (MLflow's mlruns/,
+    checkpoints/, Hydra's outputs/) never lands in the checkout, whatever a test forgets."""
+    before = Path.cwd()
+    os.chdir(tmp_path_factory.mktemp("launch"))
+    yield
+    os.chdir(before)
