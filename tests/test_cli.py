@@ -20,8 +20,12 @@ def test_help_and_cfg_answer_without_importing_tensorflow(tmp_path):
         assert done.returncode == 0, done.stderr
         imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines()}
         assert "tensorflow" not in imported and "mlflow" not in imported
-    assert "optimizer: adagrad, adam, adamw, momentum, nadam, rmsprop, sgd" in run_cli(
-        "--help", cwd=tmp_path).stdout
+    shown = run_cli("--help", cwd=tmp_path).stdout
+    assert "optimizer: adagrad, adam, adamw, momentum, nadam, rmsprop, sgd" in shown
+    assert "experiment: diabetes_regression, digits_mlp," in shown
+    assert "schema/" not in shown  # the type-check groups are no choices: not listed
+    composed = run_cli("--help", "optimizer=adam", cwd=tmp_path).stdout
+    assert "_target_: keras.optimizers.Adam" in composed  # the config the overrides compose
 
 
 def test_a_sweep_is_one_parent_run_with_a_finished_child_per_job(tmp_path):
