@@ -19,7 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from gradexp.console import error_line, quiet_libraries
+from gradexp.console import error_line, note_line, quiet_libraries
 from gradexp.endings import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED
 from gradexp.errors import USER_ERRORS, one_line, target_error
 from gradexp.objective import register_resolver
@@ -90,9 +90,9 @@ def task(cfg: DictConfig) -> float:
     value = result.objective_value
     if value is None:
         if multirun:
-            error_line(f"sweep.objective={result.objective}: this run has no such metric (is "
-                       "there held-out data? data.n_val, data.val_fraction); the sweeper gets "
-                       f"its final_loss instead ({result.final_loss:.6g})")
+            note_line(f"sweep.objective={result.objective}: this run has no such metric (is "
+                      "there held-out data? data.n_val, data.val_fraction); the sweeper gets "
+                      f"its final_loss instead ({result.final_loss:.6g})")
         return result.final_loss
     return value
 

@@ -41,6 +41,12 @@ def error_line(message: str) -> None:
         f"[bold red]error:[/bold red] {message}", markup=True)
 
 
+def note_line(message: str) -> None:
+    """One line about something gradexp did instead of what was asked; not an error."""
+    Console(file=sys.stderr, soft_wrap=True, highlight=False).print(
+        f"[bold yellow]note:[/bold yellow] {message}", markup=True)
+
+
 def print_config(cfg: DictConfig, masked: Mapping[str, Any]) -> None:
     """The composed config as a tree, one branch per group (secrets already masked)."""
     tree = Tree("[bold]config[/bold]")

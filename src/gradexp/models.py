@@ -49,7 +49,7 @@ class Model:
         no dropout), computed in the dtype of `params`."""
         dtype = tf.as_dtype(params[0].dtype).name if params else "float32"
         network = self.network if dtype == self.network.dtype else self._twin(dtype)
-        non_trainable = [tf.cast(v, v.dtype) for v in network.non_trainable_variables]
+        non_trainable = [tf.convert_to_tensor(v) for v in network.non_trainable_variables]
         outputs, _ = network.stateless_call(list(params), non_trainable, x, training=False)
         return outputs
 

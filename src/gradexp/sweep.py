@@ -228,23 +228,17 @@ def summarize_sweep(tracker, best_per: list[str] | None = None) -> SweepSummary:
                           "gradexp.best_run_name": best["run_name"]})
         tracker.log_metric("best_final_loss", best["final_loss"], 0)
         tracker.log_metric(f"best/{metric}", best["objective"], 0)
+    params = {run.info.run_id: run.data.params for run in runs}
     for key in best_per or []:
         groups: dict[str, dict[str, Any]] = {}
-        for row, run in zip(rows, _in_row_order(rows, runs)):
-            value = run.data.params.get(key, "-")
-            if row in finished and value not in groups:
-                groups[value] = row
+        for row in finished:  # best first: the first row of each value is its best
+            groups.setdefault(params[row["run_id"]].get(key, "-"), row)
         summary.best_per[key] = groups
     _overlay_curves(tracker, rows, metric)
     tracker.log_metric("children", len(rows), 0)
     tracker.log_metric("children_failed", sum(r["status"] != "FINISHED" for r in rows), 0)
     tracker.log_metric("children_reused", sum(r["reused"] for r in rows), 0)
     return summary
-
-
-def _in_row_order(rows: list[dict[str, Any]], runs: list) -> list:
-    by_id = {run.info.run_id: run for run in runs}
-    return [by_id[row["run_id"]] for row in rows]
 
 
 def _overlay_curves(tracker, rows: list[dict[str, Any]], metric: str) -> None:
