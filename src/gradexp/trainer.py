@@ -87,8 +87,8 @@ class Trainer:
         self.eval_keys = evaluator.keys(("train", "val")) if evaluator is not None else ()
         self.stretch_seconds = STRETCH_SECONDS
         self.calls = 0
-        self._seconds_per_epoch: float | None = None  # measured on calls after the first
-        self._last_count = FIRST_STRETCH
+        self._seconds_per_epoch: float | None = None  # as measured on the last call
+        self._longest = 0  # epochs in the longest call so far
         self.optimizer.build(model.params)
         run = self._run_epochs
         if compile:
@@ -129,17 +129,18 @@ class Trainer:
         return lengths, [end in self.eval_epochs for end in ends]
 
     def _next_count(self) -> int:
-        """Epochs for the next call: about STRETCH_SECONDS' worth at the measured speed."""
+        """Epochs for the next call: about `stretch_seconds`' worth at the last call's speed
+        (the first call's includes its tracing, so the second is short), growing at most
+        MAX_GROWTH-fold over the longest call so far in case one measurement was too kind."""
         if self._seconds_per_epoch is None:
-            return self._last_count
+            return FIRST_STRETCH
         fitting = int(self.stretch_seconds / max(self._seconds_per_epoch, 1e-9))
-        return max(1, min(fitting, self._last_count * MAX_GROWTH))
+        return max(1, min(fitting, self._longest * MAX_GROWTH))
 
     def _measure(self, count: int, seconds: float) -> None:
         self.calls += 1
-        self._last_count = count
-        if self.calls > 1:  # the first call traces: its time is not the training's speed
-            self._seconds_per_epoch = seconds / count
+        self._longest = max(self._longest, count)
+        self._seconds_per_epoch = seconds / count
 
     # ---------------------------------------------------------------- compiled parts
     def _step(self, x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
