@@ -24,8 +24,9 @@ def test_default_run_learns_seed_004s_line(store, client):
     assert abs(result.scalars["W"] - 3) < 0.2 and abs(result.scalars["b"] - 4) < 0.1
     series = {key: [m.value for m in sorted(client.get_metric_history(result.run_id, key),
                                             key=lambda m: m.step)] for key in ("W", "b")}
-    assert len(series["W"]) == len(series["b"]) == 10  # logged every 10 epochs
+    assert len(series["W"]) == len(series["b"]) == 100  # every epoch, as seed 004 prints them
     assert series["W"] == sorted(series["W"])  # W climbs toward 3 all the way
+    assert series["W"] == pytest.approx(list(result.history["W"]))
     assert series["W"][-1] == pytest.approx(result.scalars["W"])
     assert result.final_loss == pytest.approx(0.00997, rel=0.05)  # about noise² = 0.01
 
@@ -44,9 +45,9 @@ def test_mlflow_holds_params_metric_history_tags_and_artifacts(store, client):
     assert np.allclose([m.value for m in sorted(history, key=lambda m: m.step)],
                        result.history["loss"])
     assert len(client.get_metric_history(result.run_id, "grad_norm")) == 100
-    for key in ("W", "b"):  # at each logging point (trainer.log_every=10), as seed 004 prints
+    for key in ("W", "b"):  # every epoch, as seed 004 prints them
         assert sorted(m.step for m in client.get_metric_history(result.run_id, key)) == list(
-            range(10, 101, 10))
+            range(1, 101))
     assert stored.data.metrics["final_loss"] == pytest.approx(result.final_loss)
     assert stored.data.tags["tensorflow.version"].startswith("2.")
     assert stored.data.tags["device"] == "/CPU:0"

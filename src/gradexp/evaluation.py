@@ -1,8 +1,9 @@
 """Held-out evaluation: the metrics of gradexp.objective, computed in compiled code.
 
-`Evaluator(model, specs, task, splits)` keeps each split's rows on the device and evaluates every
-metric on whole splits in one `tf.function` call, between the trainer's compiled stretches of
-epochs: training itself is never interrupted (no host sync inside a step). The models output
+`Evaluator(model, specs, splits)` keeps each split's rows on the device and evaluates every
+metric on whole splits. During training the trainer calls `tensors` inside its own compiled calls
+(gradexp.trainer), so an evaluation never ends a call; after training (the test split, restored
+weights) one `tf.function` call evaluates. The models output
 logits for a classification, so accuracy takes the arg max (or the sign, for one output) and
 crossentropy applies the softmax (or the sigmoid) itself.
 """
@@ -93,6 +94,15 @@ class Evaluator:
         if not names:
             return {}
         return {key: float(value) for key, value in self._compiled(names).items()}
+
+    def keys(self, split_names: Iterable[str]) -> tuple[str, ...]:
+        """The "<split>/<metric>" names an evaluation of these splits gives."""
+        return tuple(f"{split}/{metric}" for split in split_names if split in self.splits
+                     for metric in self.metrics)
+
+    def tensors(self, split_names: Iterable[str]) -> dict[str, tf.Tensor]:
+        """The metrics as tensors, for a caller's own compiled code (the trainer's epochs)."""
+        return self._evaluate(tuple(name for name in split_names if name in self.splits))
 
     def _evaluate(self, names: tuple[str, ...]) -> dict[str, tf.Tensor]:
         values = {}

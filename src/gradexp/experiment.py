@@ -184,6 +184,7 @@ class _Run:
 
         tf = import_tensorflow()
         from gradexp.callbacks import build_callbacks
+        from gradexp.callbacks.evaluation import eval_epochs
         from gradexp.devices import select_device
         from gradexp.evaluation import Evaluator
         from gradexp.losses import build_loss
@@ -211,6 +212,10 @@ class _Run:
         epochs = cfg.trainer.epochs
         with device.scope():
             self.model = build_model(cfg.model, self.data.n_features, self.data.n_outputs)
+        with device.run_scope():
+            self.evaluator = Evaluator(self.model, metric_specs(cfg, self.data.task),
+                                       self.data.splits())
+        with device.scope():
             batch = min(cfg.trainer.batch_size or len(self.data.x), len(self.data.x))
             optimizer = build_optimizer(cfg.optimizer, -(-len(self.data.x) // batch), epochs)
             schedule = getattr(cfg.optimizer.schedule.name, "value", cfg.optimizer.schedule.name)
@@ -218,19 +223,18 @@ class _Run:
                 self.model, build_loss(cfg.loss), optimizer, self.data,
                 batch_size=cfg.trainer.batch_size, seed=cfg.trainer.seed,
                 compile=cfg.trainer.compile, jit_compile=cfg.trainer.jit_compile,
-                log_lr=schedule != "none", strategy=device.strategy)
+                log_lr=schedule != "none", strategy=device.strategy,
+                evaluator=self.evaluator, eval_epochs=eval_epochs(cfg))
             if self.resume is not None:
                 self.resume.restore(self.trainer)
                 self.tracker.set_tags({"gradexp.resumed_from_epoch": self.trainer.epoch})
         with device.run_scope():
-            self.evaluator = Evaluator(self.model, metric_specs(cfg, self.data.task),
-                                       self.data.splits())
             self.callbacks = build_callbacks(self)
-            stops = set(range(cfg.trainer.log_every, epochs, cfg.trainer.log_every)) | {epochs}
+            stops = {epochs}  # and the host events the callbacks need; nothing else
             for callback in self.callbacks:
                 stops |= callback.stops(epochs)
             self.emit("on_train_begin")
-            for stretch in self.trainer.train(sorted(stops)):
+            for stretch in self.trainer.train(stops):
                 self.keep(stretch)
                 if self.stop_training:
                     break
@@ -252,7 +256,6 @@ class _Run:
         bad_epoch = stretch.first_nonfinite_epoch()
         if bad_epoch is not None:
             stretch = stretch.upto(bad_epoch)
-            stretch.latest = {}
         if len(stretch.values["loss"]):
             self.first_epochs.append(stretch.first_epoch)
             for key, values in stretch.values.items():
@@ -274,8 +277,12 @@ class _Run:
 
     def evaluate(self, splits: tuple[str, ...], step: int | None = None) -> None:
         """Metrics of the current parameters on whole splits, logged at step = epochs done."""
-        step = self.trainer.epoch if step is None else step
-        for key, value in self.evaluator(splits).items():
+        self.record_evaluation(self.trainer.epoch if step is None else step,
+                               self.evaluator(splits))
+
+    def record_evaluation(self, step: int, metrics: dict[str, float]) -> None:
+        """Keep and log held-out metrics (computed in the trainer's calls or by `evaluate`)."""
+        for key, value in metrics.items():
             self.evaluations.setdefault(key, []).append((step, value))
             self.tracker.log_metric(key, value, step)
 

@@ -1,13 +1,18 @@
 """Training: GradientTape steps, many epochs per compiled call, metrics kept on the device.
 
-The trainer knows nothing about MLflow or the console. `Trainer.train(stops)` runs the epochs up to
-each stop as one call (one `tf.function` with a `tf.range` loop: no host sync inside) and yields the
-per-epoch metrics of that stretch as numpy arrays; the caller logs them, checks gradients, prints.
+The trainer knows nothing about MLflow or the console. `Trainer.train(stops)` runs epochs in
+compiled calls (one `tf.function` with a `tf.range` loop: no host sync inside) that end only at
+the epochs in `stops` (events that need the host: a gradient check, an early-stopping decision, a
+checkpoint) or when a call has run for about STRETCH_SECONDS, so the console, MLflow's writer and
+Ctrl-C hear from it a few times a second. Each call returns every epoch's values (loss,
+grad_norm, lr, W and b of a one-feature line) and, at the evaluation epochs, the held-out
+metrics, computed inside the same call; the caller logs, checks and prints from those arrays.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,6 +20,10 @@ import tensorflow as tf
 
 from gradexp.data import Dataset
 from gradexp.models import Model
+
+STRETCH_SECONDS = 0.25  # a compiled call's length when no host event comes sooner
+FIRST_STRETCH = 16  # epochs in the first call, which also traces: its speed says little
+MAX_GROWTH = 8  # a call runs at most this many times the previous call's epochs
 
 
 @dataclass
@@ -24,8 +33,8 @@ class EpochMetrics:
     logged at step = its number."""
 
     first_epoch: int  # epochs done before this stretch
-    values: dict[str, np.ndarray]  # per epoch: "loss", "grad_norm"
-    latest: dict[str, float] = field(default_factory=dict)  # after the last epoch: "W", "b"
+    values: dict[str, np.ndarray]  # per epoch: "loss", "grad_norm" (and "lr", "W", "b")
+    evaluations: dict[int, dict[str, float]] = field(default_factory=dict)  # epoch -> val/mse..
 
     @property
     def last_epoch(self) -> int:
@@ -35,6 +44,11 @@ class EpochMetrics:
     def epochs(self) -> np.ndarray:
         return self.first_epoch + 1 + np.arange(len(self.values["loss"]))
 
+    def at(self, epoch: int) -> dict[str, float]:
+        """Every per-epoch value of one epoch of this stretch."""
+        return {key: float(values[epoch - self.first_epoch - 1])
+                for key, values in self.values.items()}
+
     def first_nonfinite_epoch(self) -> int | None:
         """The first epoch whose loss or gradient norm is NaN or infinite, else None."""
         bad = ~(np.isfinite(self.values["loss"]) & np.isfinite(self.values["grad_norm"]))
@@ -43,8 +57,8 @@ class EpochMetrics:
     def upto(self, epoch: int) -> EpochMetrics:
         """The metrics of the epochs before `epoch` (to keep what was good before a divergence)."""
         count = epoch - 1 - self.first_epoch
-        return EpochMetrics(self.first_epoch, {k: v[:count] for k, v in self.values.items()})
-
+        return EpochMetrics(self.first_epoch, {k: v[:count] for k, v in self.values.items()},
+                            {e: m for e, m in self.evaluations.items() if e < epoch})
 
 
 class Trainer:
@@ -52,7 +66,8 @@ class Trainer:
 
     def __init__(self, model: Model, loss, optimizer, data: Dataset, *, batch_size: int | None,
                  seed: int, compile: bool = True, jit_compile: bool = False,
-                 log_lr: bool = False, strategy=None):
+                 log_lr: bool = False, strategy=None, evaluator=None,
+                 eval_epochs: Iterable[int] = ()):
         self.model = model
         self.strategy = strategy  # device=mirrored: each batch split across its replicas
         self.loss = loss
@@ -66,26 +81,66 @@ class Trainer:
         self.epoch = 0
         self.epoch_variable = tf.Variable(0, dtype=tf.int64, trainable=False)  # checkpointed
         self.log_lr = log_lr  # a schedule: keep each epoch's learning rate as "lr"
+        # Held-out metrics (gradexp.evaluation.Evaluator) at these epochs, inside the calls.
+        self.evaluator = evaluator
+        self.eval_epochs = frozenset(eval_epochs) if evaluator is not None else frozenset()
+        self.eval_keys = evaluator.keys(("train", "val")) if evaluator is not None else ()
+        self.stretch_seconds = STRETCH_SECONDS
+        self.calls = 0
+        self._seconds_per_epoch: float | None = None  # as measured on the last call
+        self._longest = 0  # epochs in the longest call so far
         self.optimizer.build(model.params)
         run = self._run_epochs
-        self._run = tf.function(run, jit_compile=jit_compile or None) if compile else run
+        if compile:
+            signature = [tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.bool)]
+            run = tf.function(run, jit_compile=jit_compile or None, input_signature=signature)
+        self._run = run
 
     def evaluate(self) -> float:
         """The loss on the whole data set with the current parameters."""
         return float(self.loss(self.y, self.model(self.x)))
 
-    def train(self, stops: list[int]) -> Iterator[EpochMetrics]:
-        """Train until each epoch count in `stops` (ascending), yielding each stretch's metrics."""
-        for stop in stops:
-            count = stop - self.epoch
-            if count <= 0:
-                continue
-            per_epoch = self._run(tf.constant(count, dtype=tf.int32))
-            latest = {name: float(value) for name, value in self.model.scalars().items()}
-            metrics = EpochMetrics(self.epoch, {k: v.numpy() for k, v in per_epoch.items()},
-                                   latest)
-            self.epoch = stop
-            yield metrics
+    def train(self, stops: Iterable[int]) -> Iterator[EpochMetrics]:
+        """Train until each epoch count in `stops`, yielding the metrics of each compiled call
+        (several per stop when the epochs to it take longer than about STRETCH_SECONDS)."""
+        for stop in sorted(stops):
+            while self.epoch < stop:
+                count = min(stop - self.epoch, self._next_count())
+                first = self.epoch
+                segments, evaluate = self._segments(first, count)
+                started = time.perf_counter()
+                per_epoch, held_out = self._run(tf.constant(segments, tf.int32),
+                                                tf.constant(evaluate))
+                values = {key: value.numpy() for key, value in per_epoch.items()}
+                self._measure(count, time.perf_counter() - started)
+                ends = first + np.cumsum(segments)
+                evaluations = {int(ends[s]): {key: float(value[s])
+                                              for key, value in held_out.items()}
+                               for s in np.flatnonzero(evaluate)}
+                self.epoch = first + count
+                yield EpochMetrics(first, values, evaluations)
+
+    def _segments(self, first: int, count: int) -> tuple[list[int], list[bool]]:
+        """Epochs first+1 .. first+count cut after each evaluation epoch: the segments' lengths,
+        and whether each ends with an evaluation (all but perhaps the last)."""
+        cuts = sorted(e for e in self.eval_epochs if first < e <= first + count)
+        ends = cuts + ([first + count] if not cuts or cuts[-1] < first + count else [])
+        lengths = np.diff([first, *ends]).tolist()
+        return lengths, [end in self.eval_epochs for end in ends]
+
+    def _next_count(self) -> int:
+        """Epochs for the next call: about `stretch_seconds`' worth at the last call's speed
+        (the first call's includes its tracing, so the second is short), growing at most
+        MAX_GROWTH-fold over the longest call so far in case one measurement was too kind."""
+        if self._seconds_per_epoch is None:
+            return FIRST_STRETCH
+        fitting = int(self.stretch_seconds / max(self._seconds_per_epoch, 1e-9))
+        return max(1, min(fitting, self._longest * MAX_GROWTH))
+
+    def _measure(self, count: int, seconds: float) -> None:
+        self.calls += 1
+        self._longest = max(self._longest, count)
+        self._seconds_per_epoch = seconds / count
 
     # ---------------------------------------------------------------- compiled parts
     def _step(self, x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -139,19 +194,34 @@ class Trainer:
         return tf.train.Checkpoint(model=self.model.network, optimizer=self.optimizer,
                                    epoch=self.epoch_variable, shuffle=self.shuffle)
 
-    def _run_epochs(self, count: tf.Tensor) -> dict[str, tf.Tensor]:
-        """`count` epochs; per-epoch loss, gradient norm (and learning rate) stay in
-        TensorArrays until the end."""
-        losses = tf.TensorArray(tf.float32, size=count)
-        norms = tf.TensorArray(tf.float32, size=count)
-        rates = tf.TensorArray(tf.float32, size=count)
-        for i in tf.range(count):
-            if self.log_lr:  # the rate of the epoch's first step
-                rates = rates.write(i, tf.cast(self.optimizer.learning_rate, tf.float32))
-            loss, norm = self._epoch()
-            losses = losses.write(i, loss)
-            norms = norms.write(i, norm)
-        values = {"loss": losses.stack(), "grad_norm": norms.stack()}
-        if self.log_lr:
-            values["lr"] = rates.stack()
-        return values
+    def _run_epochs(self, segments: tf.Tensor,
+                    evaluate: tf.Tensor) -> tuple[dict[str, tf.Tensor], dict[str, tf.Tensor]]:
+        """sum(segments) epochs; per-epoch values stay in TensorArrays until the end. The
+        held-out metrics are computed after each segment whose `evaluate` is true: one branch
+        per segment, none per epoch, so evaluating costs the epochs nothing."""
+        keys = (["lr"] if self.log_lr else []) + ["loss", "grad_norm", *self.model.scalars()]
+        arrays = {key: tf.TensorArray(tf.float32, size=tf.reduce_sum(segments)) for key in keys}
+        held_out = {key: tf.TensorArray(tf.float32, size=tf.size(segments))
+                    for key in self.eval_keys}
+        i = 0
+        for segment in tf.range(tf.size(segments)):
+            end = i + segments[segment]
+            while i < end:  # not a tf.range: XLA wants a range's bounds known when compiling
+                values = {"lr": self.optimizer.learning_rate} if self.log_lr else {}
+                values["loss"], values["grad_norm"] = self._epoch()
+                values.update(self.model.scalars())
+                arrays = {key: array.write(i, tf.cast(values[key], tf.float32))
+                          for key, array in arrays.items()}
+                i += 1
+            if self.eval_keys:
+                metrics = tf.cond(evaluate[segment], self._evaluate, self._no_evaluation)
+                held_out = {key: array.write(segment, tf.cast(metrics[key], tf.float32))
+                            for key, array in held_out.items()}
+        return ({key: array.stack() for key, array in arrays.items()},
+                {key: array.stack() for key, array in held_out.items()})
+
+    def _evaluate(self) -> dict[str, tf.Tensor]:
+        return self.evaluator.tensors(("train", "val"))
+
+    def _no_evaluation(self) -> dict[str, tf.Tensor]:
+        return {key: tf.constant(np.nan, tf.float32) for key in self.eval_keys}

@@ -15,7 +15,7 @@ from gradexp.callbacks.base import Callback
 from gradexp.callbacks.checkpoints import Checkpoints
 from gradexp.callbacks.checks import GradientChecks
 from gradexp.callbacks.early_stopping import EarlyStopping
-from gradexp.callbacks.evaluation import HeldOutEvaluation
+from gradexp.callbacks.evaluation import HeldOutEvaluation, eval_epochs
 from gradexp.callbacks.progress import Progress
 from gradexp.callbacks.tracking import MetricLogger
 
@@ -27,9 +27,10 @@ def build_callbacks(run: Any) -> list[Callback]:
     come before early stopping (which reads them) and before the progress line (which shows
     them); checkpoints come last, so they save what the others decided."""
     cfg = run.cfg
-    callbacks: list[Callback] = [MetricLogger(), HeldOutEvaluation(cfg)]
+    callbacks: list[Callback] = [MetricLogger(), HeldOutEvaluation()]
     if cfg.trainer.early_stopping.enabled:
-        callbacks.append(EarlyStopping(cfg.trainer.early_stopping, run.objective))
+        callbacks.append(EarlyStopping(cfg.trainer.early_stopping, run.objective,
+                                       eval_epochs(cfg)))
     if not run.quiet:
         callbacks.append(Progress(cfg))
     if cfg.gradcheck.enabled:

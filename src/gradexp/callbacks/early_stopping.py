@@ -1,7 +1,8 @@
 """Early stopping: end training when the monitored held-out metric (default: the sweep
 objective, e.g. val/mse) has not improved by min_delta for `patience` epochs; optionally put back
-the weights of its best epoch. It reads the evaluations the run already makes (eval.every), so it
-never forces a compiled call per epoch; patience is counted in epochs between those evaluations."""
+the weights of its best epoch. It reads the evaluations the run already makes (eval.every) and
+decides on the host, so the trainer's compiled calls end at those epochs and nowhere else for it;
+patience is counted in epochs between those evaluations."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from gradexp.objective import direction_of
 
 
 class EarlyStopping(Callback):
-    def __init__(self, cfg: DictConfig, objective: str):
+    def __init__(self, cfg: DictConfig, objective: str, epochs: set[int]):
+        self.epochs = epochs  # the evaluation epochs: each is a decision, made on the host
         self.monitor = objective if cfg.monitor == "auto" else cfg.monitor
         self.sign = -1.0 if direction_of(self.monitor) == "maximize" else 1.0
         self.patience = cfg.patience
@@ -23,6 +25,9 @@ class EarlyStopping(Callback):
         self.best = math.inf  # sign · value: smaller is better
         self.best_epoch: int | None = None
         self.best_weights = None
+
+    def stops(self, epochs: int) -> set[int]:
+        return self.epochs
 
     def on_stretch_end(self, run, stretch) -> None:
         history = run.evaluations.get(self.monitor)

@@ -1,6 +1,7 @@
 """Held-out evaluation as a callback: train/ and val/ metrics at the evaluation epochs (every
-eval.every epochs, or at the progress lines, and after the last). The test split is evaluated
-once, after training (gradexp.experiment), with whatever weights training ended on."""
+eval.every epochs, or at the progress lines, and after the last). The trainer computes them
+inside its compiled calls (gradexp.trainer); this callback records them. The test split is
+evaluated once, after training (gradexp.experiment), with whatever weights training ended on."""
 
 from __future__ import annotations
 
@@ -21,12 +22,6 @@ def eval_epochs(cfg: DictConfig) -> set[int]:
 
 
 class HeldOutEvaluation(Callback):
-    def __init__(self, cfg: DictConfig):
-        self.epochs = eval_epochs(cfg)
-
-    def stops(self, epochs: int) -> set[int]:
-        return self.epochs
-
     def on_stretch_end(self, run, stretch) -> None:
-        if run.trainer.epoch in self.epochs:
-            run.evaluate(("train", "val"))
+        for epoch, metrics in stretch.evaluations.items():
+            run.record_evaluation(epoch, metrics)

@@ -20,15 +20,19 @@ class Progress(Callback):
         self.bar.start()
 
     def on_stretch_end(self, run, stretch) -> None:
-        epoch, epochs = run.trainer.epoch, run.cfg.trainer.epochs
-        latest = {**{key: values[-1] for key, values in stretch.values.items()}, **stretch.latest}
-        self.bar.update(self.bar.task_ids[0], completed=epoch, loss=f"{latest['loss']:.6g}")
-        if epoch % self.every == 0 or epoch == epochs or run.stop_training:
-            held_out = {key: values[-1][1] for key, values in run.evaluations.items()
-                        if key.startswith("val/") and values[-1][0] == epoch}
-            shown = "  ".join(f"{key} {value:.6g}" for key, value in {**latest, **held_out}.items())
-            self.bar.console.print(f"epoch {epoch:>{len(str(epochs))}}/{epochs}  {shown}",
-                                   highlight=False)
+        epochs = run.cfg.trainer.epochs
+        last = stretch.last_epoch
+        self.bar.update(self.bar.task_ids[0], completed=last,
+                        loss=f"{stretch.values['loss'][-1]:.6g}")
+        for epoch in stretch.epochs:  # the lines of the epochs inside the stretch, from its arrays
+            epoch = int(epoch)
+            if epoch % self.every == 0 or epoch == epochs or (run.stop_training and epoch == last):
+                held_out = {key: value for key, value in stretch.evaluations.get(epoch, {}).items()
+                            if key.startswith("val/")}
+                shown = "  ".join(f"{key} {value:.6g}"
+                                  for key, value in {**stretch.at(epoch), **held_out}.items())
+                self.bar.console.print(f"epoch {epoch:>{len(str(epochs))}}/{epochs}  {shown}",
+                                       highlight=False)
 
     def on_train_end(self, run, status: str) -> None:
         if self.bar is not None:

@@ -1,5 +1,5 @@
 """Per-epoch metrics into MLflow: every epoch's loss, grad_norm (and lr) thinned to at most
-tracking.max_points steps a metric, and the one-feature line's W and b at each stretch's end."""
+tracking.max_points steps a metric (and the one-feature line's W and b)."""
 
 from __future__ import annotations
 
@@ -14,5 +14,3 @@ class MetricLogger(Callback):
         keep = stretch.epochs % stride == 0
         run.tracker.log_history(stretch.epochs[keep],
                                 {key: values[keep] for key, values in stretch.values.items()})
-        for key, value in stretch.latest.items():  # W and b, as seed 004 prints them
-            run.tracker.log_metric(key, value, stretch.last_epoch)
