@@ -6,7 +6,8 @@ alternating the trees so machine load falls on both alike.
 
 SRC defaults to this tree's src/. Prints per tree the median wall seconds of run_experiment, the
 points MLflow holds for `loss`, and the seconds spent after training (the run's end: the last
-metric writes, the artifacts). E.g., branch against main:
+metric writes, the artifacts); and the first tree with tracking=none, what training alone costs.
+E.g., branch against main:
 
     python benchmarks/bench_tracking.py 20000 3 src /work/main/src
 """
@@ -34,8 +35,9 @@ from mlflow import MlflowClient
 
 folder = Path(tempfile.mkdtemp())
 store = f"sqlite:///{folder / 'mlflow.db'}"
+tracking = ["tracking=none"] if sys.argv[3] == "none" else []
 cfg = compose_config(f"tracking.uri={store}", "gradcheck=off", "tracking.log_model=false",
-                     f"trainer.epochs={sys.argv[2]}")
+                     f"trainer.epochs={sys.argv[2]}", *tracking)
 run_experiment(compose_config(f"tracking.uri={store}", "gradcheck=off",
                               "tracking.log_model=false", "trainer.epochs=20"),
                quiet=True, launch_dir=folder)  # warm: imports, first trace, the store's tables
@@ -48,18 +50,19 @@ experiment._Run.finish = timed_finish
 started = time.perf_counter()
 result = run_experiment(cfg, quiet=True, launch_dir=folder)
 ended = time.perf_counter()
-points = len(MlflowClient(store).get_metric_history(result.run_id, "loss"))
+points = len(MlflowClient(store).get_metric_history(result.run_id, "loss")) if result.run_id \
+    else 0
 print(json.dumps({"wall": ended - started, "after_training": ended - marks["trained"],
                   "points": points}))
 """
 
 
-def measure(src: Path, epochs: int) -> dict:
+def measure(src: Path, epochs: int, tracking: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(src), "TF_CPP_MIN_LOG_LEVEL": "3"}
     env.pop("MLFLOW_TRACKING_URI", None)
     with tempfile.TemporaryDirectory() as cwd:
-        done = subprocess.run([sys.executable, "-c", CHILD, str(src), str(epochs)], cwd=cwd,
-                              env=env, capture_output=True, text=True, check=False)
+        done = subprocess.run([sys.executable, "-c", CHILD, str(src), str(epochs), tracking],
+                              cwd=cwd, env=env, capture_output=True, text=True, check=False)
     if done.returncode:
         raise SystemExit(done.stderr[-3000:])
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -69,14 +72,16 @@ def main() -> None:
     epochs = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
     repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 3
     trees = [Path(arg).resolve() for arg in sys.argv[3:]] or [HERE / "src"]
-    results: dict[Path, list[dict]] = {tree: [] for tree in trees}
+    cases = [(tree, "mlflow") for tree in trees] + [(trees[0], "none")]
+    results: dict[tuple[Path, str], list[dict]] = {case: [] for case in cases}
     for _ in range(repeats):
-        for tree in trees:
-            results[tree].append(measure(tree, epochs))
+        for tree, tracking in cases:
+            results[tree, tracking].append(measure(tree, epochs, tracking))
     print(f"{epochs} epochs, median of {repeats}:")
-    print(f"{'src':<40} {'wall s':>8} {'after training s':>17} {'loss points':>12}")
-    for tree, rows in results.items():
-        print(f"{str(tree):<40} {statistics.median(r['wall'] for r in rows):>8.2f} "
+    print(f"{'src':<40} {'tracking':<9} {'wall s':>8} {'after training s':>17} "
+          f"{'loss points':>12}")
+    for (tree, tracking), rows in results.items():
+        print(f"{str(tree):<40} {tracking:<9} {statistics.median(r['wall'] for r in rows):>8.2f} "
               f"{statistics.median(r['after_training'] for r in rows):>17.2f} "
               f"{rows[0]['points']:>12}")
 
