@@ -177,3 +177,24 @@ def test_a_resumed_run_keeps_every_epoch_in_its_artifact(store, client, tmp_path
     # MLflow: the first part's kept epochs, then those of a 100-epoch run after epoch 60.
     steps = steps_of(client, first.run_id, "loss")
     assert steps == [*kept_epochs(0, 60, 11), *[e for e in kept_epochs(0, 100, 11) if e > 60]]
+
+
+def test_an_interrupted_run_keeps_its_history_and_last_epoch(store, client, tmp_path,
+                                                             monkeypatch):
+    from gradexp.callbacks.evaluation import HeldOutEvaluation
+
+    def interrupt(self, run, stretch):  # Ctrl-C after epoch 35, between two kept epochs
+        if run.trainer.epoch >= 35:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(HeldOutEvaluation, "on_stretch_end", interrupt)
+    cfg = compose_config(f"tracking.uri={store}", "gradcheck=off", "trainer.epochs=100",
+                         "trainer.log_every=5", "tracking.max_points=4",
+                         "tracking.log_model=false")
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(cfg, quiet=True, launch_dir=tmp_path)
+    (stored,) = client.search_runs(["1"])
+    assert stored.info.status == "KILLED"
+    assert steps_of(client, stored.info.run_id, "loss") == [1, 34, 35]  # kept 1, 34; then 35
+    assert list(history_artifact(client, stored.info.run_id, tmp_path)["step"]) == list(
+        range(1, 36))
