@@ -22,6 +22,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from mlflow.entities import Metric
 
 from conftest import compose_config, run_cli
 from gradexp.compare import main
@@ -226,6 +227,43 @@ def test_plot_writes_the_loss_curves_with_rounded_numbers(capsys, runs, tmp_path
         history = sorted(runs["client"].get_metric_history(run.info.run_id, "loss"),
                          key=lambda m: m.step)
         assert list(values) == [m.value for m in history] and len(epochs) == int(EPOCHS)
+
+
+def test_plot_draws_every_epoch_from_the_history_artifact_and_mlflow_without_it(
+        capsys, tmp_path, monkeypatch):
+    """A run whose MLflow `loss` was thinned (tracking.max_points) is drawn at every epoch, from
+    its history.parquet; a run recorded without that file is drawn from MLflow's history."""
+    import numpy as np
+    from mlflow import MlflowClient
+
+    import gradexp.plots
+    from gradexp.experiment import run_experiment
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cfg = compose_config(f"tracking.uri={uri}", "trainer.epochs=30", "tracking.max_points=5",
+                         "gradcheck=off", "tracking.log_model=false", "optimizer=adam")
+    thinned = run_experiment(cfg, run_name="thinned", launch_dir=tmp_path, quiet=True)
+    client = MlflowClient(uri)
+    assert len(client.get_metric_history(thinned.run_id, "loss")) == 5
+    older = client.create_run(client.get_experiment_by_name("gradexp").experiment_id,
+                              run_name="older")  # as a gradexp without the artifact left it
+    client.log_batch(older.info.run_id, metrics=[
+        Metric("loss", 1.0 / step, 0, step) for step in range(1, 8)])
+    client.log_param(older.info.run_id, "optimizer.name", "sgd")
+    client.set_terminated(older.info.run_id)
+
+    drawn = {}
+    real = gradexp.plots.loss_curves
+    monkeypatch.setattr(gradexp.plots, "loss_curves",
+                        lambda curves, *a, **k: drawn.update(curves) or real(curves, *a, **k))
+    code, out, err = compare(capsys, "--tracking-uri", uri, "--plot", str(tmp_path / "c.png"))
+    assert code == 0, err
+    assert "wrote the loss curves of 2 runs" in out and "Downloading" not in err  # no tqdm
+    steps, values = next(curve for label, curve in drawn.items() if "optimizer=adam" in label)
+    assert list(steps) == list(range(1, 31))
+    assert np.array_equal(values, thinned.history["loss"])
+    steps, values = next(curve for label, curve in drawn.items() if "optimizer=sgd" in label)
+    assert list(steps) == list(range(1, 8)) and values[-1] == pytest.approx(1 / 7)
 
 
 @pytest.mark.parametrize(("names", "labels"), [

@@ -115,7 +115,11 @@ def test_tracking_none_records_nothing(tmp_path):
     assert not (tmp_path / "mlflow.db").exists()
 
 
-def test_divergence_stops_fails_the_run_and_keeps_the_metrics_so_far(store, client):
+def test_divergence_stops_fails_the_run_and_keeps_the_metrics_so_far(store, client, tmp_path):
+    import pyarrow.parquet as pq
+
+    from gradexp.callbacks.tracking import kept_epochs
+
     with pytest.raises(Diverged, match=r"epoch \d+.*learning rate.*optimizer.learning_rate=50"):
         run(store, "gradcheck=off", "optimizer.learning_rate=50", "trainer.epochs=500")
     (stored,) = client.search_runs(["1"])
@@ -123,7 +127,14 @@ def test_divergence_stops_fails_the_run_and_keeps_the_metrics_so_far(store, clie
     epoch = int(stored.data.tags["gradexp.failure_epoch"])
     assert stored.data.tags["gradexp.failure"] == "diverged"
     history = client.get_metric_history(stored.info.run_id, "loss")
-    # every epoch before the first bad one (epochs count from 1) is kept, and finite
-    assert sorted(m.step for m in history) == list(range(1, epoch))
+    # MLflow: the kept epochs before the first bad one (epochs count from 1), and the last good
+    # epoch; history.parquet (written on this ending too): every epoch before it, all finite
+    kept = [e for e in kept_epochs(0, 500, 320) if e < epoch - 1]
+    assert sorted(m.step for m in history) == [*kept, epoch - 1]
     assert all(np.isfinite(m.value) for m in history)
-    assert "plots" in {a.path for a in client.list_artifacts(stored.info.run_id)}
+    assert {"plots", "history.parquet"} <= {a.path for a in
+                                            client.list_artifacts(stored.info.run_id)}
+    table = pq.read_table(client.download_artifacts(stored.info.run_id, "history.parquet",
+                                                    str(tmp_path)))
+    assert table["step"].to_pylist() == list(range(1, epoch))
+    assert np.isfinite(table["loss"].to_numpy()).all()

@@ -1,5 +1,6 @@
 """The tracker's guarantees: secrets never in clear, a dead server fails fast, a locked sqlite
-store is waited out, not lost."""
+store is waited out, not lost; MLflow gets at most tracking.max_points points a metric, and the
+run's history.parquet every epoch."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from conftest import compose_config, run_cli
@@ -83,3 +85,116 @@ def test_a_store_locked_by_another_process_is_waited_out(store, client, tmp_path
     stored = client.get_run(tracker.run_id)
     assert stored.data.params == {"optimizer.name": "adam"}
     assert stored.info.status == "FINISHED"
+
+
+# ---------------------------------------------------------------- thinning and history.parquet
+def steps_of(client, run_id: str, key: str) -> list[int]:
+    return sorted(m.step for m in client.get_metric_history(run_id, key))
+
+
+def history_artifact(client, run_id: str, tmp_path) -> dict[str, np.ndarray]:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(client.download_artifacts(run_id, "history.parquet", str(tmp_path)))
+    return {name: table[name].to_numpy(zero_copy_only=False) for name in table.column_names}
+
+
+@pytest.mark.parametrize(("start", "end", "budget"), [
+    (0, 20_000, 320), (0, 1000, 7), (0, 50, 320), (4_950, 20_000, 200), (0, 10, 1)])
+def test_kept_epochs_are_evenly_spaced_with_the_first_and_last(start, end, budget):
+    from gradexp.callbacks.tracking import kept_epochs
+
+    kept = kept_epochs(start, end, budget)
+    assert len(kept) <= budget and kept[-1] == end
+    if budget > 1:
+        assert kept[0] == start + 1
+        gaps = np.diff(kept)
+        assert gaps.max() - gaps.min() <= 1  # even, to the epoch
+
+
+def test_a_run_longer_than_max_points_is_thinned_in_mlflow_and_whole_in_its_artifact(
+        store, client, tmp_path):
+    from gradexp.callbacks.tracking import kept_epochs
+
+    # 200 epochs in stretches of 7 (trainer.log_every): the kept epochs do not follow them.
+    cfg = compose_config(f"tracking.uri={store}", "gradcheck=off", "trainer.epochs=200",
+                         "trainer.log_every=7", "tracking.max_points=17", "eval.every=25",
+                         "tracking.log_model=false", "optimizer.schedule.name=cosine")
+    result = run_experiment(cfg, quiet=True, launch_dir=tmp_path)
+    for key in ("loss", "grad_norm", "lr"):
+        assert steps_of(client, result.run_id, key) == list(kept_epochs(0, 200, 17)), key
+    for key in ("W", "b"):  # at stretch ends, as sparsely, ending where training did
+        steps = steps_of(client, result.run_id, key)
+        assert len(steps) <= 17 and steps[-1] == 200 and len(set(steps)) == len(steps)
+
+    stored = history_artifact(client, result.run_id, tmp_path)
+    assert list(stored["step"]) == list(range(1, 201))  # every epoch, one row each
+    assert set(result.history) == {"loss", "grad_norm", "lr"}
+    for key, values in result.history.items():
+        assert np.array_equal(stored[key], values), key  # bit for bit, float32 kept
+    mlflow_val = sorted((m.step, m.value) for m in client.get_metric_history(result.run_id,
+                                                                             "val/mse"))
+    present = ~np.isnan(stored["val/mse"])
+    assert list(zip(stored["step"][present], stored["val/mse"][present])) == mlflow_val
+    assert [s for s, _ in mlflow_val] == [25, 50, 75, 100, 125, 150, 175, 200]
+
+
+def test_an_early_stop_still_logs_the_last_epoch_it_ran(store, client, tmp_path):
+    from gradexp.callbacks.tracking import kept_epochs
+
+    cfg = compose_config(f"tracking.uri={store}", "gradcheck=off", "optimizer=adam",
+                         "optimizer.learning_rate=0.5", "eval.every=5", "trainer.log_every=5",
+                         "trainer.epochs=400", "trainer.early_stopping.enabled=true",
+                         "trainer.early_stopping.patience=20", "tracking.max_points=9",
+                         "tracking.log_model=false")
+    result = run_experiment(cfg, quiet=True, launch_dir=tmp_path)
+    assert result.epochs < 400 and result.epochs not in kept_epochs(0, 400, 9)
+    steps = steps_of(client, result.run_id, "loss")
+    assert steps[-1] == result.epochs and len(steps) <= 9
+    assert steps[:-1] == [e for e in kept_epochs(0, 400, 9) if e < result.epochs]
+    assert len(history_artifact(client, result.run_id, tmp_path)["loss"]) == result.epochs
+
+
+def test_a_resumed_run_keeps_every_epoch_in_its_artifact(store, client, tmp_path):
+    from gradexp.callbacks.tracking import kept_epochs
+
+    common = (f"tracking.uri={store}", "gradcheck=off", "trainer.checkpoint_every=20",
+              "tracking.max_points=11", "tracking.log_model=false", "trainer.deterministic=true")
+    first = run_experiment(compose_config(*common, "trainer.epochs=60"), quiet=True,
+                           launch_dir=tmp_path)
+    resumed = run_experiment(compose_config(*common, "trainer.epochs=100",
+                                            f"trainer.resume={first.run_id}"),
+                             quiet=True, launch_dir=tmp_path)
+    assert resumed.run_id == first.run_id and len(resumed.history["loss"]) == 40
+    stored = history_artifact(client, first.run_id, tmp_path)
+    assert list(stored["step"]) == list(range(1, 101))
+    assert np.array_equal(stored["loss"][:60], first.history["loss"])
+    assert np.array_equal(stored["loss"][60:], resumed.history["loss"])
+    whole = run_experiment(compose_config(*common, "trainer.epochs=100",
+                                          "tracking.experiment=whole"),
+                           quiet=True, launch_dir=tmp_path)
+    assert np.allclose(stored["loss"], whole.history["loss"], rtol=1e-6)  # no gap, no seam
+    # MLflow: the first part's kept epochs, then those of a 100-epoch run after epoch 60.
+    steps = steps_of(client, first.run_id, "loss")
+    assert steps == [*kept_epochs(0, 60, 11), *[e for e in kept_epochs(0, 100, 11) if e > 60]]
+
+
+def test_an_interrupted_run_keeps_its_history_and_last_epoch(store, client, tmp_path,
+                                                             monkeypatch):
+    from gradexp.callbacks.evaluation import HeldOutEvaluation
+
+    def interrupt(self, run, stretch):  # Ctrl-C after epoch 35, between two kept epochs
+        if run.trainer.epoch >= 35:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(HeldOutEvaluation, "on_stretch_end", interrupt)
+    cfg = compose_config(f"tracking.uri={store}", "gradcheck=off", "trainer.epochs=100",
+                         "trainer.log_every=5", "tracking.max_points=4",
+                         "tracking.log_model=false")
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(cfg, quiet=True, launch_dir=tmp_path)
+    (stored,) = client.search_runs(["1"])
+    assert stored.info.status == "KILLED"
+    assert steps_of(client, stored.info.run_id, "loss") == [1, 34, 35]  # kept 1, 34; then 35
+    assert list(history_artifact(client, stored.info.run_id, tmp_path)["step"]) == list(
+        range(1, 36))

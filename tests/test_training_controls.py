@@ -121,7 +121,10 @@ def wait_for_checkpoint(folder: Path, process, timeout: float = 120) -> Path:
 
 @pytest.mark.slow
 def test_kill_9_then_resume_reaches_the_uninterrupted_result(tmp_path):
+    import pyarrow.parquet as pq
     from mlflow import MlflowClient
+
+    from gradexp.callbacks.tracking import kept_epochs
 
     crashed = spawn_cli(*LONG, cwd=tmp_path)
     folder = wait_for_checkpoint(tmp_path, crashed)
@@ -138,7 +141,12 @@ def test_kill_9_then_resume_reaches_the_uninterrupted_result(tmp_path):
     assert int(after.data.tags["gradexp.resumed_from_epoch"]) >= 5000
     steps = [m.step for m in client.get_metric_history(run_id, "loss")]
     assert len(steps) == len(set(steps))  # no epoch written twice
-    assert steps == list(range(10, 100_001, 10))  # every 10th epoch (max_points), no gap
+    # the uninterrupted run's kept epochs: 320 (tracking.max_points), evenly spaced, no gap
+    assert sorted(steps) == list(kept_epochs(0, 100_000, 320))
+    (tmp_path / "resumed").mkdir()
+    history = pq.read_table(client.download_artifacts(run_id, "history.parquet",
+                                                      str(tmp_path / "resumed")))
+    assert history["step"].to_pylist() == list(range(1, 100_001))  # every epoch, both parts
 
     whole = run_cli(*LONG, "tracking.experiment=uninterrupted", cwd=tmp_path)
     assert whole.returncode == 0, whole.stderr[-2000:]
@@ -146,6 +154,11 @@ def test_kill_9_then_resume_reaches_the_uninterrupted_result(tmp_path):
                                        .experiment_id])
     for key in ("final_W", "final_b"):
         assert after.data.metrics[key] == pytest.approx(reference.data.metrics[key], abs=1e-6)
+    (tmp_path / "whole").mkdir()
+    whole_history = pq.read_table(client.download_artifacts(reference.info.run_id,
+                                                            "history.parquet",
+                                                            str(tmp_path / "whole")))
+    assert np.allclose(history["loss"].to_numpy(), whole_history["loss"].to_numpy(), rtol=1e-6)
 
 
 @pytest.mark.slow

@@ -417,9 +417,8 @@ def print_table(selection: Selection, sort: str, desc: bool, uri: str) -> None:
 
 def write_plot(client, selection: Selection, path: Path) -> None:
     """The per-epoch `loss` of the runs shown, overlaid (gradexp.plots.loss_curves)."""
-    import numpy as np
-
     from gradexp.console import console, error_line
+    from gradexp.history import run_curves
     from gradexp.plots import loss_curves, round_numbers, short_labels
 
     params = differing_params(selection.runs)[0]  # a line's label: what sets it apart
@@ -428,11 +427,11 @@ def write_plot(client, selection: Selection, path: Path) -> None:
                           or run.info.run_id[:SHORT] for run in selection.runs])  # 0.06461
     curves: dict[str, tuple[Any, Any]] = {}
     for run, name in zip(selection.runs, names):
-        history = sorted(client.get_metric_history(run.info.run_id, "loss"), key=lambda m: m.step)
-        if history:
+        # Every epoch, from the run's history.parquet (MLflow's own history may be thinned).
+        found = run_curves(client, run.info.run_id, ["loss"])
+        if "loss" in found:
             label = name if names.count(name) == 1 else f"{name} ({run.info.run_id[:SHORT]})"
-            curves[label] = (np.array([m.step for m in history]),
-                             np.array([m.value for m in history]))
+            curves[label] = found["loss"]
     if not curves:
         error_line(f"--plot {path}: no run shown has a per-epoch loss; nothing written")
         return

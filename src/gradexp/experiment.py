@@ -344,18 +344,41 @@ class _Run:
     def merged_history(self) -> dict[str, np.ndarray]:
         return {key: np.concatenate(parts) for key, parts in self.history.items()}
 
+    def history_table(self):
+        """Every epoch's metrics and the evaluations as one table (gradexp.history); a resumed
+        run's includes the epochs before its checkpoint, from the copy saved beside it."""
+        from gradexp.history import ARTIFACT, build_table, merge, read_table
+
+        start = self.first_epochs[0] if self.first_epochs else (
+            self.trainer.epoch if self.trainer is not None else 0)
+        table = build_table(start, self.merged_history(), self.evaluations)
+        earlier = read_table(self.resume.folder / ARTIFACT) if self.resume is not None else None
+        return table if earlier is None else merge(earlier, table, upto=start)
+
+    def save_history(self, path: Path) -> None:
+        from gradexp.history import write_table
+
+        write_table(self.history_table(), path)
+
     def save_artifacts(self) -> None:
-        """Hydra's .hydra/ files and the loss curve (config.yaml went in at the start)."""
+        """Hydra's .hydra/ files, history.parquet and the loss curve drawn from it (config.yaml
+        went in at the start)."""
+        import tempfile
+
+        from gradexp.history import ARTIFACT, curves, write_table
         from gradexp.plots import loss_curves
 
         if self.hydra_dir is not None and (self.hydra_dir / ".hydra").is_dir():
             self.tracker.log_folder(self.hydra_dir / ".hydra", ".hydra")
-        history = self.merged_history()
-        if "loss" in history and len(history["loss"]):
-            first = self.first_epochs[0] + 1
-            epochs = np.arange(first, first + len(history["loss"]))
-            self.tracker.log_figure(loss_curves({"loss": (epochs, history["loss"])}),
-                                    "plots/loss_curve.png")
+        if self.tracker.run_id is None or (self.resume is not None and not self.first_epochs):
+            return  # nothing recorded, or a resume that trained nothing: the old file stands
+        table = self.history_table()
+        with tempfile.TemporaryDirectory() as folder:
+            write_table(table, Path(folder) / ARTIFACT)
+            self.tracker.log_file(Path(folder) / ARTIFACT)
+        loss = curves(table, ["loss"])
+        if "loss" in loss and len(loss["loss"][0]):
+            self.tracker.log_figure(loss_curves(loss), "plots/loss_curve.png")
 
     def save_what_we_have(self, status: str, reason: str, trace: str | None = None) -> None:
         """On any ending but success: tell the callbacks (a checkpoint on an interrupt), keep

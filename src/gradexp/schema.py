@@ -311,7 +311,7 @@ class TrackingConfig:
     uri: str | None = None
     experiment: str = "gradexp"
     run_name: str | None = None
-    max_points: int = 10_000
+    max_points: int = 320  # what the MLflow UI's charts draw (conf/tracking/mlflow.yaml)
     log_model: bool = True
 
 

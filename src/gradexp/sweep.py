@@ -243,25 +243,17 @@ def summarize_sweep(tracker, best_per: list[str] | None = None) -> SweepSummary:
 
 def _overlay_curves(tracker, rows: list[dict[str, Any]], metric: str) -> None:
     """The parent's plots: every job's training loss, and its objective's validation curve."""
-    import numpy as np
-
+    from gradexp.history import run_curves
     from gradexp.plots import loss_curves, short_labels
-    from gradexp.tracking import retry_locked
 
     wanted = {"loss": ("plots/sweep_loss_curves.png", "loss of every job")}
     if metric != FALLBACK:
         safe = metric.replace("/", "_")
         wanted[metric] = (f"plots/sweep_{safe}_curves.png", f"{metric} of every job")
     labels = short_labels([row["run_name"] or row["run_id"] for row in rows])  # 0.06461
+    found = [run_curves(tracker.client, row["run_id"], list(wanted)) for row in rows]
     for key, (path, title) in wanted.items():
-        curves = {}
-        for row, label in zip(rows, labels):
-            history = retry_locked(
-                lambda row=row, key=key: tracker.client.get_metric_history(row["run_id"], key))
-            if history:
-                history.sort(key=lambda m: m.step)
-                curves[label] = (np.array([m.step for m in history]),
-                                 np.array([m.value for m in history]))
+        curves = {label: series[key] for label, series in zip(labels, found) if key in series}
         if curves:
             tracker.log_figure(loss_curves(curves, title, ylabel=key), path)
 

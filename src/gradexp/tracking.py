@@ -1,8 +1,11 @@
 """Tracking: record a run in MLflow through MlflowClient (no global "active run" state).
 
 Writes are batched (per-epoch metrics go out with log_batch, at most 1,000 a call) because every
-MLflow write to sqlite costs about 12 ms however little it carries. Writes that meet a locked sqlite
-store (several sweep jobs writing at once) are retried, not lost.
+MLflow write to sqlite costs about 12 ms however little it carries, and written by a background
+thread while training goes on. Per-epoch series arrive here already thinned to tracking.max_points
+points (gradexp.callbacks.tracking); every epoch is in the run's history.parquet
+(gradexp.history). Writes that meet a locked sqlite store (several sweep jobs writing at once) are
+retried, not lost.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ T = TypeVar("T")
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
 MAX_PARAM_LENGTH = 6000
-FLUSH_SECONDS = 10.0  # per-epoch metrics reach the UI at least this often during long runs
+# Pending per-epoch points go to the writer at least this often, so they are stored while training
+# runs rather than all at the end; a few hundred points a metric make ~12 ms batches cheap enough.
+FLUSH_SECONDS = 1.0
 SECRET_KEY = re.compile(r"password|passwd|token|secret|(^|[._])(api_?)?key$", re.IGNORECASE)
 MASK = "***"
 
@@ -209,6 +214,8 @@ def open_client(uri: str):
     # A dead server should fail in seconds, not after MLflow's default retries (minutes).
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+    # No tqdm bars on stderr when artifacts are fetched (gradexp compare reads history.parquet).
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     from mlflow import MlflowClient
 
     return MlflowClient(tracking_uri=uri)
@@ -254,6 +261,7 @@ class NullTracker:
     def log_text(self, text: str, artifact_file: str) -> None: ...
     def log_figure(self, figure, artifact_file: str) -> None: ...
     def log_folder(self, folder: Path, artifact_path: str) -> None: ...
+    def log_file(self, path: Path, artifact_path: str | None = None) -> None: ...
     def log_keras_model(self, network, x_example, artifact_path: str = "model") -> None: ...
     def flush(self) -> None: ...
     def wait(self) -> None: ...
@@ -369,6 +377,9 @@ class MlflowTracker(NullTracker):
             retry_locked(lambda: self.client.log_artifacts(self.run_id, str(folder),
                                                            artifact_path))
 
+    def log_file(self, path: Path, artifact_path: str | None = None) -> None:
+        """One local file as an artifact (under `artifact_path`); replaces one of its name."""
+        retry_locked(lambda: self.client.log_artifact(self.run_id, str(path), artifact_path))
 
     def log_keras_model(self, network, x_example, artifact_path: str = "model") -> None:
         """The trained model in MLflow's Keras flavor, with its input/output signature, so
@@ -388,6 +399,7 @@ class MlflowTracker(NullTracker):
             mlflow.keras.save_model(network, str(saved), signature=signature,
                                     pip_requirements=requirements)
             self.log_folder(saved, artifact_path)
+
     def end(self, status: str) -> None:
         """Store what is pending and mark the run FINISHED, FAILED or KILLED."""
         try:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from gradexp.callbacks.base import Callback
+from gradexp.history import ARTIFACT as HISTORY
 
 SAVE_SECONDS = 60.0  # checkpoint_every=null: about once a minute
 KEEP = 3
@@ -50,6 +51,9 @@ class Checkpoints(Callback):
         # resumes from it with no gap in its history.
         run.tracker.flush()
         run.tracker.wait()
+        # The full-resolution history goes beside the checkpoint, before it: a resumed run's
+        # history.parquet takes the epochs up to its checkpoint from here (even after kill -9).
+        run.save_history(self.folder / HISTORY)
         run.trainer.epoch_variable.assign(run.trainer.epoch)
         self.manager.save(checkpoint_number=run.trainer.epoch)
         self.last_save = time.monotonic()
