@@ -1,8 +1,9 @@
 """Held-out evaluation: the metrics of gradexp.objective, computed in compiled code.
 
 `Evaluator(model, specs, task, splits)` keeps each split's rows on the device and evaluates every
-metric on whole splits in one `tf.function` call, between the trainer's compiled stretches of
-epochs: training itself is never interrupted (no host sync inside a step). The models output
+metric on whole splits in one `tf.function` call (eagerly for a run's first EAGER_CALLS calls,
+which cost less than one trace), between the trainer's compiled stretches of epochs: training
+itself is never interrupted (no host sync inside a step). The models output
 logits for a classification, so accuracy takes the arg max (or the sign, for one output) and
 crossentropy applies the softmax (or the sigmoid) itself.
 """
@@ -19,6 +20,7 @@ from gradexp.data import Split
 from gradexp.objective import metric_name
 
 MetricFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
+EAGER_CALLS = 30  # evaluations run eagerly before the compiled function takes over
 
 
 def _mse(y: tf.Tensor, p: tf.Tensor) -> tf.Tensor:
@@ -86,13 +88,18 @@ class Evaluator:
         self.splits = {name: (tf.constant(split.x), tf.constant(split.y))
                        for name, split in splits.items()}
         self._compiled = tf.function(self._evaluate)
+        self.calls = 0
 
     def __call__(self, split_names: Iterable[str]) -> dict[str, float]:
         """{"<split>/<metric>": value} for the named splits that exist."""
         names = tuple(name for name in split_names if name in self.splits)
         if not names:
             return {}
-        return {key: float(value) for key, value in self._compiled(names).items()}
+        self.calls += 1
+        # Tracing the compiled evaluation costs ~0.2-0.4 s, an eager one a few ms: a run
+        # evaluates about ten times (eval.every=null), so only many evaluations pay for a trace.
+        evaluate = self._compiled if self.calls > EAGER_CALLS else self._evaluate
+        return {key: float(value) for key, value in evaluate(names).items()}
 
     def _evaluate(self, names: tuple[str, ...]) -> dict[str, tf.Tensor]:
         values = {}
