@@ -1,6 +1,6 @@
 """Benchmark: gradexp's fixed cost per run, beyond `import tensorflow, mlflow`.
 
-    python benchmarks/bench_fixed_cost.py [--rounds 3] [--profile]
+    python benchmarks/bench_fixed_cost.py [--rounds 3] [--profile] [--baseline OTHER/src]
 
 In one temp folder (the launch folder, so the default store sqlite:///mlflow.db lives there), as a
 person runs them, interleaved round by round so that the machine's load swings (up to 2x within a
@@ -39,16 +39,16 @@ TARGET_RATIO = 0.21
 TARGET_SMALL = 1.0
 
 
-def environment() -> dict[str, str]:
+def environment(src: Path = SRC) -> dict[str, str]:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), env.get("PYTHONPATH")]))
     return env
 
 
-def timed(command: list[str], folder: Path) -> float:
+def timed(command: list[str], folder: Path, src: Path = SRC) -> float:
     start = time.perf_counter()
-    done = subprocess.run(command, cwd=folder, env=environment(), capture_output=True, text=True,
-                          check=False)
+    done = subprocess.run(command, cwd=folder, env=environment(src), capture_output=True,
+                          text=True, check=False)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -63,12 +63,20 @@ COMMANDS = {
 }
 
 
-def measure(rounds: int, folder: Path) -> tuple[float, dict[str, list[float]]]:
+BASELINE = "python -m gradexp, --baseline src"
+
+
+def measure(rounds: int, folder: Path,
+            baseline: Path | None) -> tuple[float, dict[str, list[float]]]:
     first = timed(COMMANDS["python -m gradexp"], folder)  # creates mlflow.db
     times: dict[str, list[float]] = {name: [] for name in COMMANDS}
+    if baseline:
+        times[BASELINE] = []
     for _ in range(rounds):
         for name, command in COMMANDS.items():
             times[name].append(timed(command, folder))
+        if baseline:
+            times[BASELINE].append(timed(COMMANDS["python -m gradexp"], folder, baseline))
     return first, times
 
 
@@ -125,18 +133,31 @@ def profile_child(out: Path) -> None:
     order: list[tuple[str, int]] = []
 
     def wrap(label: str, function):
-        @functools.wraps(function)
-        def timed_call(*args, **kwargs):
+        def clocked(call):
             if label not in totals:
                 totals[label] = []
                 order.append((label, depth[0]))
             depth[0] += 1
             began = time.perf_counter()
             try:
-                return function(*args, **kwargs)
+                return call()
             finally:
                 depth[0] -= 1
                 totals[label].append(time.perf_counter() - began)
+
+        def stepped(generator):  # Trainer.train yields: time each step, not the generator's birth
+            while True:
+                try:
+                    item = clocked(lambda: next(generator))
+                except StopIteration:
+                    return
+                yield item
+
+        @functools.wraps(function)
+        def timed_call(*args, **kwargs):
+            if inspect.isgeneratorfunction(function):
+                return stepped(function(*args, **kwargs))
+            return clocked(lambda: function(*args, **kwargs))
         return timed_call
 
     import gradexp.experiment  # noqa: F401  (so its names can be wrapped)
@@ -174,6 +195,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--baseline", type=Path, help="another checkout's src/ (e.g. main's): "
+                        "its default run is timed in the same rounds")
     parser.add_argument("--profile-child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.profile_child:
@@ -182,10 +205,10 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    out = Console()
+    out = Console(width=max(Console().width, 110))
     with tempfile.TemporaryDirectory(prefix="gradexp-fixed-") as name:
         folder = Path(name)
-        first, times = measure(args.rounds, folder)
+        first, times = measure(args.rounds, folder, args.baseline)
         parts = profile(folder) if args.profile else None
     median = {name: statistics.median(values) for name, values in times.items()}
     floor = median["import tensorflow, mlflow"]
@@ -193,17 +216,25 @@ def main() -> None:
     ratio = (run - floor) / floor
     table = Table(title=f"whole processes, median of {args.rounds} interleaved rounds "
                         f"(load average {os.getloadavg()[0]:.1f})")
-    for column in ("command", "median s", "all s", "gradexp's own", "target", "met"):
+    for column in ("command", "median s", "all s", "÷ import", "gradexp's own", "target",
+                   "met"):
         table.add_column(column, justify="left" if column == "command" else "right")
     table.add_row("import tensorflow, mlflow", f"{floor:.2f}", _all(times["import tensorflow, "
-                  "mlflow"]), "", "", "")
+                  "mlflow"]), "1", "", "", "")
     table.add_row("python -m gradexp (default run)", f"{run:.2f}",
-                  _all(times["python -m gradexp"]),
+                  _all(times["python -m gradexp"]), f"{run / floor:.2f}",
                   f"{run - floor:.2f} s = {ratio:.2f} x import", f"<= {TARGET_RATIO}",
                   _met(ratio <= TARGET_RATIO))
-    table.add_row("  first run (creates mlflow.db)", f"{first:.2f}", "", "", "", "")
+    table.add_row("  first run (creates mlflow.db)", f"{first:.2f}", "", f"{first / floor:.2f}",
+                  "", "", "")
+    if args.baseline:
+        base = median[BASELINE]
+        table.add_row(f"  the same, {args.baseline}", f"{base:.2f}", _all(times[BASELINE]),
+                      f"{base / floor:.2f}",
+                      f"{base - floor:.2f} s = {(base - floor) / floor:.2f} x import", "", "")
     for name in ("python -m gradexp --help", "python -m gradexp --cfg job"):
-        table.add_row(name, f"{median[name]:.2f}", _all(times[name]), "",
+        table.add_row(name, f"{median[name]:.2f}", _all(times[name]),
+                      f"{median[name] / floor:.2f}", "",
                       f"<= {TARGET_SMALL:.0f} s", _met(median[name] <= TARGET_SMALL))
     out.print(table)
     if parts:
