@@ -329,3 +329,22 @@ def test_a_loader_that_is_not_there_is_one_line_naming_it(tmp_path, target, says
     (tmp_path / "my_data.py").write_text(LOADER)
     with pytest.raises(ConfigError, match=re.escape(says)):
         load_data(compose_config("data=custom", f"data._target_={target}").data, tmp_path)
+
+
+def test_evaluations_past_the_eager_ones_give_the_same_numbers_compiled():
+    """The first EAGER_CALLS evaluations run eagerly (cheaper than a trace), later ones compiled:
+    a metric's curve must not jump where the switch happens."""
+    from gradexp.data import Split
+    from gradexp.evaluation import EAGER_CALLS, Evaluator
+    from gradexp.models import build_model
+
+    cfg = compose_config("model=mlp")
+    model = build_model(cfg.model, 3, 2)
+    rng = np.random.default_rng(0)
+    splits = {name: Split(rng.normal(size=(50, 3)).astype(np.float32),
+                          rng.normal(size=(50, 2)).astype(np.float32)) for name in ("train", "val")}
+    evaluator = Evaluator(model, ["mse", "mae", "r2"], splits)
+    values = [evaluator(("train", "val")) for _ in range(EAGER_CALLS + 2)]
+    assert evaluator._compiled.experimental_get_tracing_count() == 1  # the last two compiled
+    for key in values[0]:
+        np.testing.assert_allclose(values[-1][key], values[0][key], rtol=1e-6)

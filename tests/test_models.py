@@ -4,6 +4,7 @@ own function, checked by the gradient check, and logged to MLflow so it loads an
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -131,5 +132,10 @@ def test_the_logged_model_loads_with_pyfunc_and_predicts_what_was_trained(store,
     np.testing.assert_allclose(predicted, expected, rtol=1e-5)
     signature = loaded.metadata.signature
     assert "Tensor('float32', (-1, 1))" in str(signature.inputs)  # any rows, one feature
+    import tensorflow as tf  # the environment the model needs: this one's versions, pinned
+
+    requirements = (Path(folder) / "requirements.txt").read_text().split()
+    assert f"tensorflow=={tf.__version__}" in requirements
+    assert any(line.startswith("mlflow==") for line in requirements)
     off = run(store, "gradcheck=off", "tracking.log_model=false", "trainer.epochs=2")
     assert "model" not in {a.path for a in client.list_artifacts(off.run_id)}
