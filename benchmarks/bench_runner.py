@@ -1,15 +1,16 @@
 """Benchmark: gradexp against the compiled limit and what a user would pick instead, side by side.
 
-    python benchmarks/bench_runner.py            # full run, about 5 minutes
-    python benchmarks/bench_runner.py --quick    # smoke run, about a minute
+    python benchmarks/bench_runner.py            # full run, about 6 minutes
+    python benchmarks/bench_runner.py --quick    # smoke run, about 1-2 minutes
+    python benchmarks/bench_runner.py --repeats 5 --only digits
 
 Two workloads, each run by every loop on the same model, data rows, optimizer and loss:
 
 - seed: seed 004's y = 3x + 4 + noise, 100 rows, W and b, SGD(0.1), MSE, full batch, 3,000 epochs
   (`python -m gradexp trainer.epochs=3000`);
 - digits: `python -m gradexp experiment=digits_mlp trainer.batch_size=32` (the preset's single-run
-  settings: MLP 64-[64]-10 relu, Adam(0.003), cross-entropy on logits, 1,437 training rows, shuffled
-  mini-batches of 32).
+  settings: MLP 64-[64]-10 relu, Adam(0.003), cross-entropy on logits, 1,438 training rows, shuffled
+  mini-batches of 32; gradexp checks gradients with the preset's gradcheck=probe).
 
 The loops, in one process (TensorFlow and MLflow warm, so their imports are charged to none):
 
@@ -32,8 +33,10 @@ The loops, in one process (TensorFlow and MLflow warm, so their imports are char
   the fixed cost. The same difference of whole `run_experiment` wall times says what an epoch
   costs end to end, including MLflow writes still queued when training ends.
 
-Every time is the median of --repeats runs (3; --quick 1), interleaved so drift in the machine's
-load hits all loops alike. The targets of the issue are checked at the end.
+Every time is the median of --repeats rounds (3; --quick 1), each round running every loop, so
+drift in the machine's load hits all loops alike; the limit's blocks bracket gradexp's two runs.
+Beside wall time, each loop's CPU time (this process, all threads) per epoch: on a shared machine
+it is the steadier of the two. The targets of the issue are checked at the end, on wall time.
 """
 
 from __future__ import annotations
