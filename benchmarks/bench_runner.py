@@ -648,7 +648,7 @@ def targets_table(all_results: list[Results], quick: bool) -> Table:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
-                        help="smoke run: fewer epochs, one repetition (about a minute)")
+                        help="smoke run: fewer epochs, one round (1-2 minutes)")
     parser.add_argument("--repeats", type=int, default=None,
                         help="rounds of every measurement (default 3, --quick 1)")
     parser.add_argument("--only", choices=("seed", "digits"), default=None,
