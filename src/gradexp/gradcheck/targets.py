@@ -86,13 +86,22 @@ class _Target:
         return self._call(i, value).numpy().astype(np.float64).reshape(-1)
 
     def start(self) -> None:
-        """One recorded forward pass; every VJP afterwards is a backward pass on this tape."""
+        """One recorded forward pass; every VJP afterwards is a backward pass on this tape.
+
+        A function already compiled (a tf.function) is not recorded: a persistent tape around
+        it makes TensorFlow build its forward and backward graphs for higher-order gradients
+        (seconds for a Keras model); its VJPs are one compiled call each instead (_vjp_call).
+        """
         import tensorflow as tf
 
-        with tf.GradientTape(persistent=True) as tape:
-            tape.watch([s for s, why in zip(self._sources(), self.skip) if why is None])
+        if self._compiled_vjp() is not None:
             y = self._call()
-        self._tape, self._y = tape, y
+        else:
+            with tf.GradientTape(persistent=True) as tape:
+                tape.watch([s for s, why in zip(self._sources(), self.skip) if why is None])
+                y = self._call()
+            self._tape = tape
+        self._y = y
         self.out0 = y.numpy().astype(np.float64)
         self.out_dtype = y.dtype.name
         self.out_numpy_dtype = y.dtype.as_numpy_dtype
@@ -116,16 +125,25 @@ class _Target:
         checked = [k for k, why in enumerate(self.skip) if why is None]
         sources = [self._sources()[k] for k in checked]
         out = []
+        compiled = self._compiled_vjp()
         for c in cotangents:
-            grads = self._tape.gradient(
-                self._y, sources, output_gradients=tf.constant(c, dtype=self._y.dtype),
-                unconnected_gradients=tf.UnconnectedGradients.ZERO,
-            ) if sources else []
+            cotangent = tf.constant(c, dtype=self._y.dtype)
+            if not sources:
+                grads = []
+            elif compiled is not None:
+                grads = compiled(list(self._sources()), cotangent)
+            else:
+                grads = self._tape.gradient(self._y, sources, output_gradients=cotangent,
+                                            unconnected_gradients=tf.UnconnectedGradients.ZERO)
             self.backward_passes += 1
             flat = dict(zip(checked, (self._flat_grad(k, g) for k, g in zip(checked, grads))))
             flat = [flat[k] if k in flat else np.zeros(x.size) for k, x in enumerate(self.values)]
             out.append(flat)
         return out
+
+    def _compiled_vjp(self) -> Any:
+        """A compiled (sources, cotangent) -> VJPs of the checked inputs, or None."""
+        return None
 
     def _flat_grad(self, i: int, g: Any) -> np.ndarray:
         import tensorflow as tf
@@ -280,6 +298,7 @@ class _FunctionTarget(_Target):
         self.values = [np.asarray(t) for t in tensors]  # read-only views, no copies
         self.dtypes = [t.dtype.name for t in tensors]
         self.skip = [_skip_reason(t.dtype, t.shape.num_elements()) for t in tensors]
+        self._vjp: Any = None
 
     def _sources(self) -> list[Any]:
         return self.tensors
@@ -299,6 +318,24 @@ class _FunctionTarget(_Target):
 
     def _value_tensor(self, i: int) -> Any:
         return self.tensors[i]
+
+    def _compiled_vjp(self) -> Any:
+        import tensorflow as tf
+
+        if not isinstance(self.f, tf.types.experimental.PolymorphicFunction):
+            return None
+        if self._vjp is None:
+            checked = [k for k, why in enumerate(self.skip) if why is None]
+
+            def vjp(args: list[Any], cotangent: Any) -> list[Any]:
+                with tf.GradientTape() as tape:
+                    tape.watch([args[k] for k in checked])
+                    y = self.f(*args)
+                return tape.gradient(y, [args[k] for k in checked], output_gradients=cotangent,
+                                     unconnected_gradients=tf.UnconnectedGradients.ZERO)
+
+            self._vjp = tf.function(vjp, autograph=False)
+        return self._vjp
 
     def jacobians(self, i: int, delta: float) -> tuple[np.ndarray, np.ndarray]:
         """TensorFlow's own full-Jacobian check, on input ``i`` with the others held fixed."""
@@ -392,7 +429,7 @@ def _perturb() -> Any:
     if _PERTURB is None:
         import tensorflow as tf
 
-        _PERTURB = tf.function(_perturbed, reduce_retracing=True)
+        _PERTURB = tf.function(_perturbed, reduce_retracing=True, autograph=False)
     return _PERTURB
 
 
@@ -412,7 +449,7 @@ def _direction(key: tuple, draw: Callable[[], np.ndarray], h: float) -> tuple[An
         if _DRAW is None:
             _LEVELS_TENSOR = tf.constant(_gaussian_levels())
             _DRAW = tf.function(lambda levels, bits: tf.gather(levels, tf.cast(bits, tf.int32)),
-                                reduce_retracing=True)
+                                reduce_retracing=True, autograph=False)
         u = _DRAW(_LEVELS_TENSOR, tf.constant(draw()))
         kept = [u, float(tf.norm(u)), None, None]
     if kept[2] != h:
