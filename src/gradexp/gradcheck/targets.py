@@ -90,7 +90,7 @@ class _Target:
 
         A function already compiled (a tf.function) is not recorded: a persistent tape around
         it makes TensorFlow build its forward and backward graphs for higher-order gradients
-        (seconds for a Keras model); its VJPs are one compiled call each instead (_vjp_call).
+        (seconds for a Keras model); its VJPs are one compiled call each instead (_compiled_vjp).
         """
         import tensorflow as tf
 
@@ -182,7 +182,7 @@ class _Target:
 
         x = tf.reshape(self._value_tensor(i), [-1])
         u, u_norm, hu = _direction(key, draw, h)
-        plus, minus, step_dot = _perturb()(x, u, hu, tf.constant(h, tf.float64), g)
+        plus, minus, step_dot = _perturbed(x, u, hu, tf.constant(h, tf.float64), g)
         fp, fm = self._evaluate_pair(i, plus, minus)
         return self._view(u), u_norm, float(step_dot), fp, fm
 
@@ -198,14 +198,15 @@ class _Target:
         """f with input ``i`` moved to x ± h·u, and g·(the step actually realised).
 
         ``u`` and ``g`` come from as_tensor. Returns (g·(x⁺ - x⁻), f(x⁺), f(x⁻)), outputs flat
-        float64. The input-sized arithmetic runs in one compiled TensorFlow call: done in numpy
-        it cost about as much as the evaluations themselves at a million elements.
+        float64. The input-sized arithmetic runs in TensorFlow on tensors kept from call to
+        call: done in numpy (with copies into TensorFlow) it cost about as much as the
+        evaluations themselves at a million elements.
         """
         import tensorflow as tf
 
         x = tf.reshape(self._value_tensor(i), [-1])
         h_t = tf.constant(h, tf.float64)
-        plus, minus, step_dot = _perturb()(x, u, h_t * u, h_t, g)
+        plus, minus, step_dot = _perturbed(x, u, h_t * u, h_t, g)
         fp, fm = self._evaluate_pair(i, plus, minus)
         return float(step_dot), fp, fm
 
@@ -216,6 +217,15 @@ class _Target:
         """VJP for input ``i`` (float64, flat) with that input replaced by ``value``."""
         import tensorflow as tf
 
+        compiled = self._compiled_vjp()
+        if compiled is not None:  # no tape around a tf.function: that traces its gradient again
+            args = list(self._sources())
+            args[i] = self._replaced_source(i, value)
+            checked = [k for k, why in enumerate(self.skip) if why is None]
+            self.evaluations += 1
+            g = compiled(args, tf.constant(cotangent, self.out_dtype))[checked.index(i)]
+            self.backward_passes += 1
+            return tf.convert_to_tensor(g).numpy().astype(np.float64).reshape(-1)
         source = self._replaced_source(i, value)
         try:
             with tf.GradientTape() as tape:
@@ -405,8 +415,6 @@ def _skip_reason(dtype: Any, size: int | None) -> str | None:
     return None
 
 
-_PERTURB: Any = None
-_DRAW: Any = None
 _LEVELS_TENSOR: Any = None
 
 
@@ -416,21 +424,11 @@ def _perturbed(x: Any, u: Any, hu: Any, h: Any, g: Any) -> tuple[Any, Any, Any]:
     import tensorflow as tf
 
     if x.dtype == tf.float64:
-        return x + hu, x - hu, 2.0 * h * tf.tensordot(g, u, 1)
+        return x + hu, x - hu, 2.0 * h * tf.reduce_sum(g * u)
     x64 = tf.cast(x, tf.float64)
     plus, minus = tf.cast(x64 + hu, x.dtype), tf.cast(x64 - hu, x.dtype)
     realised = tf.cast(plus, tf.float64) - tf.cast(minus, tf.float64)
-    return plus, minus, tf.tensordot(g, realised, 1)
-
-
-def _perturb() -> Any:
-    """_perturbed compiled (traced once per dtype)."""
-    global _PERTURB
-    if _PERTURB is None:
-        import tensorflow as tf
-
-        _PERTURB = tf.function(_perturbed, reduce_retracing=True, autograph=False)
-    return _PERTURB
+    return plus, minus, tf.reduce_sum(g * realised)
 
 
 # Directions drawn so far: key -> [u, ‖u‖, h, h·u], least recently used first, at most
@@ -443,14 +441,12 @@ def _direction(key: tuple, draw: Callable[[], np.ndarray], h: float) -> tuple[An
     """(u, ‖u‖, h·u) for the direction named by key; drawn by draw() on first use."""
     import tensorflow as tf
 
-    global _DRAW, _LEVELS_TENSOR
+    global _LEVELS_TENSOR
     kept = _DIRECTIONS.pop(key, None)
     if kept is None:
-        if _DRAW is None:
+        if _LEVELS_TENSOR is None:
             _LEVELS_TENSOR = tf.constant(_gaussian_levels())
-            _DRAW = tf.function(lambda levels, bits: tf.gather(levels, tf.cast(bits, tf.int32)),
-                                reduce_retracing=True, autograph=False)
-        u = _DRAW(_LEVELS_TENSOR, tf.constant(draw()))
+        u = tf.gather(_LEVELS_TENSOR, tf.cast(tf.constant(draw()), tf.int32))
         kept = [u, float(tf.norm(u)), None, None]
     if kept[2] != h:
         kept[2:] = [h, tf.constant(h, tf.float64) * kept[0]]
