@@ -1,18 +1,25 @@
 """Benchmark gradexp's probe gradient check against tf.test.compute_gradient.
 
-    python benchmarks/bench_gradcheck.py            # 2-3 minutes on 2 CPU cores
-    python benchmarks/bench_gradcheck.py --full     # also compute_gradient at n = 90,000 (~5 min)
+    python benchmarks/bench_gradcheck.py            # about 8 minutes on 2 CPU cores
+    python benchmarks/bench_gradcheck.py --only speed --repeats 7   # one table
+    python benchmarks/bench_gradcheck.py --full     # also compute_gradient at n = 10,000
 
-Three tables, every number measured in this run:
+Four tables, every number measured in this run:
 
-1. Speed: wall time of tf.test.compute_gradient (the full numerical Jacobian, 2n evaluations)
-   and of check_gradients(method="probe") on the same float64 function of n inputs, their
-   ratio, and the probe's cost as a multiple of one forward+backward pass of that function.
+1. Speed, for a nonlinear function (tanh, then a dense layer), an elementwise one and a linear
+   one of n float64 inputs: tf.test.compute_gradient (the full numerical Jacobian, 2n
+   evaluations; median of 3) against check_gradients(method="probe"), and the check as a
+   multiple of one compiled (tf.function) forward+backward pass of the same function, measured
+   back to back (median of --repeats ratios, with their range); also for a seed not used
+   before, whose directions are drawn rather than reused.
 2. Locating a bug: one wrong gradient element planted among n; time and cost until the probe
    check names it (bisection included).
 3. Detection probability: a planted gradient error whose directional error has standard
    deviation t x tolerance, checked with many seeds; the measured miss rate next to the
    predicted erf(1 / (t sqrt 2)) ** probes.
+4. In-training checks: python -m gradexp experiment=digits_mlp (probe checks) with
+   gradcheck.every_n_epochs=10 and with gradcheck=off, each a process of its own (median of
+   --runs): the checks' time against the training loop's.
 """
 
 from __future__ import annotations
@@ -65,7 +72,7 @@ def compiled_forward_backward(fn):
     """One compiled forward and backward pass of fn: the unit a check's cost is measured in."""
     import tensorflow as tf
 
-    @tf.function
+    @tf.function(autograph=False)
     def pass_(x):
         with tf.GradientTape() as tape:
             tape.watch(x)
