@@ -1,18 +1,25 @@
 """Benchmark gradexp's probe gradient check against tf.test.compute_gradient.
 
-    python benchmarks/bench_gradcheck.py            # 2-3 minutes on 2 CPU cores
-    python benchmarks/bench_gradcheck.py --full     # also compute_gradient at n = 90,000 (~5 min)
+    python benchmarks/bench_gradcheck.py            # about 8 minutes on 2 CPU cores
+    python benchmarks/bench_gradcheck.py --only speed --repeats 7   # one table
+    python benchmarks/bench_gradcheck.py --full     # also compute_gradient at n = 10,000
 
-Three tables, every number measured in this run:
+Four tables, every number measured in this run:
 
-1. Speed: wall time of tf.test.compute_gradient (the full numerical Jacobian, 2n evaluations)
-   and of check_gradients(method="probe") on the same float64 function of n inputs, their
-   ratio, and the probe's cost as a multiple of one forward+backward pass of that function.
+1. Speed, for a nonlinear function (tanh, then a dense layer), an elementwise one and a linear
+   one of n float64 inputs: tf.test.compute_gradient (the full numerical Jacobian, 2n
+   evaluations; median of 3) against check_gradients(method="probe"), and the check as a
+   multiple of one compiled (tf.function) forward+backward pass of the same function, measured
+   back to back (median of --repeats ratios, with their range); also for a seed not used
+   before, whose directions are drawn rather than reused.
 2. Locating a bug: one wrong gradient element planted among n; time and cost until the probe
    check names it (bisection included).
 3. Detection probability: a planted gradient error whose directional error has standard
    deviation t x tolerance, checked with many seeds; the measured miss rate next to the
    predicted erf(1 / (t sqrt 2)) ** probes.
+4. In-training checks: python -m gradexp experiment=digits_mlp (probe checks) with
+   gradcheck.every_n_epochs=10 and with gradcheck=off, each a process of its own (median of
+   --runs): the checks' time against the training loop's.
 """
 
 from __future__ import annotations
@@ -34,6 +41,24 @@ def f(x):
     return tf.reduce_sum(tf.tanh(1.3 * x + 0.1) * tf.nn.softplus(x)) + 0.5 * tf.reduce_mean(x * x)
 
 
+def functions(n: int) -> dict:
+    """The measured functions of a float64 vector of n elements (n a multiple of 100)."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(5)
+    w = tf.constant(rng.standard_normal((100, 10)) / 10)
+    b = tf.constant(rng.standard_normal(10))
+    a = tf.constant(rng.standard_normal(n))
+
+    def tanh_dense(x):  # rows of 100 features through tanh, then a dense layer to 10, MSE-like
+        return 0.5 * tf.reduce_mean(tf.square(tf.matmul(tf.tanh(tf.reshape(x, [-1, 100])), w) + b))
+
+    def linear(x):
+        return tf.reduce_sum(a * x)
+
+    return {"tanh -> dense": tanh_dense, "elementwise": f, "linear": linear}
+
+
 def median_time(fn, repeats: int) -> float:
     times = []
     for _ in range(repeats):
@@ -43,8 +68,22 @@ def median_time(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
+def compiled_forward_backward(fn):
+    """One compiled forward and backward pass of fn: the unit a check's cost is measured in."""
+    import tensorflow as tf
+
+    @tf.function(autograph=False)
+    def pass_(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = fn(x)
+        return tape.gradient(y, x)
+
+    return lambda x: pass_(x).numpy()
+
+
 def forward_backward(x) -> None:
-    """One forward and one backward pass of f: the unit the probe's cost is measured in."""
+    """One (eager) forward and backward pass of f, for table 2."""
     import tensorflow as tf
 
     with tf.GradientTape() as tape:
@@ -73,38 +112,58 @@ def planted_element(n: int, index: int):
     return g
 
 
-def speed_rows(sizes: list[int], full: bool) -> list[list[str]]:
+def speed_rows(sizes: list[int], repeats: int, full: bool) -> list[list[str]]:
     import tensorflow as tf
 
     rows = []
     rng = np.random.default_rng(0)
     for n in sizes:
         x = rng.standard_normal(n)
-        xt = tf.constant(x)
-        forward_backward(xt)  # warm up
-        probe_report = check_gradients(f, [x], method="probe")
-        # Interleaved, so a busy machine slows both sides of the ratio alike.
-        fbs, probes = [], []
-        for _ in range(5):
-            fbs.append(median_time(lambda xt=xt: forward_backward(xt), 3))
-            probes.append(median_time(lambda x=x: check_gradients(f, [x], method="probe"), 1))
-        fb, probe = statistics.median(fbs), statistics.median(probes)
-        cost = statistics.median(p / b for p, b in zip(probes, fbs))
-        if n <= 10_000 or (full and n == 90_000):
-            start = time.perf_counter()
-            (theoretical,), (numerical,) = tf.test.compute_gradient(f, [xt])
-            cg = time.perf_counter() - start
-            agree = np.allclose(theoretical, numerical, rtol=1e-4, atol=1e-6)
-            cg_text, ratio = f"{cg:.2f}{'' if agree else ' (disagrees!)'}", f"{cg / probe:,.0f}x"
-        else:
-            cg_text, ratio = "skipped", "-"
-        rows.append([
-            f"{n:,}", cg_text, f"{probe * 1e3:.1f}", ratio, f"{fb * 1e3:.2f}",
-            f"{cost:.1f}",
-            f"{probe_report.function_evaluations} + {probe_report.backward_passes}",
-            "yes" if probe_report.passed else "NO",
-        ])
+        for name, fn in functions(n).items():
+            rows.append(speed_row(name, fn, x, tf.constant(x), repeats, full))
     return rows
+
+
+def speed_row(name: str, fn, x, xt, repeats: int, full: bool) -> list[str]:
+    """The probe check of fn at x against one compiled forward+backward pass, measured back to
+    back `repeats` times (each ratio against the median of 3 passes either side of it), and
+    tf.test.compute_gradient (median of 3) where it takes seconds, not minutes."""
+    import tensorflow as tf
+
+    n = x.size
+    unit = compiled_forward_backward(fn)
+    unit(xt)  # traced
+    report = check_gradients(fn, [x], method="probe")  # warm: traces, directions drawn
+    checks, ratios, cold = [], [], []
+    for r in range(repeats):
+        before = median_time(lambda: unit(xt), 3)
+        seconds = median_time(lambda: check_gradients(fn, [x], method="probe"), 1)
+        # A seed not used before: its directions are drawn, not reused.
+        first = median_time(lambda r=r: check_gradients(fn, [x], seed=1000 + r), 1)
+        after = median_time(lambda: unit(xt), 3)
+        checks.append(seconds)
+        ratios.append(seconds / ((before + after) / 2))
+        cold.append(first / ((before + after) / 2))
+    fb = median_time(lambda: unit(xt), 5)
+    if n <= 5_000 or (full and n <= 10_000):
+        cg_times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            (theoretical,), (numerical,) = tf.test.compute_gradient(fn, [xt])
+            cg_times.append(time.perf_counter() - start)
+        cg = statistics.median(cg_times)
+        agree = np.allclose(theoretical, numerical, rtol=1e-4, atol=1e-6)
+        cg_text = f"{cg:.2f}{'' if agree else ' (disagrees!)'}"
+        speedup = f"{cg / statistics.median(checks):,.0f}x"
+    else:
+        cg_text, speedup = "skipped", "-"
+    return [
+        name, f"{n:,}", cg_text, f"{statistics.median(checks) * 1e3:.1f}", speedup,
+        f"{fb * 1e3:.2f}", f"{statistics.median(ratios):.1f}",
+        f"{min(ratios):.1f}-{max(ratios):.1f}", f"{statistics.median(cold):.1f}",
+        f"{report.function_evaluations} + {report.backward_passes}",
+        "yes" if report.passed else "NO",
+    ]
 
 
 def locate_rows(sizes: list[int]) -> list[list[str]]:
@@ -166,6 +225,76 @@ def detection_rows(seeds: int) -> list[list[str]]:
     return rows
 
 
+DIGITS = ("experiment=digits_mlp", "tracking=none")
+
+
+def digits_child(overrides: list[str]) -> None:
+    """Run `python -m gradexp` in this process with each gradient check and the training loop
+    (the progress callback's begin to end) timed; print them as JSON."""
+    import json
+    import runpy
+    import sys
+
+    import gradexp.callbacks.checks as checks
+    import gradexp.callbacks.progress as progress
+
+    times: dict = {"checks": [], "train": None}
+    check, begin, end = (checks.GradientChecks.check, progress.Progress.on_train_begin,
+                         progress.Progress.on_train_end)
+
+    def timed_check(self, run, epoch):
+        start = time.perf_counter()
+        check(self, run, epoch)
+        times["checks"].append(time.perf_counter() - start)
+
+    def timed_begin(self, run, *rest):
+        times["start"] = time.perf_counter()
+        return begin(self, run, *rest)
+
+    def timed_end(self, run, *rest):
+        times["train"] = time.perf_counter() - times["start"]
+        return end(self, run, *rest)
+
+    checks.GradientChecks.check = timed_check
+    progress.Progress.on_train_begin, progress.Progress.on_train_end = timed_begin, timed_end
+    sys.argv = ["gradexp", *overrides]
+    try:
+        runpy.run_module("gradexp", run_name="__main__")
+    except SystemExit:
+        pass
+    print("DIGITS " + json.dumps({"checks": times["checks"], "train": times["train"]}))
+
+
+def digits_rows(runs: int) -> list[list[str]]:
+    """The digits MLP (experiment=digits_mlp, probe checks) with checks every 10 epochs and
+    without (gradcheck=off), alternating, `runs` times each, each a process of its own."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    results: dict[str, list[dict]] = {"off": [], "every 10": []}
+    with tempfile.TemporaryDirectory() as workdir:
+        for _ in range(runs):
+            for label, extra in (("off", "gradcheck=off"),
+                                 ("every 10", "gradcheck.every_n_epochs=10")):
+                done = subprocess.run(
+                    [sys.executable, os.path.abspath(__file__), "--digits-child", *DIGITS,
+                     extra], cwd=workdir, capture_output=True, text=True, check=True)
+                line = [x for x in done.stdout.splitlines() if x.startswith("DIGITS ")][-1]
+                results[label].append(json.loads(line.removeprefix("DIGITS ")))
+    train_off = statistics.median(r["train"] for r in results["off"])
+    with_checks = results["every 10"]
+    total = statistics.median(sum(r["checks"]) for r in with_checks)
+    first = statistics.median(r["checks"][0] for r in with_checks)
+    later = statistics.median(statistics.mean(r["checks"][1:]) for r in with_checks)
+    train_on = statistics.median(r["train"] - sum(r["checks"]) for r in with_checks)
+    return [[
+        f"{len(with_checks[0]['checks'])}", f"{train_off:.2f}", f"{train_on:.2f}",
+        f"{total:.2f}", f"{first:.2f}", f"{later * 1e3:.0f}", f"{total / train_off:.0%}",
+    ]]
+
+
 def show(title: str, header: list[str], rows: list[list[str]]) -> None:
     try:
         from rich.console import Console
@@ -189,29 +318,49 @@ def show(title: str, header: list[str], rows: list[list[str]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true",
-                        help="also run tf.test.compute_gradient at n = 90,000 (about 5 minutes)")
+                        help="also run tf.test.compute_gradient at n = 10,000 (~1.5 minutes)")
     parser.add_argument("--seeds", type=int, default=200, help="seeds per detection row")
+    parser.add_argument("--repeats", type=int, default=5, help="timed checks per row (>= 3)")
+    parser.add_argument("--runs", type=int, default=3, help="digits MLP runs per setting")
+    parser.add_argument("--only", choices=["speed", "locate", "detection", "digits"])
+    parser.add_argument("--digits-child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow loads
+    if args.digits_child is not None:
+        digits_child(args.digits_child)
+        return
     import tensorflow as tf
 
     print(f"tensorflow {tf.__version__}, numpy {np.__version__}, {os.cpu_count()} CPU cores; "
-          "f(x) = sum(tanh(1.3x + 0.1) * softplus(x)) + 0.5 mean(x^2), float64; "
-          "probe: 4 probes (defaults)")
-    sizes = [1_000, 5_000, 10_000, *([90_000] if args.full else []), 100_000, 1_000_000]
-    show("1. probe vs tf.test.compute_gradient (seconds; probe in ms; times are medians)",
-         ["n", "compute_gradient s", "probe ms", "speed-up", "fwd+bwd ms",
-          "probe / (fwd+bwd)", "probe evals + backward", "probe passed"],
-         speed_rows(sizes, args.full))
-    print("compute_gradient is skipped above n = 10,000: it needs 2n evaluations of f "
-          "(DESIGN.md: n = 90,000 took about 5 minutes); --full measures it at n = 90,000.")
-    show("2. one wrong gradient element planted among n: found by probe + bisection",
-         ["n", "wrong index", "reported index", "found", "seconds", "x fwd+bwd",
-          "evals + backward"],
-         locate_rows([10_000, 1_000_000]))
-    show(f"3. miss rate: error std = t x tolerance (n = 200, {args.seeds} seeds per row)",
-         ["t", "probes", "predicted miss", "measured miss"],
-         detection_rows(args.seeds))
+          "float64; probe: 4 probes (defaults)")
+    print("tanh -> dense: 0.5 mean((tanh(x as rows of 100) W + b)^2), W 100x10; "
+          "elementwise: sum(tanh(1.3x + 0.1) softplus(x)) + 0.5 mean(x^2); linear: sum(a x)")
+    if args.only in (None, "speed"):
+        show("1. probe check vs tf.test.compute_gradient and vs one compiled forward+backward "
+             f"pass (medians of {args.repeats})",
+             ["f", "n", "compute_gradient s", "probe ms", "speed-up", "fwd+bwd ms",
+              "probe / (fwd+bwd)", "range", "new seed / (fwd+bwd)", "evals + backward",
+              "passed"],
+             speed_rows([1_000, 5_000, 100_000, 1_000_000], args.repeats, args.full))
+        print("fwd+bwd: one compiled (tf.function) forward and backward pass of the same f. "
+              "'new seed': a check whose directions are drawn, not reused (the first check of "
+              "a process, or another seed). compute_gradient: median of 3, n <= 5,000 "
+              "(--full: 10,000).")
+    if args.only in (None, "locate"):
+        show("2. one wrong gradient element planted among n: found by probe + bisection",
+             ["n", "wrong index", "reported index", "found", "seconds", "x fwd+bwd",
+              "evals + backward"],
+             locate_rows([10_000, 1_000_000]))
+    if args.only in (None, "detection"):
+        show(f"3. miss rate: error std = t x tolerance (n = 200, {args.seeds} seeds per row)",
+             ["t", "probes", "predicted miss", "measured miss"],
+             detection_rows(args.seeds))
+    if args.only in (None, "digits"):
+        show(f"4. in-training checks: python -m gradexp experiment=digits_mlp "
+             f"gradcheck.every_n_epochs=10 (medians of {args.runs} processes each)",
+             ["checks", "training s (gradcheck=off)", "training s (with checks, less them)",
+              "checks s", "first check s", "later checks ms", "checks / training"],
+             digits_rows(args.runs))
 
 
 if __name__ == "__main__":

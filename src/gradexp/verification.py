@@ -12,6 +12,7 @@ tolerances, and its result says so (`CheckResult.notes`) instead of crashing the
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -83,23 +84,22 @@ class CheckResult:
 def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig,
                              data: Dataset, epoch: int) -> CheckResult:
     """Run the checks `gradcheck` asks for on the current parameters."""
-    dtype, note = evaluation_dtype(cfg.dtype, model, loss_cfg, data)
-    x = tf.constant(data.x, dtype)
-    y = tf.constant(data.y, dtype)
-    loss = build_loss(loss_cfg, dtype=dtype)
-    params = [tf.constant(v.numpy(), dtype) for v in model.params]
-    names = model.names
     method = getattr(cfg.method, "value", cfg.method)
     wrt = getattr(cfg.wrt, "value", cfg.wrt)
+    losses = _losses(cfg.dtype, model, loss_cfg, data)
+    dtype = losses.dtype
+    params = [tf.constant(v.numpy(), dtype) for v in model.params]
+    names = model.names
     options = {"probes": cfg.probes, "dtype": dtype, "max_jacobian_size": cfg.max_jacobian_size}
 
     targets: list[tuple[str, Callable, list[tf.Tensor], list[str]]] = []
     if wrt in ("variables", "both"):
-        targets.append(("variables", lambda *ps: loss(y, model.apply(list(ps), x)), params, names))
+        targets.append(("variables", losses.of_params(params), params, names))
     if wrt in ("inputs", "both"):
-        targets.append(("inputs", lambda xs: loss(y, model.apply(params, xs)), [x], ["inputs"]))
+        of_inputs = losses.of_inputs([losses.x, *params])
+        targets.append(("inputs", lambda xs: of_inputs(xs, *params), [losses.x], ["inputs"]))
 
-    result = CheckResult(epoch, dtype=dtype, notes=[note] if note else [])
+    result = CheckResult(epoch, dtype=dtype, notes=[losses.note] if losses.note else [])
     for target, function, xs, xs_names in targets:
         if method in ("probe", "both"):
             result.reports[f"{target}/probe"] = check_gradients(
@@ -114,6 +114,67 @@ def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig
                     _only(function, xs, small), [xs[i] for i in small], method="jacobian",
                     names=[xs_names[i] for i in small], **options)
     return result
+
+
+@dataclass
+class _Losses:
+    """The checked loss of one run, built once and reused by every check of it: the dtype it
+    is checked in (and why, if not the requested one), the data in that dtype, and the loss as
+    a function of the parameters and of the inputs, compiled when it traces. Checking every
+    10 epochs used to rebuild and re-run all of this eagerly each time, which cost more than
+    the training between checks."""
+
+    dtype: str
+    note: str | None
+    x: tf.Tensor
+    of_params: _Compiled  # (*params) -> loss
+    of_inputs: _Compiled  # (x, *params) -> loss
+    data: Dataset | None = None  # kept, so the id(data) in its key is not reused meanwhile
+
+
+# Per model: {(requested dtype, data, loss config): _Losses}. Weak, so a finished run's model,
+# data and compiled functions go with it.
+_LOSSES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _losses(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset) -> _Losses:
+    key = (requested, id(data), repr(loss_cfg))
+    kept = _LOSSES.setdefault(model, {})
+    if key not in kept:
+        dtype, note = evaluation_dtype(requested, model, loss_cfg, data)
+        x = tf.constant(data.x, dtype)
+        y = tf.constant(data.y, dtype)
+        loss = build_loss(loss_cfg, dtype=dtype)
+
+        def of_params(*params: tf.Tensor) -> tf.Tensor:
+            return loss(y, model.apply(list(params), x))
+
+        def of_inputs(xs: tf.Tensor, *params: tf.Tensor) -> tf.Tensor:
+            return loss(y, model.apply(list(params), xs))
+
+        kept[key] = _Losses(dtype, note, x, _Compiled(of_params), _Compiled(of_inputs), data)
+    return kept[key]
+
+
+class _Compiled:
+    """A function, compiled with tf.function when first asked for if it traces, else as it
+    is (user code that only runs eagerly is still checked). Asked for once per run: retracing
+    a Keras model each check cost more than the check."""
+
+    def __init__(self, function: Callable[..., tf.Tensor]):
+        self.function = function
+        self.resolved: Callable[..., tf.Tensor] | None = None
+
+    def __call__(self, args: list[tf.Tensor]) -> Callable[..., tf.Tensor]:
+        """The function to call, tried once on `args`."""
+        if self.resolved is None:
+            compiled = tf.function(self.function, autograph=False)  # autograph: ~1.5 s
+            try:
+                compiled(*args)
+                self.resolved = compiled
+            except Exception:  # noqa: BLE001 - whatever fails to trace is checked eagerly
+                self.resolved = self.function
+        return self.resolved
 
 
 def evaluation_dtype(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset

@@ -19,7 +19,9 @@ Two methods (``method=``):
     difference vᵀ(f(x + hu) - f(x - hu)) / 2h, one input at a time. A wrong gradient g' = g + e
     makes the two differ by e·u, a Gaussian with standard deviation ‖e‖, so it escapes one probe
     only if that Gaussian lands inside the tolerance; see :func:`miss_probability`. The cost does
-    not grow with n: per probe one backward pass plus four evaluations per input. When a probe
+    not grow with n: per probe two evaluations per input (four where a probe fails at first
+    sight, to measure the finite-difference error) and one backward pass, which a scalar
+    output's probes share (docs/gradcheck.md). When a probe
     fails, the failing input is narrowed down by bisection (probes restricted to halves of it),
     then exact central differences on the last few elements and the exact Jacobian column of the
     worst one name the wrong (output, input) element.
@@ -37,10 +39,11 @@ Finite differences are noise-limited in low precision (float32: about 1e-3 relat
 ``dtype="float64"`` evaluates the function in float64 when it allows it (``dtype="float32"``
 asks for float32, e.g. to check code as it trains). Either way the step is cbrt(machine
 epsilon) · max(1, rms(x)) and the tolerances come from the dtype evaluated in; the probe method
-also measures the finite-difference error (steps h and 2h) and widens its tolerance by it, so a
-noisy function is reported as noisy instead of wrong. Kinks (relu or |x| at 0) inside the step
-make finite differences wrong, not the gradient: a failing probe whose analytical gradient jumps
-within the step is repeated with smaller steps and the report says so.
+also measures the finite-difference error (steps h and 2h, where a probe fails at step h alone)
+and widens its tolerance by it, so a noisy function is reported as noisy instead of wrong. Kinks
+(relu or |x| at 0) inside the step make finite differences wrong, not the gradient: a failing
+probe whose analytical gradient jumps within the step is repeated with smaller steps and the
+report says so.
 
 The package, one module per part, imports flowing one way (each only from those above it):
 

@@ -8,7 +8,9 @@ random output cotangents. Imports nothing else of the checker.
 
 from __future__ import annotations
 
+import functools
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,3 +118,23 @@ def _cotangent(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any) -> 
     else:
         raw = rng.standard_normal(shape)
     return raw.astype(dtype).astype(np.float64)
+
+
+# Probe directions are drawn by inverse CDF from 16 random bits: the Gaussian quantised to 2^16
+# equally likely levels (|u| <= 4.3). Its CDF is within 2^-16 of the Gaussian's, so
+# miss_probability holds as before, and it is ~3x cheaper to draw than numpy's ziggurat
+# (a million directions cost about a third of a forward+backward pass instead of one).
+_LEVELS = 1 << 16
+
+
+@functools.lru_cache(maxsize=1)
+def _gaussian_levels() -> np.ndarray:
+    """The 2^16 levels a direction's elements take, equally likely: N(0, 1)'s quantiles."""
+    quantile = statistics.NormalDist().inv_cdf
+    levels = np.array([quantile((k + 0.5) / _LEVELS) for k in range(_LEVELS)])
+    return levels / np.sqrt(np.mean(levels**2))  # unit variance exactly, as N(0, 1)
+
+
+def _direction_bits(rng: np.random.Generator, size: int) -> np.ndarray:
+    """16 random bits per element of a probe direction: _gaussian_levels()[bits] is ~N(0, I)."""
+    return np.frombuffer(rng.bytes(2 * size), dtype=np.uint16)

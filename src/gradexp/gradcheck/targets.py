@@ -9,12 +9,13 @@ numpy; they never import TensorFlow.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from gradexp.gradcheck.options import _EPS
+from gradexp.gradcheck.options import _EPS, _gaussian_levels
 
 
 def _variable_handle(v: Any) -> Any:
@@ -56,6 +57,9 @@ class _Target:
         self.out_dtype = "float64"
         self.out_numpy_dtype: Any = np.float64
         self.grad_shape_errors: dict[int, str] = {}
+        # numpy views of tensors (id -> (view, tensor)): as_tensor gives the tensor back instead
+        # of copying a million-element array into TensorFlow again.
+        self._views: dict[int, tuple[np.ndarray, Any]] = {}
 
     # -- subclass hooks
     def _forward(self, i: int | None = None, value: np.ndarray | None = None) -> Any:
@@ -82,13 +86,22 @@ class _Target:
         return self._call(i, value).numpy().astype(np.float64).reshape(-1)
 
     def start(self) -> None:
-        """One recorded forward pass; every VJP afterwards is a backward pass on this tape."""
+        """One recorded forward pass; every VJP afterwards is a backward pass on this tape.
+
+        A function already compiled (a tf.function) is not recorded: a persistent tape around
+        it makes TensorFlow build its forward and backward graphs for higher-order gradients
+        (seconds for a Keras model); its VJPs are one compiled call each instead (_compiled_vjp).
+        """
         import tensorflow as tf
 
-        with tf.GradientTape(persistent=True) as tape:
-            tape.watch([s for s, why in zip(self._sources(), self.skip) if why is None])
+        if self._compiled_vjp() is not None:
             y = self._call()
-        self._tape, self._y = tape, y
+        else:
+            with tf.GradientTape(persistent=True) as tape:
+                tape.watch([s for s, why in zip(self._sources(), self.skip) if why is None])
+                y = self._call()
+            self._tape = tape
+        self._y = y
         self.out0 = y.numpy().astype(np.float64)
         self.out_dtype = y.dtype.name
         self.out_numpy_dtype = y.dtype.as_numpy_dtype
@@ -97,6 +110,13 @@ class _Target:
 
     def close(self) -> None:
         self._tape = self._y = None
+        self._views.clear()
+
+    def _view(self, tensor: Any) -> np.ndarray:
+        """A read-only numpy view of a float64 tensor (no copy), remembered for as_tensor."""
+        view = np.asarray(tensor)
+        self._views[id(view)] = (view, tensor)
+        return view
 
     def vjps(self, cotangents: list[np.ndarray]) -> list[list[np.ndarray]]:
         """VJPs (float64, flat, one per input) for each cotangent, from the recorded forward."""
@@ -105,17 +125,25 @@ class _Target:
         checked = [k for k, why in enumerate(self.skip) if why is None]
         sources = [self._sources()[k] for k in checked]
         out = []
+        compiled = self._compiled_vjp()
         for c in cotangents:
-            grads = self._tape.gradient(
-                self._y, sources, output_gradients=tf.constant(c, dtype=self._y.dtype),
-                unconnected_gradients=tf.UnconnectedGradients.ZERO,
-            ) if sources else []
+            cotangent = tf.constant(c, dtype=self._y.dtype)
+            if not sources:
+                grads = []
+            elif compiled is not None:
+                grads = compiled(list(self._sources()), cotangent)
+            else:
+                grads = self._tape.gradient(self._y, sources, output_gradients=cotangent,
+                                            unconnected_gradients=tf.UnconnectedGradients.ZERO)
             self.backward_passes += 1
-            flat = [np.zeros(x.size) for x in self.values]
-            for k, g in zip(checked, grads):
-                flat[k] = self._flat_grad(k, g)
+            flat = dict(zip(checked, (self._flat_grad(k, g) for k, g in zip(checked, grads))))
+            flat = [flat[k] if k in flat else np.zeros(x.size) for k, x in enumerate(self.values)]
             out.append(flat)
         return out
+
+    def _compiled_vjp(self) -> Any:
+        """A compiled (sources, cotangent) -> VJPs of the checked inputs, or None."""
+        return None
 
     def _flat_grad(self, i: int, g: Any) -> np.ndarray:
         import tensorflow as tf
@@ -130,12 +158,74 @@ class _Target:
                 f"{list(shape)} (a transposed or mis-shaped gradient)"
             )
             return np.full(self.values[i].size, np.nan)
-        return g.numpy().astype(np.float64).reshape(-1)
+        return self._view(tf.reshape(tf.cast(g, tf.float64), [-1]))
+
+    def as_tensor(self, values: np.ndarray) -> Any:
+        """A float64 tensor of ``values`` (flat), converted once for repeated directional()."""
+        import tensorflow as tf
+
+        known = self._views.get(id(values))
+        if known is not None and known[0] is values:
+            return known[1]
+        return tf.constant(values, tf.float64)
+
+    def first_directional(self, i: int, key: tuple, draw: Callable[[], np.ndarray], h: float,
+                          g: Any) -> tuple[np.ndarray, float, float, np.ndarray, np.ndarray]:
+        """directional() along the direction u = _gaussian_levels()[draw()] named by ``key``.
+
+        Returns (u as a numpy view, remembered for as_tensor; ‖u‖; g·(x⁺ - x⁻); f(x⁺); f(x⁻)).
+        A direction is a function of its key (seed, input, probe, size), so it is drawn once
+        and kept (see _DIRECTIONS), with h·u for the last step h: checks repeated with the same
+        seed, as in training, skip two of the five passes over the input a probe costs.
+        """
+        import tensorflow as tf
+
+        x = tf.reshape(self._value_tensor(i), [-1])
+        u, u_norm, hu = _direction(key, draw, h)
+        plus, minus, step_dot = _perturbed(x, u, hu, tf.constant(h, tf.float64), g)
+        fp, fm = self._evaluate_pair(i, plus, minus)
+        return self._view(u), u_norm, float(step_dot), fp, fm
+
+    def _evaluate_pair(self, i: int, plus: Any, minus: Any) -> tuple[np.ndarray, np.ndarray]:
+        import tensorflow as tf
+
+        shape = self.values[i].shape
+        return (self.evaluate(i, tf.reshape(plus, shape)),
+                self.evaluate(i, tf.reshape(minus, shape)))
+
+    def directional(self, i: int, u: Any, h: float, g: Any
+                    ) -> tuple[float, np.ndarray, np.ndarray]:
+        """f with input ``i`` moved to x ± h·u, and g·(the step actually realised).
+
+        ``u`` and ``g`` come from as_tensor. Returns (g·(x⁺ - x⁻), f(x⁺), f(x⁻)), outputs flat
+        float64. The input-sized arithmetic runs in TensorFlow on tensors kept from call to
+        call: done in numpy (with copies into TensorFlow) it cost about as much as the
+        evaluations themselves at a million elements.
+        """
+        import tensorflow as tf
+
+        x = tf.reshape(self._value_tensor(i), [-1])
+        h_t = tf.constant(h, tf.float64)
+        plus, minus, step_dot = _perturbed(x, u, h_t * u, h_t, g)
+        fp, fm = self._evaluate_pair(i, plus, minus)
+        return float(step_dot), fp, fm
+
+    def _value_tensor(self, i: int) -> Any:
+        raise NotImplementedError
 
     def vjp_at(self, i: int, value: np.ndarray, cotangent: np.ndarray) -> np.ndarray:
         """VJP for input ``i`` (float64, flat) with that input replaced by ``value``."""
         import tensorflow as tf
 
+        compiled = self._compiled_vjp()
+        if compiled is not None:  # no tape around a tf.function: that traces its gradient again
+            args = list(self._sources())
+            args[i] = self._replaced_source(i, value)
+            checked = [k for k, why in enumerate(self.skip) if why is None]
+            self.evaluations += 1
+            g = compiled(args, tf.constant(cotangent, self.out_dtype))[checked.index(i)]
+            self.backward_passes += 1
+            return tf.convert_to_tensor(g).numpy().astype(np.float64).reshape(-1)
         source = self._replaced_source(i, value)
         try:
             with tf.GradientTape() as tape:
@@ -215,9 +305,10 @@ class _FunctionTarget(_Target):
         self.f = f
         self.tensors = tensors
         self.names = names
-        self.values = [t.numpy() for t in tensors]
+        self.values = [np.asarray(t) for t in tensors]  # read-only views, no copies
         self.dtypes = [t.dtype.name for t in tensors]
         self.skip = [_skip_reason(t.dtype, t.shape.num_elements()) for t in tensors]
+        self._vjp: Any = None
 
     def _sources(self) -> list[Any]:
         return self.tensors
@@ -234,6 +325,27 @@ class _FunctionTarget(_Target):
         import tensorflow as tf
 
         return tf.constant(value, dtype=self.tensors[i].dtype)
+
+    def _value_tensor(self, i: int) -> Any:
+        return self.tensors[i]
+
+    def _compiled_vjp(self) -> Any:
+        import tensorflow as tf
+
+        if not isinstance(self.f, tf.types.experimental.PolymorphicFunction):
+            return None
+        if self._vjp is None:
+            checked = [k for k, why in enumerate(self.skip) if why is None]
+
+            def vjp(args: list[Any], cotangent: Any) -> list[Any]:
+                with tf.GradientTape() as tape:
+                    tape.watch([args[k] for k in checked])
+                    y = self.f(*args)
+                return tape.gradient(y, [args[k] for k in checked], output_gradients=cotangent,
+                                     unconnected_gradients=tf.UnconnectedGradients.ZERO)
+
+            self._vjp = tf.function(vjp, autograph=False)
+        return self._vjp
 
     def jacobians(self, i: int, delta: float) -> tuple[np.ndarray, np.ndarray]:
         """TensorFlow's own full-Jacobian check, on input ``i`` with the others held fixed."""
@@ -259,6 +371,7 @@ class _VariableTarget(_Target):
         self.values = [h.numpy() for h in handles]
         self.dtypes = [h.dtype.name for h in handles]
         self.skip = [_skip_reason(h.dtype, h.shape.num_elements()) for h in handles]
+        self._constants: dict[int, Any] = {}
 
     def _sources(self) -> list[Any]:
         return self.handles
@@ -279,6 +392,13 @@ class _VariableTarget(_Target):
     def _restore(self, i: int) -> None:
         self.handles[i].assign(self.values[i])
 
+    def _value_tensor(self, i: int) -> Any:
+        import tensorflow as tf
+
+        if i not in self._constants:
+            self._constants[i] = tf.constant(self.values[i])
+        return self._constants[i]
+
     def restore(self) -> None:
         """Put every variable back to the value it had before the check."""
         for h, v in zip(self.handles, self.values):
@@ -293,3 +413,44 @@ def _skip_reason(dtype: Any, size: int | None) -> str | None:
     if size == 0:
         return "not checked: empty"
     return None
+
+
+_LEVELS_TENSOR: Any = None
+
+
+def _perturbed(x: Any, u: Any, hu: Any, h: Any, g: Any) -> tuple[Any, Any, Any]:
+    """x ± hu rounded to x's dtype, and g·(x⁺ - x⁻). For float64 x that is 2h·g·u, which
+    differs from it by rounding (~1e-11 relative) and saves two passes over the input."""
+    import tensorflow as tf
+
+    if x.dtype == tf.float64:
+        return x + hu, x - hu, 2.0 * h * tf.reduce_sum(g * u)
+    x64 = tf.cast(x, tf.float64)
+    plus, minus = tf.cast(x64 + hu, x.dtype), tf.cast(x64 - hu, x.dtype)
+    realised = tf.cast(plus, tf.float64) - tf.cast(minus, tf.float64)
+    return plus, minus, tf.reduce_sum(g * realised)
+
+
+# Directions drawn so far: key -> [u, ‖u‖, h, h·u], least recently used first, at most
+# _DIRECTIONS_BYTES in all (4 probes of a million float64 elements take 64 MB).
+_DIRECTIONS: collections.OrderedDict = collections.OrderedDict()
+_DIRECTIONS_BYTES = 160 * 2**20
+
+
+def _direction(key: tuple, draw: Callable[[], np.ndarray], h: float) -> tuple[Any, float, Any]:
+    """(u, ‖u‖, h·u) for the direction named by key; drawn by draw() on first use."""
+    import tensorflow as tf
+
+    global _LEVELS_TENSOR
+    kept = _DIRECTIONS.pop(key, None)
+    if kept is None:
+        if _LEVELS_TENSOR is None:
+            _LEVELS_TENSOR = tf.constant(_gaussian_levels())
+        u = tf.gather(_LEVELS_TENSOR, tf.cast(tf.constant(draw()), tf.int32))
+        kept = [u, float(tf.norm(u)), None, None]
+    if kept[2] != h:
+        kept[2:] = [h, tf.constant(h, tf.float64) * kept[0]]
+    _DIRECTIONS[key] = kept
+    while sum(16 * int(k[0].shape[0]) for k in _DIRECTIONS.values()) > _DIRECTIONS_BYTES:
+        _DIRECTIONS.popitem(last=False)
+    return kept[0], kept[1], kept[3]
