@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 
 from gradexp.data import Dataset
 from gradexp.gradcheck import GradCheckReport, check_gradients
+from gradexp.gradcheck.joint import JointFunction, check_jointly, direction_scales
 from gradexp.losses import build_loss
 from gradexp.models import Model
 
@@ -34,6 +35,8 @@ class CheckResult:
     reports: dict[str, GradCheckReport] = field(default_factory=dict)
     dtype: str = "float64"  # what the loss and model were evaluated in
     notes: list[str] = field(default_factory=list)  # e.g. why not in the requested dtype
+    rows: int = 0  # training rows the loss was checked on (gradcheck.max_rows)
+    rows_total: int = 0  # of this many
 
     @property
     def passed(self) -> bool:
@@ -53,6 +56,7 @@ class CheckResult:
             "gradcheck/max_abs_error": self.max_abs_error,
             "gradcheck/max_rel_error": self.max_rel_error,
             "gradcheck/passed": float(self.passed),
+            "gradcheck/rows": float(self.rows),
         }
         for report in self.reports.values():
             for entry in report.entries:
@@ -68,6 +72,7 @@ class CheckResult:
     def to_dict(self) -> dict:
         return {"epoch": self.epoch, "passed": self.passed, "max_abs_error": self.max_abs_error,
                 "max_rel_error": self.max_rel_error, "dtype": self.dtype, "notes": self.notes,
+                "rows": self.rows, "rows_total": self.rows_total,
                 "reports": {key: report.to_dict() for key, report in self.reports.items()}}
 
     def failures(self) -> list[str]:
@@ -86,7 +91,7 @@ def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig
     """Run the checks `gradcheck` asks for on the current parameters."""
     method = getattr(cfg.method, "value", cfg.method)
     wrt = getattr(cfg.wrt, "value", cfg.wrt)
-    losses = _losses(cfg.dtype, model, loss_cfg, data)
+    losses = _losses(cfg.dtype, model, loss_cfg, data, cfg.get("max_rows"))
     dtype = losses.dtype
     params = [tf.constant(v.numpy(), dtype) for v in model.params]
     names = model.names
@@ -99,9 +104,20 @@ def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig
         of_inputs = losses.of_inputs([losses.x, *params])
         targets.append(("inputs", lambda xs: of_inputs(xs, *params), [losses.x], ["inputs"]))
 
-    result = CheckResult(epoch, dtype=dtype, notes=[losses.note] if losses.note else [])
+    result = CheckResult(epoch, dtype=dtype, notes=[losses.note] if losses.note else [],
+                         rows=int(losses.x.shape[0]), rows_total=len(data.x))
     for target, function, xs, xs_names in targets:
-        if method in ("probe", "both"):
+        if method in ("probe", "both") and target == "variables":
+            # One probe set over all the variables instead of one per variable (a quarter of
+            # the evaluations for an MLP of two layers); gradcheck/joint.py says why a wrong
+            # bias still shows.
+            if losses.joint is None or losses.joint.f is not function:
+                losses.joint = JointFunction(function, [tuple(p.shape) for p in params],
+                                             direction_scales([int(tf.size(p)) for p in params]))
+            result.reports[f"{target}/probe"] = check_jointly(
+                function, xs, names=xs_names, probes=cfg.probes, dtype=dtype,
+                joint=losses.joint)
+        elif method in ("probe", "both"):
             result.reports[f"{target}/probe"] = check_gradients(
                 function, xs, method="probe", names=xs_names, **options)
         if method == "jacobian":
@@ -130,6 +146,7 @@ class _Losses:
     of_params: _Compiled  # (*params) -> loss
     of_inputs: _Compiled  # (x, *params) -> loss
     data: Dataset | None = None  # kept, so the id(data) in its key is not reused meanwhile
+    joint: JointFunction | None = None  # of_params of one flat vector (gradcheck/joint.py)
 
 
 # Per model: {(requested dtype, data, loss config): _Losses}. Weak, so a finished run's model,
@@ -137,13 +154,15 @@ class _Losses:
 _LOSSES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _losses(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset) -> _Losses:
-    key = (requested, id(data), repr(loss_cfg))
+def _losses(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset,
+            max_rows: int | None = None) -> _Losses:
+    key = (requested, id(data), repr(loss_cfg), max_rows)
     kept = _LOSSES.setdefault(model, {})
     if key not in kept:
         dtype, note = evaluation_dtype(requested, model, loss_cfg, data)
-        x = tf.constant(data.x, dtype)
-        y = tf.constant(data.y, dtype)
+        rows = checked_rows(len(data.x), max_rows)
+        x = tf.constant(data.x[rows], dtype)
+        y = tf.constant(data.y[rows], dtype)
         loss = build_loss(loss_cfg, dtype=dtype)
 
         def of_params(*params: tf.Tensor) -> tf.Tensor:
@@ -154,6 +173,18 @@ def _losses(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset) -
 
         kept[key] = _Losses(dtype, note, x, _Compiled(of_params), _Compiled(of_inputs), data)
     return kept[key]
+
+
+def checked_rows(n: int, max_rows: int | None) -> np.ndarray:
+    """The training rows a run's checks use: all, or max_rows of them drawn with a fixed seed
+    (the same for every check of a run, in their original order).
+
+    Sound because the loss on any rows has a gradient that must be right: the rows only have to
+    take the code through its branches (every class, both sides of a relu), which a few hundred
+    rows of a shuffled data set do."""
+    if max_rows is None or max_rows >= n:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(0).choice(n, size=max_rows, replace=False))
 
 
 class _Compiled:
