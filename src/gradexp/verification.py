@@ -99,7 +99,9 @@ def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig
 
     targets: list[tuple[str, Callable, list[tf.Tensor], list[str]]] = []
     if wrt in ("variables", "both"):
-        targets.append(("variables", losses.of_params(params), params, names))
+        # Resolved (compiled) below only if a check asks for it: probe checks of the
+        # variables use losses.joint, compiled on its own.
+        targets.append(("variables", losses.of_params, params, names))
     if wrt in ("inputs", "both"):
         of_inputs = losses.of_inputs([losses.x, *params])
         targets.append(("inputs", lambda xs: of_inputs(xs, *params), [losses.x], ["inputs"]))
@@ -107,15 +109,19 @@ def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig
     result = CheckResult(epoch, dtype=dtype, notes=[losses.note] if losses.note else [],
                          rows=int(losses.x.shape[0]), rows_total=len(data.x))
     for target, function, xs, xs_names in targets:
-        if method in ("probe", "both") and target == "variables":
+        joint = target == "variables" and len(xs) > 1
+        if isinstance(function, _Compiled) and (method != "probe" or not joint):
+            function = function(xs)
+        if method in ("probe", "both") and joint:
             # One probe set over all the variables instead of one per variable (a quarter of
             # the evaluations for an MLP of two layers); gradcheck/joint.py says why a wrong
             # bias still shows.
-            if losses.joint is None or losses.joint.f is not function:
-                losses.joint = JointFunction(function, [tuple(p.shape) for p in params],
+            if losses.joint is None:  # compiled on its own: of_params is then never traced
+                raw = losses.of_params.function
+                losses.joint = JointFunction(raw, [tuple(p.shape) for p in params],
                                              direction_scales([int(tf.size(p)) for p in params]))
             result.reports[f"{target}/probe"] = check_jointly(
-                function, xs, names=xs_names, probes=cfg.probes, dtype=dtype,
+                losses.joint.f, xs, names=xs_names, probes=cfg.probes, dtype=dtype,
                 joint=losses.joint)
         elif method in ("probe", "both"):
             result.reports[f"{target}/probe"] = check_gradients(
@@ -212,27 +218,35 @@ def evaluation_dtype(requested: str, model: Model, loss_cfg: DictConfig, data: D
                      ) -> tuple[str, str | None]:
     """The dtype to check in, and a note if it is not the requested one.
 
-    The requested dtype if the model and then the loss run there, forward and backward (a
-    float32 constant in a custom backward only fails in the backward); otherwise the dtype the
-    model's variables train in, with a note naming the part that failed and how.
+    The requested dtype if the model and the loss run there, forward and backward (a float32
+    constant in a custom backward only fails in the backward); otherwise the dtype the model's
+    variables train in, with a note naming the part that failed (the model alone is tried only
+    then) and how. Tried eagerly on a few rows: whether code runs in a dtype does not depend on
+    how many rows it is given, and all of them cost ~0.1 s once per run in float64.
     """
     own = tf.as_dtype(model.params[0].dtype).name if model.params else "float32"
     if requested == own:
         return requested, None
-    x = tf.constant(data.x, requested)
-    y = tf.constant(data.y, requested)
+    x = tf.constant(data.x[:_DTYPE_ROWS], requested)
+    y = tf.constant(data.y[:_DTYPE_ROWS], requested)
     params = [tf.constant(v.numpy(), requested) for v in model.params]
     try:
-        part = "the model"
-        _forward_backward(lambda: model.apply(params, x), params, requested)
-        part = f"the loss (loss._target_={loss_cfg['_target_']})"
         loss = build_loss(loss_cfg, dtype=requested)
         _forward_backward(lambda: loss(y, model.apply(params, x)), params, requested)
-    except Exception as error:  # noqa: BLE001 - whatever it raises means: not in this dtype
+    except Exception as loss_error:  # noqa: BLE001 - whatever it raises means: not in dtype
+        part, why = f"the loss (loss._target_={loss_cfg['_target_']})", _first_line(loss_error)
+        try:
+            _forward_backward(lambda: model.apply(params, x), params, requested)
+        except Exception as model_error:  # noqa: BLE001 - the model's own failure, then
+            part, why = "the model", _first_line(model_error)
         return own, (f"gradcheck.dtype={requested} requested, but {part} cannot run in "
-                     f"{requested} ({_first_line(error)}); checked in {own}, the dtype it trains "
+                     f"{requested} ({why}); checked in {own}, the dtype it trains "
                      f"in, with {own} steps and tolerances")
     return requested, None
+
+
+# Rows evaluation_dtype tries the model and loss on.
+_DTYPE_ROWS = 16
 
 
 def _forward_backward(function: Callable[[], tf.Tensor], params: list[tf.Tensor], dtype: str
