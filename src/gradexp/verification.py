@@ -3,6 +3,8 @@
 Checks the training loss's gradient with respect to the model's variables (and/or the inputs, as
 seed 000 does), evaluated on a float64 copy of the parameters and data (`gradcheck.dtype`), so the
 finite differences are not drowned in float32 rounding. The variables themselves are not touched.
+Probes of the variables are one joint probe set over all of them (gradcheck/joint.py), on all
+training rows or a fixed subset of them (`gradcheck.max_rows`, see checked_rows).
 
 User code is usually written for float32 (`tf.constant(0.5)` inside a `tf.custom_gradient`
 cannot meet a float64 tensor). When the loss or the model cannot run forward and backward in the
