@@ -450,3 +450,82 @@ def test_keras_model_variables(method):
     assert len(set(names)) == 4 and names[0].endswith("kernel")
     for v, old in zip(model.trainable_variables, before):
         np.testing.assert_array_equal(v.numpy(), old)
+
+
+# ---------------------------------------------------------------------------------------------
+# One probe set over all variables (check_jointly, as in-training checks use it)
+
+
+def _bias_bug_mlp(relative_error: float):
+    """A 64-64-10 softmax MLP's loss of (w1, b1, w2, b2) whose b2 gradient is off by a factor
+    1 + relative_error; b2 has 10 of its 4,810 elements and a seventh of its gradient norm."""
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.standard_normal((200, 64)))
+    y = tf.one_hot(rng.integers(0, 10, 200), 10, dtype=tf.float64)
+
+    @tf.custom_gradient
+    def wrong_bias(b):
+        return tf.identity(b), lambda up: up * (1 + relative_error)
+
+    @tf.function(autograph=False)
+    def loss(w1, b1, w2, b2):
+        logits = tf.tanh(x @ w1 + b1) @ w2 + wrong_bias(b2)
+        return tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(y, logits))
+
+    params = [tf.constant(rng.standard_normal((64, 64)) / 8),
+              tf.constant(rng.standard_normal(64) / 10),
+              tf.constant(rng.standard_normal((64, 10)) / 8),
+              tf.constant(rng.standard_normal(10) / 10)]
+    return loss, params
+
+
+def test_joint_probes_pass_a_right_mlp_with_a_quarter_of_the_evaluations():
+    from gradexp.gradcheck.joint import check_jointly
+
+    loss, params = _bias_bug_mlp(0.0)
+    names = ["w1", "b1", "w2", "b2"]
+    joint = check_jointly(loss, params, names=names, probes=8)
+    separate = check_gradients(loss, params, names=names, probes=8)
+    assert joint.passed and separate.passed, str(joint)
+    assert [e.name for e in joint.entries] == names
+    assert joint.function_evaluations * 3 <= separate.function_evaluations
+
+
+def test_joint_probes_catch_and_name_a_small_error_in_a_small_bias(monkeypatch):
+    """Dilution: the bias is 0.2% of the elements. Its 3e-5 relative error is caught by probing
+    it alone (rtol 1e-5) and must be caught jointly too, the bias named."""
+    from gradexp.gradcheck import joint as joint_module
+
+    loss, params = _bias_bug_mlp(3e-5)
+    names = ["w1", "b1", "w2", "b2"]
+    assert [e.name for e in check_gradients(loss, params, names=names, probes=8)
+            .failed_entries] == ["b2"]
+    report = joint_module.check_jointly(loss, params, names=names, probes=8)
+    assert [e.name for e in report.failed_entries] == ["b2"], str(report)
+    (entry,) = report.failed_entries
+    assert entry.worst_input_index is not None and entry.worst_input_index[0] < 10
+    assert "b2[" in entry.describe_worst()
+
+    # Without the per-variable scales and the tolerance shrunk by the bias's share, one plain
+    # Gaussian direction over all 4,810 elements misses it: what the two are for.
+    monkeypatch.setattr(joint_module, "direction_scales", lambda sizes: [1.0] * len(sizes))
+    monkeypatch.setattr(joint_module, "_MAX_DILUTION", 1.0)
+    assert joint_module.check_jointly(loss, params, names=names, probes=8).passed
+
+
+def test_joint_probes_name_a_wrong_kernel_and_pass_the_rest():
+    from gradexp.gradcheck.joint import check_jointly
+
+    def loss(w, b):
+        @tf.custom_gradient
+        def wrong(w):
+            return tf.identity(w), lambda up: up * 1.1
+
+        return tf.reduce_sum(tf.tanh(tf.constant(np.ones((3, 4))) @ wrong(w) + b) ** 2)
+
+    rng = np.random.default_rng(1)
+    report = check_jointly(loss, [tf.constant(away_from_zero(rng, (4, 5))),
+                                  tf.constant(away_from_zero(rng, (5,)))],
+                           names=["w", "b"])
+    assert [e.name for e in report.failed_entries] == ["w"], str(report)
+    assert report.entries[1].passed and len(report.entries[0].worst_input_index) == 2

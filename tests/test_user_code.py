@@ -208,7 +208,9 @@ def test_gradcheck_in_float32_passes_the_built_in_model_and_says_so(store, clien
     assert first["dtype"] == "float32" and first["notes"] == []
     probe = first["reports"]["variables/probe"]
     assert probe["dtype_used"] == probe["dtype_requested"] == "float32"
-    assert probe["rtol"] == 3e-3  # float32's tolerance, not float64's 1e-5
+    # float32's tolerance 3e-3, not float64's 1e-5; the joint probe over all variables shrinks
+    # it by the smallest variable's share of the directional derivative, by at most 100x.
+    assert 3e-5 <= probe["rtol"] <= 3e-3
 
 
 def test_a_wrong_custom_layer_gradient_is_caught_in_float32_too(store, client, launch):

@@ -136,3 +136,32 @@ def test_heat_maps_keep_the_variables_shape_and_mark_the_worst_element():
     figure = jacobian_heatmaps("dense/bias", bias.analytical, bias.numerical, shape=bias.shape)
     assert figure.get_suptitle() == "gradient of the loss w.r.t. dense/bias (shape 2)"
     assert not any(axis.patches for axis in figure.axes)
+
+
+def test_max_rows_checks_a_fixed_subset_and_says_how_many(store, client):
+    from gradexp.verification import checked_rows
+
+    rows = checked_rows(1000, 100)
+    assert len(set(rows)) == 100 and list(rows) == sorted(rows)
+    assert list(rows) == list(checked_rows(1000, 100))  # the same subset at every check
+    assert list(checked_rows(50, 100)) == list(range(50))  # fewer rows than asked: all
+
+    result = run(store, "model=mlp", "model.hidden=[6]", "data=blobs",
+                 "loss=categorical_crossentropy", "trainer.epochs=4", "gradcheck=probe",
+                 "gradcheck.every_n_epochs=2", "gradcheck.max_rows=40")
+    assert result.gradcheck_passed is True
+    history = client.get_metric_history(result.run_id, "gradcheck/rows")
+    assert sorted((m.step, m.value) for m in history) == [(0, 40.0), (2, 40.0), (4, 40.0)]
+    report = read_json(client, result.run_id, "gradcheck/report_epoch_00004.json")
+    assert report["rows"] == 40 and report["rows_total"] > 40
+
+
+def test_a_wrong_variable_is_named_by_the_joint_probe_of_a_run(store, client):
+    """model=buggy_linear's wrong W among two variables, through the joint probe of
+    gradcheck=probe: W named with its element, b passes."""
+    result = run(store, "model=buggy_linear", "gradcheck=probe", "trainer.epochs=2")
+    metrics = client.get_run(result.run_id).data.metrics
+    assert metrics["gradcheck/W/passed"] == 0.0 and metrics["gradcheck/b/passed"] == 1.0
+    report = read_json(client, result.run_id, "gradcheck/report_epoch_00000.json")
+    (w_entry,) = [e for e in report["reports"]["variables/probe"]["entries"] if e["name"] == "W"]
+    assert w_entry["worst_input_index"] == [0, 0]

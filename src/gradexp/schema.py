@@ -302,6 +302,7 @@ class GradcheckConfig:
     on_fail: OnFail = OnFail.warn
     dtype: str = "float64"
     max_jacobian_size: int = 2000
+    max_rows: int | None = None  # training rows checked (a fixed seeded subset); null = all
     plots: bool = True
 
 

@@ -3,6 +3,8 @@
 Checks the training loss's gradient with respect to the model's variables (and/or the inputs, as
 seed 000 does), evaluated on a float64 copy of the parameters and data (`gradcheck.dtype`), so the
 finite differences are not drowned in float32 rounding. The variables themselves are not touched.
+Probes of the variables are one joint probe set over all of them (gradcheck/joint.py), on all
+training rows or a fixed subset of them (`gradcheck.max_rows`, see checked_rows).
 
 User code is usually written for float32 (`tf.constant(0.5)` inside a `tf.custom_gradient`
 cannot meet a float64 tensor). When the loss or the model cannot run forward and backward in the
@@ -22,6 +24,7 @@ from omegaconf import DictConfig
 
 from gradexp.data import Dataset
 from gradexp.gradcheck import GradCheckReport, check_gradients
+from gradexp.gradcheck.joint import JointFunction, check_jointly, direction_scales
 from gradexp.losses import build_loss
 from gradexp.models import Model
 
@@ -34,6 +37,8 @@ class CheckResult:
     reports: dict[str, GradCheckReport] = field(default_factory=dict)
     dtype: str = "float64"  # what the loss and model were evaluated in
     notes: list[str] = field(default_factory=list)  # e.g. why not in the requested dtype
+    rows: int = 0  # training rows the loss was checked on (gradcheck.max_rows)
+    rows_total: int = 0  # of this many
 
     @property
     def passed(self) -> bool:
@@ -53,6 +58,7 @@ class CheckResult:
             "gradcheck/max_abs_error": self.max_abs_error,
             "gradcheck/max_rel_error": self.max_rel_error,
             "gradcheck/passed": float(self.passed),
+            "gradcheck/rows": float(self.rows),
         }
         for report in self.reports.values():
             for entry in report.entries:
@@ -68,6 +74,7 @@ class CheckResult:
     def to_dict(self) -> dict:
         return {"epoch": self.epoch, "passed": self.passed, "max_abs_error": self.max_abs_error,
                 "max_rel_error": self.max_rel_error, "dtype": self.dtype, "notes": self.notes,
+                "rows": self.rows, "rows_total": self.rows_total,
                 "reports": {key: report.to_dict() for key, report in self.reports.items()}}
 
     def failures(self) -> list[str]:
@@ -86,7 +93,7 @@ def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig
     """Run the checks `gradcheck` asks for on the current parameters."""
     method = getattr(cfg.method, "value", cfg.method)
     wrt = getattr(cfg.wrt, "value", cfg.wrt)
-    losses = _losses(cfg.dtype, model, loss_cfg, data)
+    losses = _losses(cfg.dtype, model, loss_cfg, data, cfg.get("max_rows"))
     dtype = losses.dtype
     params = [tf.constant(v.numpy(), dtype) for v in model.params]
     names = model.names
@@ -94,14 +101,31 @@ def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig
 
     targets: list[tuple[str, Callable, list[tf.Tensor], list[str]]] = []
     if wrt in ("variables", "both"):
-        targets.append(("variables", losses.of_params(params), params, names))
+        # Resolved (compiled) below only if a check asks for it: probe checks of the
+        # variables use losses.joint, compiled on its own.
+        targets.append(("variables", losses.of_params, params, names))
     if wrt in ("inputs", "both"):
         of_inputs = losses.of_inputs([losses.x, *params])
         targets.append(("inputs", lambda xs: of_inputs(xs, *params), [losses.x], ["inputs"]))
 
-    result = CheckResult(epoch, dtype=dtype, notes=[losses.note] if losses.note else [])
+    result = CheckResult(epoch, dtype=dtype, notes=[losses.note] if losses.note else [],
+                         rows=int(losses.x.shape[0]), rows_total=len(data.x))
     for target, function, xs, xs_names in targets:
-        if method in ("probe", "both"):
+        joint = target == "variables" and len(xs) > 1
+        if isinstance(function, _Compiled) and (method != "probe" or not joint):
+            function = function(xs)
+        if method in ("probe", "both") and joint:
+            # One probe set over all the variables instead of one per variable (a quarter of
+            # the evaluations for an MLP of two layers); gradcheck/joint.py says why a wrong
+            # bias still shows.
+            if losses.joint is None:  # compiled on its own: of_params is then never traced
+                raw = losses.of_params.function
+                losses.joint = JointFunction(raw, [tuple(p.shape) for p in params],
+                                             direction_scales([int(tf.size(p)) for p in params]))
+            result.reports[f"{target}/probe"] = check_jointly(
+                losses.joint.f, xs, names=xs_names, probes=cfg.probes, dtype=dtype,
+                joint=losses.joint)
+        elif method in ("probe", "both"):
             result.reports[f"{target}/probe"] = check_gradients(
                 function, xs, method="probe", names=xs_names, **options)
         if method == "jacobian":
@@ -130,6 +154,7 @@ class _Losses:
     of_params: _Compiled  # (*params) -> loss
     of_inputs: _Compiled  # (x, *params) -> loss
     data: Dataset | None = None  # kept, so the id(data) in its key is not reused meanwhile
+    joint: JointFunction | None = None  # of_params of one flat vector (gradcheck/joint.py)
 
 
 # Per model: {(requested dtype, data, loss config): _Losses}. Weak, so a finished run's model,
@@ -137,13 +162,15 @@ class _Losses:
 _LOSSES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _losses(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset) -> _Losses:
-    key = (requested, id(data), repr(loss_cfg))
+def _losses(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset,
+            max_rows: int | None = None) -> _Losses:
+    key = (requested, id(data), repr(loss_cfg), max_rows)
     kept = _LOSSES.setdefault(model, {})
     if key not in kept:
         dtype, note = evaluation_dtype(requested, model, loss_cfg, data)
-        x = tf.constant(data.x, dtype)
-        y = tf.constant(data.y, dtype)
+        rows = checked_rows(len(data.x), max_rows)
+        x = tf.constant(data.x[rows], dtype)
+        y = tf.constant(data.y[rows], dtype)
         loss = build_loss(loss_cfg, dtype=dtype)
 
         def of_params(*params: tf.Tensor) -> tf.Tensor:
@@ -154,6 +181,18 @@ def _losses(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset) -
 
         kept[key] = _Losses(dtype, note, x, _Compiled(of_params), _Compiled(of_inputs), data)
     return kept[key]
+
+
+def checked_rows(n: int, max_rows: int | None) -> np.ndarray:
+    """The training rows a run's checks use: all, or max_rows of them drawn with a fixed seed
+    (the same for every check of a run, in their original order).
+
+    Sound because the loss on any rows has a gradient that must be right: the rows only have to
+    take the code through its branches (every class, both sides of a relu), which a few hundred
+    rows of a shuffled data set do."""
+    if max_rows is None or max_rows >= n:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(0).choice(n, size=max_rows, replace=False))
 
 
 class _Compiled:
@@ -181,27 +220,35 @@ def evaluation_dtype(requested: str, model: Model, loss_cfg: DictConfig, data: D
                      ) -> tuple[str, str | None]:
     """The dtype to check in, and a note if it is not the requested one.
 
-    The requested dtype if the model and then the loss run there, forward and backward (a
-    float32 constant in a custom backward only fails in the backward); otherwise the dtype the
-    model's variables train in, with a note naming the part that failed and how.
+    The requested dtype if the model and the loss run there, forward and backward (a float32
+    constant in a custom backward only fails in the backward); otherwise the dtype the model's
+    variables train in, with a note naming the part that failed (the model alone is tried only
+    then) and how. Tried eagerly on a few rows: whether code runs in a dtype does not depend on
+    how many rows it is given, and all of them cost ~0.1 s once per run in float64.
     """
     own = tf.as_dtype(model.params[0].dtype).name if model.params else "float32"
     if requested == own:
         return requested, None
-    x = tf.constant(data.x, requested)
-    y = tf.constant(data.y, requested)
+    x = tf.constant(data.x[:_DTYPE_ROWS], requested)
+    y = tf.constant(data.y[:_DTYPE_ROWS], requested)
     params = [tf.constant(v.numpy(), requested) for v in model.params]
     try:
-        part = "the model"
-        _forward_backward(lambda: model.apply(params, x), params, requested)
-        part = f"the loss (loss._target_={loss_cfg['_target_']})"
         loss = build_loss(loss_cfg, dtype=requested)
         _forward_backward(lambda: loss(y, model.apply(params, x)), params, requested)
-    except Exception as error:  # noqa: BLE001 - whatever it raises means: not in this dtype
+    except Exception as loss_error:  # noqa: BLE001 - whatever it raises means: not in dtype
+        part, why = f"the loss (loss._target_={loss_cfg['_target_']})", _first_line(loss_error)
+        try:
+            _forward_backward(lambda: model.apply(params, x), params, requested)
+        except Exception as model_error:  # noqa: BLE001 - the model's own failure, then
+            part, why = "the model", _first_line(model_error)
         return own, (f"gradcheck.dtype={requested} requested, but {part} cannot run in "
-                     f"{requested} ({_first_line(error)}); checked in {own}, the dtype it trains "
+                     f"{requested} ({why}); checked in {own}, the dtype it trains "
                      f"in, with {own} steps and tolerances")
     return requested, None
+
+
+# Rows evaluation_dtype tries the model and loss on.
+_DTYPE_ROWS = 16
 
 
 def _forward_backward(function: Callable[[], tf.Tensor], params: list[tf.Tensor], dtype: str

@@ -55,6 +55,7 @@ The package, one module per part, imports flowing one way (each only from those 
     locate.py    bisection to the wrong element of a failing probe
     probe.py     the probe method, miss_probability
     api.py       check_gradients, check_variables
+    joint.py     check_jointly: one probe set over several inputs (a run's checks use it)
 
 TensorFlow is imported inside the functions that need it, so importing this package is cheap.
 """

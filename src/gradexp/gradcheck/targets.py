@@ -330,21 +330,8 @@ class _FunctionTarget(_Target):
         return self.tensors[i]
 
     def _compiled_vjp(self) -> Any:
-        import tensorflow as tf
-
-        if not isinstance(self.f, tf.types.experimental.PolymorphicFunction):
-            return None
         if self._vjp is None:
-            checked = [k for k, why in enumerate(self.skip) if why is None]
-
-            def vjp(args: list[Any], cotangent: Any) -> list[Any]:
-                with tf.GradientTape() as tape:
-                    tape.watch([args[k] for k in checked])
-                    y = self.f(*args)
-                return tape.gradient(y, [args[k] for k in checked], output_gradients=cotangent,
-                                     unconnected_gradients=tf.UnconnectedGradients.ZERO)
-
-            self._vjp = tf.function(vjp, autograph=False)
+            self._vjp = compiled_vjp(self.f, [k for k, why in enumerate(self.skip) if why is None])
         return self._vjp
 
     def jacobians(self, i: int, delta: float) -> tuple[np.ndarray, np.ndarray]:
@@ -416,6 +403,27 @@ def _skip_reason(dtype: Any, size: int | None) -> str | None:
 
 
 _LEVELS_TENSOR: Any = None
+
+
+def compiled_vjp(f: Any, checked: list[int]) -> Any:
+    """(args, cotangent) -> VJPs of args[k] for k in checked, compiled, if f is a tf.function
+    (else None). Kept on f, so checks repeated on the same f (as in training) trace it once."""
+    import tensorflow as tf
+
+    if not isinstance(f, tf.types.experimental.PolymorphicFunction):
+        return None
+    kept = f.__dict__.setdefault("_gradexp_vjps", {})
+    if tuple(checked) not in kept:
+
+        def vjp(args: list[Any], cotangent: Any) -> list[Any]:
+            with tf.GradientTape() as tape:
+                tape.watch([args[k] for k in checked])
+                y = f(*args)
+            return tape.gradient(y, [args[k] for k in checked], output_gradients=cotangent,
+                                 unconnected_gradients=tf.UnconnectedGradients.ZERO)
+
+        kept[tuple(checked)] = tf.function(vjp, autograph=False)
+    return kept[tuple(checked)]
 
 
 def _perturbed(x: Any, u: Any, hu: Any, h: Any, g: Any) -> tuple[Any, Any, Any]:

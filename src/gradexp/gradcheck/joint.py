@@ -1,0 +1,210 @@
+"""One probe set over several inputs at once (check_jointly), for checks repeated in training.
+
+A directional derivative of f along a direction over all inputs concatenated is the sum over
+the inputs, so one probe set checks every input: K probes cost 2K evaluations, not 2K per input.
+A wrong gradient anywhere makes that sum disagree with the central differences; bisection over
+the concatenated vector (locate.py, unchanged) then points at one element, hence one input. That
+input is reported wrong and the others are checked again, jointly, without it.
+
+Dilution, and what keeps a wrong bias visible among large kernels:
+
+* the direction gives every input the same share of its length: input k's elements are N(0, 1)
+  scaled by c_k = sqrt(n / (m n_k)) (n elements over m inputs), so a 10-element bias is not a
+  rounding error next to a 4,096-element kernel. The check runs on θ' = concat(x_k / c_k), a
+  reparametrisation whose exact gradient is c_k g_k: plain Gaussian directions over θ' are the
+  scaled directions over x.
+* the relative tolerance shrinks by the smallest share of the directional derivative
+  s_k = c_k ‖g_k‖ / sqrt(Σ c_j² ‖g_j‖²) (from one backward pass): an input whose relative error
+  is r moves the sum by about r·s_k of its size, so rtol·s_k keeps r > rtol visible, as when the
+  input was probed alone. It never goes below 1% of rtol (nor 10 eps^(2/3), what central
+  differences resolve); the measured finite-difference error still widens it (probe.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from gradexp.gradcheck.api import check_gradients
+from gradexp.gradcheck.options import _EPS, _TOLERANCES, _coarsest
+from gradexp.gradcheck.report import GradCheckEntry, GradCheckReport
+from gradexp.gradcheck.targets import compiled_vjp
+
+# The relative tolerance is divided by at most this (a variable with no gradient at all, e.g. a
+# dead layer, would otherwise ask finite differences for more than they can resolve).
+_MAX_DILUTION = 100.0
+
+
+@dataclasses.dataclass
+class JointFunction:
+    """f(*xs) as a function of one flat vector θ' = concat(x_k / c_k); compiled if f is.
+
+    Built once per run (verification.py keeps it): the shapes and scales depend only on the
+    variables' sizes, and tracing again at every check would cost more than the check.
+    """
+
+    f: Callable[..., Any]
+    shapes: list[tuple[int, ...]]
+    scales: list[float]
+    function: Callable[[Any], Any] | None = None
+
+    def __call__(self, flat: Any) -> Any:
+        if self.function is None:
+            self.function = self._build(flat)
+        return self.function(flat)
+
+    def _build(self, flat: Any) -> Callable[[Any], Any]:
+        """joint compiled (no autograph: ~1.5 s for a Keras model) if it traces, else eager."""
+        import tensorflow as tf
+
+        sizes = [int(np.prod(s, dtype=np.int64)) for s in self.shapes]
+
+        def joint(flat: Any) -> Any:
+            parts = tf.split(flat, sizes)
+            return self.f(*[tf.reshape(p * c, s)
+                            for p, c, s in zip(parts, self.scales, self.shapes)])
+
+        compiled = tf.function(joint, autograph=False)
+        try:
+            compiled.get_concrete_function(flat)
+        except Exception:  # noqa: BLE001 - user code that only runs eagerly is checked eagerly
+            return joint
+        return compiled
+
+
+def direction_scales(sizes: Sequence[int]) -> list[float]:
+    """c_k = sqrt(n / (m n_k)): every input gets an equal share of the direction's length."""
+    n, m = sum(sizes), len(sizes)
+    return [math.sqrt(n / (m * s)) for s in sizes]
+
+
+def check_jointly(f: Callable[..., Any], xs: Sequence[Any], *, names: Sequence[str],
+                  probes: int = 4, seed: int = 0, dtype: Any = None,
+                  joint: JointFunction | None = None) -> GradCheckReport:
+    """check_gradients(f, xs, method="probe") with one probe set over all of ``xs``.
+
+    ``xs`` are floating tensors (already in the dtype to check in); ``joint`` is a kept
+    JointFunction of f for these shapes (built here if not given): with it, f itself is only
+    called where a variable fails (to check the others without it). Entries are per input, as
+    check_gradients gives them: a wrong input is named with its worst element, the others get
+    the joint verdict of the probes that did not involve the wrong ones.
+    """
+    import tensorflow as tf
+
+    xs = [tf.convert_to_tensor(x) for x in xs]
+    shapes = [tuple(int(d) for d in x.shape) for x in xs]
+    sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
+    if len(xs) < 2 or 0 in sizes:  # nothing to join
+        return check_gradients(f, xs, method="probe", probes=probes, seed=seed, dtype=dtype,
+                               names=names)
+    scales = direction_scales(sizes)
+    if joint is None:
+        joint = JointFunction(f, shapes, scales)
+    flat = tf.concat([tf.reshape(x, [-1]) / c for x, c in zip(xs, scales)], 0)
+
+    # One backward pass for the shares: the gradient in θ' is c_k g_k, input by input. The
+    # compiled VJP is the one the probes use (traced once per run), not a tape around joint.
+    y = joint(flat)
+    vjp = compiled_vjp(joint.function, [0])
+    if vjp is not None:
+        (grad,) = vjp([flat], tf.ones_like(y))
+    else:
+        with tf.GradientTape() as tape:
+            tape.watch(flat)
+            y = joint(flat)
+        grad = tape.gradient(y, flat, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    precision = _coarsest([xs[0].dtype.name, tf.convert_to_tensor(y).dtype.name])
+    weights = np.array([float(tf.norm(tf.cast(g, tf.float64))) for g in tf.split(grad, sizes)])
+    total = float(np.sqrt(np.sum(weights**2)))
+    share = float(np.min(weights)) / total if total > 0 and np.all(np.isfinite(weights)) else 0.0
+    rtol0 = _TOLERANCES[precision][1]
+    rtol = max(rtol0 * share, rtol0 / _MAX_DILUTION, 10 * _EPS[precision] ** (2 / 3))
+    rtol = min(rtol, rtol0)
+
+    report = check_gradients(joint, [flat], method="probe", probes=probes, seed=seed,
+                             dtype=dtype, rtol=rtol, names=["joint"])
+    report.backward_passes += 1
+    (entry,) = report.entries
+    if entry.passed:
+        return _split(report, entry, names, shapes, scales, [x.dtype.name for x in xs])
+    if entry.worst_input_index is None:  # not one element (mis-shaped, non-linear, NaN...)
+        return _per_input(f, xs, names, probes, seed, dtype, report)
+
+    # The wrong input, by the element bisection found; the others again without it.
+    j = int(np.ravel_multi_index(entry.worst_input_index, (sum(sizes),)))
+    offsets = np.cumsum([0, *sizes])
+    k = int(np.searchsorted(offsets, j, side="right") - 1)
+    wrong = _entry_for(entry, names[k], shapes[k], xs[k].dtype.name, scales[k])
+    wrong.worst_input_index = tuple(int(i) for i in np.unravel_index(j - offsets[k], shapes[k]))
+    if wrong.worst_analytical is not None:  # dθ'/dθ = 1/c_k: back to this input's units
+        wrong.worst_analytical /= scales[k]
+    if wrong.worst_numerical is not None:
+        wrong.worst_numerical /= scales[k]
+    rest = [i for i in range(len(xs)) if i != k]
+
+    def f_rest(*values: Any) -> Any:
+        full = list(xs)
+        for position, value in zip(rest, values):
+            full[position] = value
+        return f(*full)
+
+    if isinstance(f, tf.types.experimental.PolymorphicFunction):
+        f_rest = tf.function(f_rest, autograph=False)
+    others = check_jointly(f_rest, [xs[i] for i in rest], names=[names[i] for i in rest],
+                           probes=probes, seed=seed, dtype=dtype)
+    entries = list(others.entries)
+    entries.insert(k, wrong)
+    return _report(report, entries, others)
+
+
+def _split(report: GradCheckReport, entry: GradCheckEntry, names: Sequence[str],
+           shapes: list[tuple[int, ...]], scales: list[float], dtypes: list[str]
+           ) -> GradCheckReport:
+    entries = [_entry_for(entry, n, s, d, c) for n, s, d, c in zip(names, shapes, dtypes, scales)]
+    return _report(report, entries)
+
+
+def _entry_for(entry: GradCheckEntry, name: str, shape: tuple[int, ...], dtype: str,
+               scale: float) -> GradCheckEntry:
+    """The joint entry as this input's: its name and shape, its step in its own units."""
+    notes = [f"checked jointly with the other variables: one probe set over all of them "
+             f"(its elements scaled by {scale:.3g} in the direction)", *entry.notes]
+    return dataclasses.replace(entry, name=name, shape=shape, dtype=dtype,
+                               delta=entry.delta * scale, notes=notes)
+
+
+def _report(joint: GradCheckReport, entries: list[GradCheckEntry],
+            *more: GradCheckReport) -> GradCheckReport:
+    checked = [e for e in entries if e.checked]
+    return dataclasses.replace(
+        joint, passed=all(e.passed for e in entries), entries=entries,
+        max_abs_error=max((e.max_abs_error for e in checked), default=0.0),
+        max_rel_error=max((e.max_rel_error for e in checked), default=0.0),
+        delta=max((e.delta for e in checked), default=0.0),
+        function_evaluations=joint.function_evaluations
+        + sum(r.function_evaluations for r in more),
+        backward_passes=joint.backward_passes + sum(r.backward_passes for r in more),
+        seconds=joint.seconds + sum(r.seconds for r in more),
+        notes=joint.notes + [n for r in more for n in r.notes if n not in joint.notes])
+
+
+def _per_input(f: Callable[..., Any], xs: list[Any], names: Sequence[str], probes: int,
+               seed: int, dtype: Any, joint: GradCheckReport) -> GradCheckReport:
+    """A joint failure bisection cannot pin on one element: each input probed on its own."""
+    report = check_gradients(f, xs, method="probe", probes=probes, seed=seed, dtype=dtype,
+                             names=names)
+    if report.passed:  # the joint probes saw what the separate ones did not: keep it failed
+        for e in report.entries:
+            e.passed = False
+            e.notes.append("the joint probe over all variables failed (see the report's notes);"
+                           " probed one by one, none was singled out")
+        report.passed = False
+        report.notes.extend(joint.entries[0].notes)
+    return dataclasses.replace(
+        report, function_evaluations=report.function_evaluations + joint.function_evaluations,
+        backward_passes=report.backward_passes + joint.backward_passes,
+        seconds=report.seconds + joint.seconds)
