@@ -165,3 +165,19 @@ def test_a_wrong_variable_is_named_by_the_joint_probe_of_a_run(store, client):
     report = read_json(client, result.run_id, "gradcheck/report_epoch_00000.json")
     (w_entry,) = [e for e in report["reports"]["variables/probe"]["entries"] if e["name"] == "W"]
     assert w_entry["worst_input_index"] == [0, 0]
+
+
+@pytest.mark.parametrize("method", ["probe", "jacobian"])
+def test_eager_first_checks_and_compiled_later_ones_agree(store, client, method):
+    """A run's first two checks run eagerly, later ones compiled: checks every epoch of
+    model=buggy_linear find the same wrong W element, with the same error, either way."""
+    result = run(store, "model=buggy_linear", f"gradcheck={method}",
+                 "gradcheck.every_n_epochs=1", "trainer.epochs=3", "optimizer.learning_rate=1e-9")
+    reports = [read_json(client, result.run_id, f"gradcheck/report_epoch_{e:05d}.json")
+               for e in range(4)]  # epochs 0, 1 eager; 2, 3 compiled
+    entries = [[e for e in r["reports"][f"variables/{method}"]["entries"] if e["name"] == "W"][0]
+               for r in reports]
+    assert [e["passed"] for e in entries] == [False] * 4
+    assert len({tuple(e["worst_input_index"]) for e in entries}) == 1
+    errors = [e["max_abs_error"] for e in entries]
+    assert errors[2] == pytest.approx(errors[0], rel=1e-3)  # lr 1e-9: the same weights, nearly

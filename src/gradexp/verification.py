@@ -28,6 +28,8 @@ from gradexp.gradcheck.joint import JointFunction, check_jointly, direction_scal
 from gradexp.losses import build_loss
 from gradexp.models import Model
 
+EAGER_CHECKS = 2  # a run's first checks run eagerly (check_training_gradients says why)
+
 
 @dataclass
 class CheckResult:
@@ -105,26 +107,36 @@ def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig
         # variables use losses.joint, compiled on its own.
         targets.append(("variables", losses.of_params, params, names))
     if wrt in ("inputs", "both"):
-        of_inputs = losses.of_inputs([losses.x, *params])
+        of_inputs = (losses.of_inputs.function if losses.checks < EAGER_CHECKS
+                     else losses.of_inputs([losses.x, *params]))
         targets.append(("inputs", lambda xs: of_inputs(xs, *params), [losses.x], ["inputs"]))
 
     result = CheckResult(epoch, dtype=dtype, notes=[losses.note] if losses.note else [],
                          rows=int(losses.x.shape[0]), rows_total=len(data.x))
+    # A run's first EAGER_CHECKS checks run eagerly: tracing the float64 loss and its gradient
+    # costs ~0.3 s, more than a few eager checks (a default run checks twice); later ones
+    # (gradcheck.every_n_epochs) are compiled, traced once per run.
+    eager = losses.checks < EAGER_CHECKS
+    losses.checks += 1
     for target, function, xs, xs_names in targets:
         joint = target == "variables" and len(xs) > 1
         if isinstance(function, _Compiled) and (method != "probe" or not joint):
-            function = function(xs)
+            function = function.function if eager else function(xs)
         if method in ("probe", "both") and joint:
             # One probe set over all the variables instead of one per variable (a quarter of
             # the evaluations for an MLP of two layers); gradcheck/joint.py says why a wrong
             # bias still shows.
-            if losses.joint is None:  # compiled on its own: of_params is then never traced
-                raw = losses.of_params.function
-                losses.joint = JointFunction(raw, [tuple(p.shape) for p in params],
-                                             direction_scales([int(tf.size(p)) for p in params]))
+            shapes = [tuple(p.shape) for p in params]
+            scales = direction_scales([int(tf.size(p)) for p in params])
+            raw = losses.of_params.function
+            if eager:
+                joint_function = JointFunction(raw, shapes, scales, compile=False)
+            else:  # compiled on its own: of_params is then never traced
+                losses.joint = losses.joint or JointFunction(raw, shapes, scales)
+                joint_function = losses.joint
             result.reports[f"{target}/probe"] = check_jointly(
-                losses.joint.f, xs, names=xs_names, probes=cfg.probes, dtype=dtype,
-                joint=losses.joint)
+                joint_function.f, xs, names=xs_names, probes=cfg.probes, dtype=dtype,
+                joint=joint_function)
         elif method in ("probe", "both"):
             result.reports[f"{target}/probe"] = check_gradients(
                 function, xs, method="probe", names=xs_names, **options)
@@ -155,6 +167,7 @@ class _Losses:
     of_inputs: _Compiled  # (x, *params) -> loss
     data: Dataset | None = None  # kept, so the id(data) in its key is not reused meanwhile
     joint: JointFunction | None = None  # of_params of one flat vector (gradcheck/joint.py)
+    checks: int = 0  # checks made with it so far
 
 
 # Per model: {(requested dtype, data, loss config): _Losses}. Weak, so a finished run's model,

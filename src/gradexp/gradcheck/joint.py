@@ -51,6 +51,7 @@ class JointFunction:
     shapes: list[tuple[int, ...]]
     scales: list[float]
     function: Callable[[Any], Any] | None = None
+    compile: bool = True  # False: eager (a run's first checks: cheaper than a trace)
 
     def __call__(self, flat: Any) -> Any:
         if self.function is None:
@@ -68,6 +69,8 @@ class JointFunction:
             return self.f(*[tf.reshape(p * c, s)
                             for p, c, s in zip(parts, self.scales, self.shapes)])
 
+        if not self.compile:
+            return joint
         compiled = tf.function(joint, autograph=False)
         try:
             compiled.get_concrete_function(flat)
