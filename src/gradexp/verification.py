@@ -28,7 +28,7 @@ from gradexp.gradcheck.joint import JointFunction, check_jointly, direction_scal
 from gradexp.losses import build_loss
 from gradexp.models import Model
 
-EAGER_CHECKS = 2  # a run's first checks run eagerly (check_training_gradients says why)
+EAGER_CHECKS = 2  # a run with at most this many checks runs them eagerly (see GradientChecks)
 
 
 @dataclass
@@ -91,8 +91,12 @@ class CheckResult:
 
 
 def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig,
-                             data: Dataset, epoch: int) -> CheckResult:
-    """Run the checks `gradcheck` asks for on the current parameters."""
+                             data: Dataset, epoch: int, eager: bool = False) -> CheckResult:
+    """Run the checks `gradcheck` asks for on the current parameters.
+
+    eager: run the float64 loss and its gradient as they are. Tracing them costs ~0.3 s, more
+    than a couple of eager checks (a default run checks twice); a run that checks every few
+    epochs compiles them instead, traced once per run."""
     method = getattr(cfg.method, "value", cfg.method)
     wrt = getattr(cfg.wrt, "value", cfg.wrt)
     losses = _losses(cfg.dtype, model, loss_cfg, data, cfg.get("max_rows"))
@@ -107,17 +111,12 @@ def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig
         # variables use losses.joint, compiled on its own.
         targets.append(("variables", losses.of_params, params, names))
     if wrt in ("inputs", "both"):
-        of_inputs = (losses.of_inputs.function if losses.checks < EAGER_CHECKS
+        of_inputs = (losses.of_inputs.function if eager
                      else losses.of_inputs([losses.x, *params]))
         targets.append(("inputs", lambda xs: of_inputs(xs, *params), [losses.x], ["inputs"]))
 
     result = CheckResult(epoch, dtype=dtype, notes=[losses.note] if losses.note else [],
                          rows=int(losses.x.shape[0]), rows_total=len(data.x))
-    # A run's first EAGER_CHECKS checks run eagerly: tracing the float64 loss and its gradient
-    # costs ~0.3 s, more than a few eager checks (a default run checks twice); later ones
-    # (gradcheck.every_n_epochs) are compiled, traced once per run.
-    eager = losses.checks < EAGER_CHECKS
-    losses.checks += 1
     for target, function, xs, xs_names in targets:
         joint = target == "variables" and len(xs) > 1
         if isinstance(function, _Compiled) and (method != "probe" or not joint):
@@ -167,7 +166,6 @@ class _Losses:
     of_inputs: _Compiled  # (x, *params) -> loss
     data: Dataset | None = None  # kept, so the id(data) in its key is not reused meanwhile
     joint: JointFunction | None = None  # of_params of one flat vector (gradcheck/joint.py)
-    checks: int = 0  # checks made with it so far
 
 
 # Per model: {(requested dtype, data, loss config): _Losses}. Weak, so a finished run's model,

@@ -33,10 +33,11 @@ class GradientChecks(Callback):
             self.check(run, run.trainer.epoch)
 
     def check(self, run, epoch: int) -> None:
-        from gradexp.verification import check_training_gradients
+        from gradexp.verification import EAGER_CHECKS, check_training_gradients
 
         result = check_training_gradients(run.cfg.gradcheck, run.model, run.cfg.loss,
-                                          run.data, epoch)
+                                          run.data, epoch,
+                                          eager=len(self.epochs) <= EAGER_CHECKS)
         run.checks.append(result)
         if result.notes and len(run.checks) == 1:  # e.g. user code that only runs in float32
             run.tracker.set_tags({"gradexp.gradcheck_dtype": result.dtype})
