@@ -6,12 +6,12 @@
 
 Four tables, every number measured in this run:
 
-1. Speed, for a nonlinear function (tanh, then a dense layer), an elementwise one and a linear
-   one of n float64 inputs: tf.test.compute_gradient (the full numerical Jacobian, 2n
-   evaluations; median of 3) against check_gradients(method="probe"), and the check as a
-   multiple of one compiled (tf.function) forward+backward pass of the same function, measured
-   back to back (median of --repeats ratios, with their range); also for a seed not used
-   before, whose directions are drawn rather than reused.
+1. Speed, for a nonlinear function (tanh, then a dense layer; also as a tf.function), an
+   elementwise one and a linear one of n float64 inputs: tf.test.compute_gradient (the full
+   numerical Jacobian, 2n evaluations; median of 3) against check_gradients(method="probe"),
+   and the check as a multiple of one compiled (tf.function) forward+backward pass of the same
+   function, measured back to back (median of --repeats ratios, with their range); also for a
+   seed not used before, whose directions are drawn rather than reused.
 2. Locating a bug: one wrong gradient element planted among n; time and cost until the probe
    check names it (bisection included).
 3. Detection probability: a planted gradient error whose directional error has standard
@@ -57,7 +57,10 @@ def functions(n: int) -> dict:
     def linear(x):
         return tf.reduce_sum(a * x)
 
-    return {"tanh -> dense": tanh_dense, "elementwise": f, "linear": linear}
+    # The same function as a tf.function, as training code passes it: the probes' evaluations
+    # and VJPs then run as one compiled call each (targets.compiled_directionals).
+    return {"tanh -> dense": tanh_dense, "tanh -> dense (tf.function)": tf.function(tanh_dense),
+            "elementwise": f, "linear": linear}
 
 
 def median_time(fn, repeats: int) -> float:

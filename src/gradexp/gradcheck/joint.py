@@ -114,7 +114,7 @@ def check_jointly(f: Callable[..., Any], xs: Sequence[Any], *, names: Sequence[s
     y = joint(flat)
     vjp = compiled_vjp(joint.function, [0])
     if vjp is not None:
-        (grad,) = vjp([flat], tf.ones_like(y))
+        ((grad,),) = vjp([flat], [tf.ones_like(y)])
     else:
         with tf.GradientTape() as tape:
             tape.watch(flat)

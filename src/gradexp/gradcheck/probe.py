@@ -86,12 +86,12 @@ def _probe_one(entry: GradCheckEntry, target: _Target, i: int, vs: list[np.ndarr
     # it), so the step-2h evaluations are spent only on inputs that fail at first sight.
     directions, pairs, results = [], [], []
     tensors: dict[int, Any] = {}  # converted once (probes may share g; steps reuse it)
-    for k, (v, g) in enumerate(zip(vs, gs)):
-        g_t = tensors.setdefault(id(g), target.as_tensor(g))
-        # Each direction has its own stream, (seed, input, probe), so it can be drawn once.
-        key = (seed, i, k, x64.size)
-        draw = functools.partial(_draw, [seed % 2**64, i, k], x64.size)
-        u, u_norm, step_dot, fp, fm = target.first_directional(i, key, draw, entry.delta, g_t)
+    g_ts = [tensors.setdefault(id(g), target.as_tensor(g)) for g in gs]
+    # Each direction has its own stream, (seed, input, probe), so it can be drawn once.
+    keys = [(seed, i, k, x64.size) for k in range(len(vs))]
+    draws = [functools.partial(_draw, [seed % 2**64, i, k], x64.size) for k in range(len(vs))]
+    firsts = target.first_directionals(i, keys, draws, entry.delta, g_ts)
+    for v, g_t, (u, u_norm, step_dot, fp, fm) in zip(vs, g_ts, firsts):
         directions.append(u)
         pairs.append((target.as_tensor(u), g_t, u_norm))
         results.append(_step_h(entry, v, u_norm, entry.delta, step_dot, fp, fm))
