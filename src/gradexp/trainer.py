@@ -83,7 +83,10 @@ class Trainer:
         self.log_lr = log_lr  # a schedule: keep each epoch's learning rate as "lr"
         # Held-out metrics (gradexp.evaluation.Evaluator) at these epochs, inside the calls.
         self.evaluator = evaluator
-        self.eval_epochs = frozenset(eval_epochs) if evaluator is not None else frozenset()
+        # sorted, so a call finds its evaluation epochs by bisection (eval.every=1 on a long
+        # run would otherwise scan every epoch of the run at every call)
+        self.eval_epochs = np.unique(np.fromiter(eval_epochs if evaluator is not None else (),
+                                                 dtype=np.int64))
         self.eval_keys = evaluator.keys(("train", "val")) if evaluator is not None else ()
         self.stretch_seconds = STRETCH_SECONDS
         self.calls = 0
@@ -123,10 +126,12 @@ class Trainer:
     def _segments(self, first: int, count: int) -> tuple[list[int], list[bool]]:
         """Epochs first+1 .. first+count cut after each evaluation epoch: the segments' lengths,
         and whether each ends with an evaluation (all but perhaps the last)."""
-        cuts = sorted(e for e in self.eval_epochs if first < e <= first + count)
-        ends = cuts + ([first + count] if not cuts or cuts[-1] < first + count else [])
+        last = first + count
+        cuts = self.eval_epochs[np.searchsorted(self.eval_epochs, first, side="right"):
+                                np.searchsorted(self.eval_epochs, last, side="right")].tolist()
+        ends = cuts if cuts and cuts[-1] == last else [*cuts, last]
         lengths = np.diff([first, *ends]).tolist()
-        return lengths, [end in self.eval_epochs for end in ends]
+        return lengths, [True] * len(cuts) + [False] * (len(ends) - len(cuts))
 
     def _next_count(self) -> int:
         """Epochs for the next call: about `stretch_seconds`' worth at the last call's speed
