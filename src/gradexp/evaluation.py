@@ -97,8 +97,9 @@ class Evaluator:
         if not names:
             return {}
         self.calls += 1
-        # Tracing the compiled evaluation costs ~0.2-0.4 s, an eager one a few ms: a run
-        # evaluates about ten times (eval.every=null), so only many evaluations pay for a trace.
+        # Tracing the compiled evaluation costs ~0.2-0.4 s, an eager one a few ms: a run calls
+        # this once or twice (the test split, restored best weights), so only a caller that
+        # evaluates many times pays for a trace.
         evaluate = self._compiled if self.calls > EAGER_CALLS else self._evaluate
         return {key: float(value) for key, value in evaluate(names).items()}
 
