@@ -218,7 +218,11 @@ def open_client(uri: str):
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     from mlflow import MlflowClient
 
-    return MlflowClient(tracking_uri=uri)
+    from gradexp.tensorflow_import import freeze_imported_objects
+
+    client = MlflowClient(tracking_uri=uri)
+    freeze_imported_objects()  # SQLAlchemy's and alembic's modules, loaded by the store
+    return client
 
 
 def experiment_id(client, name: str) -> str:
