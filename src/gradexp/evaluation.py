@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from gradexp.data import Split
 from gradexp.objective import metric_name
+from gradexp.targets import with_autograph
 
 MetricFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 EAGER_CALLS = 30  # evaluations run eagerly before the compiled function takes over
@@ -76,7 +77,8 @@ def build_metric(spec: Any) -> MetricFn:
             return tf.cast(made.result(), tf.float32)
 
         return keras_metric
-    return lambda y, p: tf.reduce_mean(tf.cast(made(y, p), tf.float32))
+    user_metric = with_autograph(made)  # the trainer's compiled loop calls it (no autograph)
+    return lambda y, p: tf.reduce_mean(tf.cast(user_metric(y, p), tf.float32))
 
 
 class Evaluator:

@@ -1,12 +1,18 @@
 """Training: GradientTape steps, many epochs per compiled call, metrics kept on the device.
 
 The trainer knows nothing about MLflow or the console. `Trainer.train(stops)` runs epochs in
-compiled calls (one `tf.function` with a `tf.range` loop: no host sync inside) that end only at
+compiled calls (one `tf.function` of `tf.while_loop`s: no host sync inside) that end only at
 the epochs in `stops` (events that need the host: a gradient check, an early-stopping decision, a
 checkpoint) or when a call has run for about STRETCH_SECONDS, so the console, MLflow's writer and
 Ctrl-C hear from it a few times a second. Each call returns every epoch's values (loss,
 grad_norm, lr, W and b of a one-feature line) and, at the evaluation epochs, the held-out
 metrics, computed inside the same call; the caller logs, checks and prints from those arrays.
+
+The loops are written as `tf.while_loop`s, and the function is traced without autograph:
+converting this module's Python loops cost ~0.4 s of every run's first call, more than the rest
+of its tracing. User code the loop calls (a loss, a metric) is still converted, as tf.function
+would convert it (gradexp.targets.with_autograph). The loops' bounds are tensors, not a
+`tf.range`, because XLA (trainer.jit_compile) wants a range's size known when compiling.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import tensorflow as tf
 
 from gradexp.data import Dataset
 from gradexp.models import Model
+from gradexp.targets import with_autograph
 
 STRETCH_SECONDS = 0.25  # a compiled call's length when no host event comes sooner
 FIRST_STRETCH = 16  # epochs in the first call, which also traces: its speed says little
@@ -70,7 +77,7 @@ class Trainer:
                  eval_epochs: Iterable[int] = ()):
         self.model = model
         self.strategy = strategy  # device=mirrored: each batch split across its replicas
-        self.loss = loss
+        self.loss = with_autograph(loss)  # user code, converted as tf.function would
         self.optimizer = optimizer
         self.x = tf.constant(data.x)
         self.y = tf.constant(data.y)
@@ -96,7 +103,8 @@ class Trainer:
         run = self._run_epochs
         if compile:
             signature = [tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.bool)]
-            run = tf.function(run, jit_compile=jit_compile or None, input_signature=signature)
+            run = tf.function(run, jit_compile=jit_compile or None, input_signature=signature,
+                              autograph=False)
         self._run = run
 
     def evaluate(self) -> float:
@@ -185,13 +193,15 @@ class Trainer:
         if self.n_batches == 1:
             return self._step(self.x, self.y)
         order = tf.argsort(self.shuffle.uniform([self.n_samples]))
-        total_loss = tf.constant(0.0)
-        total_norm = tf.constant(0.0)
-        for batch in tf.range(self.n_batches):
-            rows = order[batch * self.batch_size:(batch + 1) * self.batch_size]
+
+        def batch(index, total_loss, total_norm):
+            rows = order[index * self.batch_size:(index + 1) * self.batch_size]
             loss, norm = self._step(tf.gather(self.x, rows), tf.gather(self.y, rows))
-            total_loss += loss
-            total_norm += norm
+            return index + 1, total_loss + loss, total_norm + norm
+
+        _, total_loss, total_norm = tf.while_loop(
+            lambda index, *_: index < self.n_batches, batch,
+            (tf.constant(0), tf.constant(0.0), tf.constant(0.0)))
         return total_loss / self.n_batches, total_norm / self.n_batches
 
     def checkpoint(self) -> tf.train.Checkpoint:
@@ -208,20 +218,26 @@ class Trainer:
         arrays = {key: tf.TensorArray(tf.float32, size=tf.reduce_sum(segments)) for key in keys}
         held_out = {key: tf.TensorArray(tf.float32, size=tf.size(segments))
                     for key in self.eval_keys}
-        i = 0
-        for segment in tf.range(tf.size(segments)):
-            end = i + segments[segment]
-            while i < end:  # not a tf.range: XLA wants a range's bounds known when compiling
-                values = {"lr": self.optimizer.learning_rate} if self.log_lr else {}
-                values["loss"], values["grad_norm"] = self._epoch()
-                values.update(self.model.scalars())
-                arrays = {key: array.write(i, tf.cast(values[key], tf.float32))
-                          for key, array in arrays.items()}
-                i += 1
+
+        def epoch(i, arrays):
+            values = {"lr": self.optimizer.learning_rate} if self.log_lr else {}
+            values["loss"], values["grad_norm"] = self._epoch()
+            values.update(self.model.scalars())
+            return i + 1, {key: array.write(i, tf.cast(values[key], tf.float32))
+                           for key, array in arrays.items()}
+
+        def segment(index, i, arrays, held_out):
+            end = i + segments[index]
+            i, arrays = tf.while_loop(lambda i, _: i < end, epoch, (i, arrays))
             if self.eval_keys:
-                metrics = tf.cond(evaluate[segment], self._evaluate, self._no_evaluation)
-                held_out = {key: array.write(segment, tf.cast(metrics[key], tf.float32))
+                metrics = tf.cond(evaluate[index], self._evaluate, self._no_evaluation)
+                held_out = {key: array.write(index, tf.cast(metrics[key], tf.float32))
                             for key, array in held_out.items()}
+            return index + 1, i, arrays, held_out
+
+        _, _, arrays, held_out = tf.while_loop(
+            lambda index, *_: index < tf.size(segments), segment,
+            (tf.constant(0), tf.constant(0), arrays, held_out))
         return ({key: array.stack() for key, array in arrays.items()},
                 {key: array.stack() for key, array in held_out.items()})
 
