@@ -163,7 +163,7 @@ def _run(target: _Target, opts: _Options, notes: list[str]) -> GradCheckReport:
     start = time.perf_counter()
     if opts.method == "jacobian":
         _refuse_large(target, opts.max_jacobian_size)
-    target.start()
+    target.start(values=opts.method != "probe")
     try:
         rng = np.random.default_rng(opts.seed)
         if target.out0.size == 0:
