@@ -6,9 +6,10 @@
 
 Four tables, every number measured in this run:
 
-1. Speed, for a nonlinear function (tanh, then a dense layer; also as a tf.function), an
-   elementwise one and a linear one of n float64 inputs: tf.test.compute_gradient (the full
-   numerical Jacobian, 2n evaluations; median of 3) against check_gradients(method="probe"),
+1. Speed, for a nonlinear function (tanh, then a dense layer; also as a tf.function, and
+   checked eagerly with compile=False), an elementwise one and a linear one of n float64
+   inputs: tf.test.compute_gradient (the full numerical Jacobian, 2n evaluations; median of 3)
+   against check_gradients(method="probe"),
    and the check as a multiple of one compiled (tf.function) forward+backward pass of the same
    function, measured back to back (median of --repeats ratios, with their range); also for a
    seed not used before, whose directions are drawn rather than reused.
@@ -26,6 +27,7 @@ Four tables, every number measured in this run:
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import time
@@ -57,10 +59,11 @@ def functions(n: int) -> dict:
     def linear(x):
         return tf.reduce_sum(a * x)
 
-    # The same function as a tf.function, as training code passes it: the probes' evaluations
-    # and VJPs then run as one compiled call each (targets.compiled_directionals).
+    # The same function as a tf.function, as training code passes it, and checked eagerly
+    # (compile=False): plain functions are probed as tf.functions by default
+    # (gradcheck/compiling.py), whose evaluations and VJPs run as one compiled call each.
     return {"tanh -> dense": tanh_dense, "tanh -> dense (tf.function)": tf.function(tanh_dense),
-            "elementwise": f, "linear": linear}
+            "tanh -> dense (compile=False)": tanh_dense, "elementwise": f, "linear": linear}
 
 
 def median_time(fn, repeats: int) -> float:
@@ -137,13 +140,14 @@ def speed_row(name: str, fn, x, xt, repeats: int, full: bool) -> list[str]:
     n = x.size
     unit = compiled_forward_backward(fn)
     unit(xt)  # traced
-    report = check_gradients(fn, [x], method="probe")  # warm: traces, directions drawn
+    check = functools.partial(check_gradients, compile="compile=False" not in name)
+    report = check(fn, [x], method="probe")  # warm: traces, directions drawn
     checks, ratios, cold = [], [], []
     for r in range(repeats):
         before = median_time(lambda: unit(xt), 3)
-        seconds = median_time(lambda: check_gradients(fn, [x], method="probe"), 1)
+        seconds = median_time(lambda: check(fn, [x], method="probe"), 1)
         # A seed not used before: its directions are drawn, not reused.
-        first = median_time(lambda r=r: check_gradients(fn, [x], seed=1000 + r), 1)
+        first = median_time(lambda r=r: check(fn, [x], seed=1000 + r), 1)
         after = median_time(lambda: unit(xt), 3)
         checks.append(seconds)
         ratios.append(seconds / ((before + after) / 2))

@@ -103,7 +103,9 @@ def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig
     dtype = losses.dtype
     params = [tf.constant(v.numpy(), dtype) for v in model.params]
     names = model.names
-    options = {"probes": cfg.probes, "dtype": dtype, "max_jacobian_size": cfg.max_jacobian_size}
+    # compile=False: what is compiled here is decided here (traced once per run, no autograph).
+    options = {"probes": cfg.probes, "dtype": dtype, "max_jacobian_size": cfg.max_jacobian_size,
+               "compile": False}
 
     targets: list[tuple[str, Callable, list[tf.Tensor], list[str]]] = []
     if wrt in ("variables", "both"):

@@ -54,6 +54,7 @@ The package, one module per part, imports flowing one way (each only from those 
     jacobian.py  the jacobian method
     locate.py    bisection to the wrong element of a failing probe
     probe.py     the probe method, miss_probability
+    compiling.py compile=True: a plain callable probed as a tf.function, with an eager fallback
     api.py       check_gradients, check_variables
     joint.py     check_jointly: one probe set over several inputs (a run's checks use it)
 

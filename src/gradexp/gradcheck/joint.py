@@ -94,7 +94,8 @@ def check_jointly(f: Callable[..., Any], xs: Sequence[Any], *, names: Sequence[s
     JointFunction of f for these shapes (built here if not given): with it, f itself is only
     called where a variable fails (to check the others without it). Entries are per input, as
     check_gradients gives them: a wrong input is named with its worst element, the others get
-    the joint verdict of the probes that did not involve the wrong ones.
+    the joint verdict of the probes that did not involve the wrong ones. f and ``joint`` are
+    checked as they are (compile=False): the runner decides what it compiles (JointFunction).
     """
     import tensorflow as tf
 
@@ -103,7 +104,7 @@ def check_jointly(f: Callable[..., Any], xs: Sequence[Any], *, names: Sequence[s
     sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
     if len(xs) < 2 or 0 in sizes:  # nothing to join
         return check_gradients(f, xs, method="probe", probes=probes, seed=seed, dtype=dtype,
-                               names=names)
+                               names=names, compile=False)
     scales = direction_scales(sizes)
     if joint is None:
         joint = JointFunction(f, shapes, scales)
@@ -129,7 +130,7 @@ def check_jointly(f: Callable[..., Any], xs: Sequence[Any], *, names: Sequence[s
     rtol = min(rtol, rtol0)
 
     report = check_gradients(joint, [flat], method="probe", probes=probes, seed=seed,
-                             dtype=dtype, rtol=rtol, names=["joint"])
+                             dtype=dtype, rtol=rtol, names=["joint"], compile=False)
     report.backward_passes += 1
     (entry,) = report.entries
     if entry.passed:
@@ -199,7 +200,7 @@ def _per_input(f: Callable[..., Any], xs: list[Any], names: Sequence[str], probe
                seed: int, dtype: Any, joint: GradCheckReport) -> GradCheckReport:
     """A joint failure bisection cannot pin on one element: each input probed on its own."""
     report = check_gradients(f, xs, method="probe", probes=probes, seed=seed, dtype=dtype,
-                             names=names)
+                             names=names, compile=False)
     if report.passed:  # the joint probes saw what the separate ones did not: keep it failed
         for e in report.entries:
             e.passed = False

@@ -45,9 +45,11 @@ class _Options:
     seed: int
     dtype: str | None
     max_jacobian_size: int
+    compile: bool = True  # check_gradients: check a plain callable as a tf.function
 
     @classmethod
-    def make(cls, method, probes, delta, atol, rtol, seed, dtype, max_jacobian_size) -> _Options:
+    def make(cls, method, probes, delta, atol, rtol, seed, dtype, max_jacobian_size,
+             compile=True) -> _Options:
         """Validate the keyword options once, with messages that say what would be accepted."""
         if method not in METHODS:
             raise ValueError(f"method={method!r}: expected one of {', '.join(METHODS)}")
@@ -69,8 +71,10 @@ class _Options:
             dtype = name
         if max_jacobian_size < 1:
             raise ValueError(f"max_jacobian_size={max_jacobian_size!r}: expected an integer >= 1")
+        if not isinstance(compile, (bool, np.bool_)):
+            raise ValueError(f"compile={compile!r}: expected True or False")
         return cls(method, int(probes), _opt_float(delta), _opt_float(atol), _opt_float(rtol),
-                   int(seed), dtype, int(max_jacobian_size))
+                   int(seed), dtype, int(max_jacobian_size), bool(compile))
 
 
 def _opt_float(value: float | None) -> float | None:

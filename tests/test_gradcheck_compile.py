@@ -1,0 +1,198 @@
+"""check_gradients(compile=True), the default: a plain Python function is probed as a
+tf.function, with the same verdict and report as its tf.function twin, its custom gradients
+kept, one trace for repeated checks, and an eager fallback for code that does not trace.
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from gradexp.gradcheck import check_gradients
+
+
+def _same(a, b, *besides: str) -> None:
+    """Two reports equal in everything but their timing (and ``besides``)."""
+    a, b = a.to_dict(), b.to_dict()
+    for key in ("seconds", *besides):
+        a.pop(key)
+        b.pop(key)
+    assert a == b
+
+
+def _mlp(x, w1, b1, w2):
+    return tf.reduce_mean(tf.nn.softplus(tf.matmul(tf.tanh(tf.matmul(x, w1) + b1), w2)))
+
+
+def _mlp_inputs(dtype="float64"):
+    rng = np.random.default_rng(3)
+    return [rng.standard_normal(s).astype(dtype) for s in ((5, 3), (3, 6), (6,), (6, 2))]
+
+
+def _wrong_at(index: int, calls: list | None = None):
+    """sum(sin(x))·2 whose hand-written gradient is doubled at one element."""
+
+    @tf.custom_gradient
+    def wrong_sin(x):
+        mask = tf.one_hot(index, tf.size(x), dtype=x.dtype)
+        return tf.reduce_sum(tf.sin(x)), lambda up: up * tf.cos(x) * (1.0 + mask)
+
+    def f(x):
+        if calls is not None:
+            calls.append(1)
+        return 2.0 * wrong_sin(x)
+
+    return f
+
+
+def test_a_plain_function_and_its_tf_function_twin_give_the_same_report():
+    xs = _mlp_inputs()
+    plain = check_gradients(_mlp, xs, names=["x", "w1", "b1", "w2"])
+    assert plain.passed, str(plain)
+    _same(plain, check_gradients(tf.function(_mlp), xs, names=["x", "w1", "b1", "w2"]))
+    eager = check_gradients(_mlp, xs, names=["x", "w1", "b1", "w2"], compile=False)
+    # The compiled check skips one evaluation: its output's shape comes from the trace.
+    assert eager.passed and eager.function_evaluations == plain.function_evaluations + 1
+    assert eager.max_abs_error == pytest.approx(plain.max_abs_error, rel=1e-3, abs=1e-12)
+
+
+def test_a_wrong_custom_gradient_in_a_plain_function_is_caught_when_compiled():
+    calls: list = []
+    f = _wrong_at(37, calls)
+    report = check_gradients(f, [np.linspace(-1.0, 1.0, 100)])
+    assert not report.passed
+    assert report.entries[0].worst_input_index == (37,)
+    # Compiled, not evaluated call by call: f's Python body ran at its trace only.
+    assert len(calls) == 1 < report.function_evaluations
+    _same(report, check_gradients(tf.function(_wrong_at(37)), [np.linspace(-1.0, 1.0, 100)]))
+    eager = check_gradients(_wrong_at(37), [np.linspace(-1.0, 1.0, 100)], compile=False)
+    assert not eager.passed and eager.entries[0].worst_input_index == (37,)
+
+
+def _with_numpy(index: int | None, calls: list):
+    """A function that calls .numpy() (a check of its input), so it cannot be traced."""
+
+    def f(x):
+        calls.append(1)
+        if not np.all(np.isfinite(x.numpy())):
+            raise ValueError("x must be finite")
+        return 2.0 * _wrong_at(index)(x) if index is not None else tf.reduce_sum(tf.sin(x))
+
+    return f
+
+
+@pytest.mark.parametrize("index", [None, 5])
+def test_a_function_that_does_not_trace_is_checked_eagerly_with_the_same_report(index):
+    x = np.linspace(-1.0, 1.0, 20)
+    calls: list = []
+    f = _with_numpy(index, calls)
+    report = check_gradients(f, [x])
+    tried = len(calls)  # the failed traces, then every eager evaluation
+    calls.clear()
+    _same(report, check_gradients(f, [x], compile=False))
+    eager = len(calls)
+    assert tried > eager
+    assert report.passed is (index is None)
+    assert not report.notes  # silent: nothing about compiling in the report
+    if index is not None:
+        assert report.entries[0].worst_input_index == (index,)
+    calls.clear()
+    _same(check_gradients(f, [x]), report)
+    assert len(calls) == eager  # again: straight to the eager check, no trace tried
+
+
+def test_numpy_on_tensors_gets_the_eager_verdict():
+    """np.tanh of a tensor has no gradient: the eager check says so, and so does the default."""
+
+    def f(x):
+        return tf.reduce_sum(tf.constant(np.tanh(x)) * x)
+
+    x = np.linspace(-1.0, 1.0, 10)
+    report = check_gradients(f, [x])
+    assert not report.passed
+    _same(report, check_gradients(f, [x], compile=False))
+
+
+def test_repeated_checks_of_the_same_function_trace_it_once():
+    calls: list = []
+
+    def f(x, w):
+        calls.append(1)  # runs when f is traced: once, not at each check or evaluation
+        return tf.reduce_sum(tf.tanh(x @ w))
+
+    rng = np.random.default_rng(0)
+    for seed in range(5):  # new arrays of the same shapes, other seeds, as a loop of checks
+        assert check_gradients(f, [rng.standard_normal((4, 3)), rng.standard_normal((3, 2))],
+                               seed=seed).passed
+    assert len(calls) == 1
+    check_gradients(f, [rng.standard_normal((6, 3)), rng.standard_normal((3, 2))])
+    assert len(calls) == 2  # a new shape: traced for it, as tf.function does
+
+
+def test_a_keras_model_and_a_bound_method_are_compiled_once():
+    traced: list = []
+
+    class Counting(keras.layers.Layer):
+        def call(self, x):
+            traced.append(1)
+            return tf.tanh(x)
+
+    model = keras.Sequential([keras.Input((4,), dtype="float64"),
+                              keras.layers.Dense(3, dtype="float64"), Counting(dtype="float64")])
+    x = np.random.default_rng(1).standard_normal((5, 4))
+    before = len(traced)
+    reports = [check_gradients(model, [x], seed=s) for s in range(3)]
+    assert all(r.passed for r in reports)
+    assert len(traced) - before == 1
+    _same(reports[0], check_gradients(model, [x], seed=0))
+
+    class Loss:
+        def __init__(self):
+            self.calls = 0
+
+        def value(self, x):
+            self.calls += 1
+            return tf.reduce_sum(tf.exp(0.3 * x))
+
+    loss = Loss()
+    for s in range(3):  # loss.value is a new bound method object at each access
+        assert check_gradients(loss.value, [x], seed=s).passed
+    assert loss.calls == 1
+
+
+def test_float32_code_keeps_its_dtype_and_matches_its_twin():
+    w = tf.constant(np.random.default_rng(2).standard_normal((3, 2)), tf.float32)
+
+    def f(x):  # a float32 constant: cannot run in float64
+        return tf.reduce_sum(tf.nn.softplus(x @ w))
+
+    x = np.random.default_rng(3).standard_normal((4, 3)).astype("float32")
+    report = check_gradients(f, [x], dtype="float64")
+    assert report.passed and report.dtype_used == "float32"
+    assert any("float64" in n for n in report.notes)
+    # The dtype trial calls f as given, so a tf.function's note quotes its trace's error.
+    _same(report, check_gradients(tf.function(f), [x], dtype="float64"), "notes")
+    # Eagerly, the same but for one evaluation (the recorded forward the trace replaces).
+    _same(report, check_gradients(f, [x], dtype="float64", compile=False),
+          "function_evaluations")
+
+
+def test_the_checked_function_is_not_kept_alive():
+    def f(x):
+        return tf.reduce_sum(x * x)
+
+    check_gradients(f, [np.ones(3)])
+    ref = weakref.ref(f)
+    del f
+    gc.collect()
+    assert ref() is None
+
+
+def test_compile_must_be_a_bool():
+    with pytest.raises(ValueError, match="compile="):
+        check_gradients(tf.reduce_sum, [np.ones(3)], compile="yes")
