@@ -308,14 +308,14 @@ def test_probe_cost_does_not_grow_with_size():
         return tf.reduce_sum(tf.tanh(x) * x)
 
     rng = np.random.default_rng(8)
-    small = check_gradients(f, [rng.standard_normal(10)])
+    eager = check_gradients(f, [rng.standard_normal(10)])  # f's first check runs eagerly
+    small = check_gradients(f, [rng.standard_normal(10)])  # compiled from its second on
     large = check_gradients(f, [rng.standard_normal(200_000)])
     assert small.passed and large.passed
     # 2 evaluations a probe (the step-2h pair only where a probe fails at first sight), and
     # one recorded forward if f is evaluated eagerly (compiled, its trace gives the output's
     # shape); a scalar output shares its cotangent: VJP(v) and VJP(-v/2).
     assert small.function_evaluations == large.function_evaluations == 4 * 2
-    eager = check_gradients(f, [rng.standard_normal(10)], compile=False)
     assert eager.passed and eager.function_evaluations == 1 + 4 * 2
     assert small.backward_passes == large.backward_passes == eager.backward_passes == 2
     vector = check_gradients(lambda x: tf.tanh(x) * x, [rng.standard_normal(10)])

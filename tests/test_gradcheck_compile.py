@@ -1,4 +1,5 @@
-"""check_gradients(compile=True), the default: a plain Python function is probed as a
+"""check_gradients(compile=True), the default: a plain Python function's first check runs
+eagerly (cheaper than a trace for one check); from its second check on it is probed as a
 tf.function, with the same verdict and report as its tf.function twin, its custom gradients
 kept, one trace for repeated checks, and an eager fallback for code that does not trace.
 """
@@ -52,18 +53,24 @@ def _wrong_at(index: int, calls: list | None = None):
 
 def test_a_plain_function_and_its_tf_function_twin_give_the_same_report():
     xs = _mlp_inputs()
-    plain = check_gradients(_mlp, xs, names=["x", "w1", "b1", "w2"])
+    names = ["x", "w1", "b1", "w2"]
+    first = check_gradients(_mlp, xs, names=names)  # eager: its first check
+    _same(first, check_gradients(_mlp, xs, names=names, compile=False))
+    plain = check_gradients(_mlp, xs, names=names)  # compiled from here on
     assert plain.passed, str(plain)
-    _same(plain, check_gradients(tf.function(_mlp), xs, names=["x", "w1", "b1", "w2"]))
-    eager = check_gradients(_mlp, xs, names=["x", "w1", "b1", "w2"], compile=False)
+    _same(plain, check_gradients(tf.function(_mlp), xs, names=names))
     # The compiled check skips one evaluation: its output's shape comes from the trace.
-    assert eager.passed and eager.function_evaluations == plain.function_evaluations + 1
-    assert eager.max_abs_error == pytest.approx(plain.max_abs_error, rel=1e-3, abs=1e-12)
+    assert first.passed and first.function_evaluations == plain.function_evaluations + 1
+    assert first.max_abs_error == pytest.approx(plain.max_abs_error, rel=1e-3, abs=1e-12)
 
 
 def test_a_wrong_custom_gradient_in_a_plain_function_is_caught_when_compiled():
     calls: list = []
     f = _wrong_at(37, calls)
+    first = check_gradients(f, [np.linspace(-1.0, 1.0, 100)])
+    assert not first.passed and first.entries[0].worst_input_index == (37,)
+    assert len(calls) == first.function_evaluations  # eager: its body ran at every evaluation
+    calls.clear()
     report = check_gradients(f, [np.linspace(-1.0, 1.0, 100)])
     assert not report.passed
     assert report.entries[0].worst_input_index == (37,)
@@ -91,6 +98,8 @@ def test_a_function_that_does_not_trace_is_checked_eagerly_with_the_same_report(
     x = np.linspace(-1.0, 1.0, 20)
     calls: list = []
     f = _with_numpy(index, calls)
+    check_gradients(f, [x])  # its first check: eager, no trace tried
+    calls.clear()
     report = check_gradients(f, [x])
     tried = len(calls)  # the failed traces, then every eager evaluation
     calls.clear()
@@ -113,7 +122,8 @@ def test_numpy_on_tensors_gets_the_eager_verdict():
         return tf.reduce_sum(tf.constant(np.tanh(x)) * x)
 
     x = np.linspace(-1.0, 1.0, 10)
-    report = check_gradients(f, [x])
+    check_gradients(f, [x])  # eager: its first check
+    report = check_gradients(f, [x])  # the trace fails: eager again
     assert not report.passed
     _same(report, check_gradients(f, [x], compile=False))
 
@@ -129,6 +139,8 @@ def test_repeated_checks_of_the_same_function_trace_it_once():
     for seed in range(5):  # new arrays of the same shapes, other seeds, as a loop of checks
         assert check_gradients(f, [rng.standard_normal((4, 3)), rng.standard_normal((3, 2))],
                                seed=seed).passed
+        if seed == 0:  # the first check ran eagerly: the body at every evaluation
+            calls.clear()
     assert len(calls) == 1
     check_gradients(f, [rng.standard_normal((6, 3)), rng.standard_normal((3, 2))])
     assert len(calls) == 2  # a new shape: traced for it, as tf.function does
@@ -145,6 +157,7 @@ def test_a_keras_model_and_a_bound_method_are_compiled_once():
     model = keras.Sequential([keras.Input((4,), dtype="float64"),
                               keras.layers.Dense(3, dtype="float64"), Counting(dtype="float64")])
     x = np.random.default_rng(1).standard_normal((5, 4))
+    assert check_gradients(model, [x], seed=0).passed  # its first check: eager
     before = len(traced)
     reports = [check_gradients(model, [x], seed=s) for s in range(3)]
     assert all(r.passed for r in reports)
@@ -160,6 +173,8 @@ def test_a_keras_model_and_a_bound_method_are_compiled_once():
             return tf.reduce_sum(tf.exp(0.3 * x))
 
     loss = Loss()
+    assert check_gradients(loss.value, [x]).passed  # eager: its first check
+    loss.calls = 0
     for s in range(3):  # loss.value is a new bound method object at each access
         assert check_gradients(loss.value, [x], seed=s).passed
     assert loss.calls == 1
@@ -172,6 +187,7 @@ def test_float32_code_keeps_its_dtype_and_matches_its_twin():
         return tf.reduce_sum(tf.nn.softplus(x @ w))
 
     x = np.random.default_rng(3).standard_normal((4, 3)).astype("float32")
+    check_gradients(f, [x], dtype="float64")  # its first check: eager
     report = check_gradients(f, [x], dtype="float64")
     assert report.passed and report.dtype_used == "float32"
     assert any("float64" in n for n in report.notes)

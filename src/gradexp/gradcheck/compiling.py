@@ -7,10 +7,13 @@ of a check's time at thousands of elements. So a plain callable (a function, a l
 functools.partial, a bound method, a Keras layer or model) is wrapped in ``tf.function`` with
 autograph, as ``tf.function(f)`` would, and checked through the same compiled path.
 
-The wrapper is kept per callable (weakly: it does not keep the callable alive), so checks
-repeated on the same f with the same input shapes and dtypes trace it once; f's Python body then
-runs at those traces, not at every evaluation. A callable that cannot be referenced weakly is
-checked eagerly, as before (a wrapper per check would trace at every check).
+A callable's first check runs eagerly: one check of a small function costs a few ms eagerly and
+~0.15 s as a trace, so compiling pays only for checks repeated on the same f (training loops,
+sweeps of inputs). From its second check on, f is compiled. The wrapper is kept per callable
+(weakly: it does not keep the callable alive), so checks repeated on the same f with the same
+input shapes and dtypes trace it once; f's Python body then runs at those traces, not at every
+evaluation. A callable that cannot be referenced weakly is checked eagerly, as before (a wrapper
+per check would trace at every check).
 
 If the compiled check raises (f calls ``.numpy()``, hands tensors to numpy, or otherwise does not
 trace), api.py checks f eagerly instead and forget() makes later checks of that f go straight to
@@ -29,11 +32,13 @@ from typing import Any
 # at each attribute access, so it is kept by its object and function instead). Keyed by id, not
 # by the object, so that callables that are unhashable (dataclasses with eq) can be kept too.
 _KEPT: dict[int, tuple[weakref.ref, dict[Any, Any]]] = {}
+_SEEN = object()  # checked once, eagerly: compiled from its next check on
 
 
 def compiled(f: Callable[..., Any]) -> Any:
     """The tf.function to check a plain callable ``f`` with; None to check f as it is (f is a
-    tf.function already, or cannot be kept, or failed to trace before)."""
+    tf.function already, or this is its first check, or it cannot be kept, or it failed to trace
+    before)."""
     import tensorflow as tf
 
     if isinstance(f, tf.types.experimental.PolymorphicFunction):
@@ -43,6 +48,9 @@ def compiled(f: Callable[..., Any]) -> Any:
     if kept is None:
         return None
     if function not in kept:
+        kept[function] = _SEEN
+        return None
+    if kept[function] is _SEEN:
         kept[function] = tf.function(_calling(weakref.ref(owner), function, f))
     return kept[function]
 
