@@ -50,9 +50,10 @@ def check_gradients(
     there unless ``f`` fails or does not return that dtype, in which case the inputs' own
     dtypes are used and the report says so.
 
-    ``compile=True`` probes a plain callable as ``tf.function(f)`` (kept per f, so repeated
-    checks trace it once; f's Python code runs when it is traced, not at every evaluation),
-    which makes a probe check a few compiled calls instead of one eager call per evaluation.
+    ``compile=True`` probes a plain callable as ``tf.function(f)`` from its second check on
+    (its first runs eagerly, cheaper than a trace; kept per f, so repeated checks trace it once;
+    f's Python code runs when it is traced, not at every evaluation), which makes a probe check
+    a few compiled calls instead of one eager call per evaluation.
     If f does not trace or its compiled check raises, f is checked eagerly instead, silently:
     the report is the eager one. ``compile=False`` checks f eagerly; the jacobian method
     always calls f as given.
