@@ -14,13 +14,16 @@ tolerances, and its result says so (`CheckResult.notes`) instead of crashing the
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 import tensorflow as tf
 from omegaconf import DictConfig
+from tensorflow.python.eager import context  # per-thread options of function calls
 
 from gradexp.data import Dataset
 from gradexp.gradcheck import GradCheckReport, check_gradients
@@ -91,17 +94,28 @@ class CheckResult:
 
 
 def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig,
-                             data: Dataset, epoch: int, eager: bool = False) -> CheckResult:
-    """Run the checks `gradcheck` asks for on the current parameters.
+                             data: Dataset, epoch: int, eager: bool = False,
+                             values: list[np.ndarray] | None = None) -> CheckResult:
+    """Run the checks `gradcheck` asks for on the current parameters, or on `values` (a copy
+    of them taken earlier: callbacks/checks.py runs checks beside training, which goes on
+    changing the variables meanwhile).
 
     eager: run the float64 loss and its gradient as they are. Tracing them costs ~0.3 s, more
     than a couple of eager checks (a default run checks twice); a run that checks every few
     epochs compiles them instead, traced once per run."""
+    with _without_graph_optimizer():
+        return _check(cfg, model, loss_cfg, data, epoch, eager, values)
+
+
+def _check(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, epoch: int,
+           eager: bool, values: list[np.ndarray] | None) -> CheckResult:
     method = getattr(cfg.method, "value", cfg.method)
     wrt = getattr(cfg.wrt, "value", cfg.wrt)
-    losses = _losses(cfg.dtype, model, loss_cfg, data, cfg.get("max_rows"))
+    if values is None:
+        values = [v.numpy() for v in model.params]
+    losses = _losses(cfg.dtype, model, loss_cfg, data, cfg.get("max_rows"), values)
     dtype = losses.dtype
-    params = [tf.constant(v.numpy(), dtype) for v in model.params]
+    params = [tf.constant(v, dtype) for v in values]
     names = model.names
     # compile=False: what is compiled here is decided here (traced once per run, no autograph).
     options = {"probes": cfg.probes, "dtype": dtype, "max_jacobian_size": cfg.max_jacobian_size,
@@ -153,6 +167,26 @@ def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig
     return result
 
 
+@contextlib.contextmanager
+def _without_graph_optimizer() -> Iterator[None]:
+    """Functions first called inside run without Grappler (this thread only).
+
+    TensorFlow optimizes a compiled function at its first call; for the check's functions
+    (the float64 loss, its VJPs, the probes' evaluations: small graphs, each called a few
+    times a run) that cost more than it saved: ~100 ms of the digits MLP's first check, no
+    measurable change to the calls after it. The trainer's functions are not called here."""
+    ctx = context.context()
+    kept = ctx.function_call_options
+    config = copy.deepcopy(ctx.config)
+    config.allow_soft_placement = True  # as TensorFlow's own default for function calls
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    ctx.function_call_options = context.FunctionCallOptions(config_proto=config)
+    try:
+        yield
+    finally:
+        ctx.function_call_options = kept
+
+
 @dataclass
 class _Losses:
     """The checked loss of one run, built once and reused by every check of it: the dtype it
@@ -176,11 +210,11 @@ _LOSSES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _losses(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset,
-            max_rows: int | None = None) -> _Losses:
+            max_rows: int | None = None, values: list[np.ndarray] | None = None) -> _Losses:
     key = (requested, id(data), repr(loss_cfg), max_rows)
     kept = _LOSSES.setdefault(model, {})
     if key not in kept:
-        dtype, note = evaluation_dtype(requested, model, loss_cfg, data)
+        dtype, note = evaluation_dtype(requested, model, loss_cfg, data, values)
         rows = checked_rows(len(data.x), max_rows)
         x = tf.constant(data.x[rows], dtype)
         y = tf.constant(data.y[rows], dtype)
@@ -229,8 +263,8 @@ class _Compiled:
         return self.resolved
 
 
-def evaluation_dtype(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset
-                     ) -> tuple[str, str | None]:
+def evaluation_dtype(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset,
+                     values: list[np.ndarray] | None = None) -> tuple[str, str | None]:
     """The dtype to check in, and a note if it is not the requested one.
 
     The requested dtype if the model and the loss run there, forward and backward (a float32
@@ -244,7 +278,8 @@ def evaluation_dtype(requested: str, model: Model, loss_cfg: DictConfig, data: D
         return requested, None
     x = tf.constant(data.x[:_DTYPE_ROWS], requested)
     y = tf.constant(data.y[:_DTYPE_ROWS], requested)
-    params = [tf.constant(v.numpy(), requested) for v in model.params]
+    values = [v.numpy() for v in model.params] if values is None else values
+    params = [tf.constant(v, requested) for v in values]
     try:
         loss = build_loss(loss_cfg, dtype=requested)
         _forward_backward(lambda: loss(y, model.apply(params, x)), params, requested)

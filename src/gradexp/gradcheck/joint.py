@@ -114,8 +114,8 @@ def check_jointly(f: Callable[..., Any], xs: Sequence[Any], *, names: Sequence[s
     # compiled VJP is the one the probes use (traced once per run), not a tape around joint.
     y = joint(flat)
     vjp = compiled_vjp(joint.function, [0])
-    if vjp is not None:
-        ((grad,),) = vjp([flat], [tf.ones_like(y)])
+    if vjp is not None:  # two cotangents, as the probes' VJPs: one trace serves both
+        ((grad,), _) = vjp([flat], [tf.ones_like(y), tf.ones_like(y)])
     else:
         with tf.GradientTape() as tape:
             tape.watch(flat)
@@ -129,8 +129,12 @@ def check_jointly(f: Callable[..., Any], xs: Sequence[Any], *, names: Sequence[s
     rtol = max(rtol0 * share, rtol0 / _MAX_DILUTION, 10 * _EPS[precision] ** (2 / 3))
     rtol = min(rtol, rtol0)
 
-    report = check_gradients(joint, [flat], method="probe", probes=probes, seed=seed,
-                             dtype=dtype, rtol=rtol, names=["joint"], compile=False)
+    # The compiled function itself, not the JointFunction around it: check_gradients takes its
+    # compiled fast path (all perturbed evaluations in one call, the VJPs in another) only for
+    # a tf.function; given the wrapper it recorded a tape and evaluated probe by probe.
+    report = check_gradients(joint.function if vjp is not None else joint, [flat],
+                             method="probe", probes=probes, seed=seed, dtype=dtype, rtol=rtol,
+                             names=["joint"], compile=False)
     report.backward_passes += 1
     (entry,) = report.entries
     if entry.passed:
