@@ -97,8 +97,12 @@ def _probe_one(entry: GradCheckEntry, target: _Target, i: int, vs: list[np.ndarr
         results.append(_step_h(entry, v, u_norm, entry.delta, step_dot, fp, fm))
     ratio, noise = _judge(results, entry)
     if not np.all(ratio <= 1):
-        results = [_measure(target, i, u, pair, entry.delta, v, entry, first=p)
-                   for u, pair, v, p in zip(directions, pairs, vs, results)]
+        # The step-2h evaluations of every probe at once, as the step-h ones (one compiled
+        # call for a tf.function; probe by probe otherwise, as _measure would).
+        seconds = target.first_directionals(i, keys, draws, 2 * entry.delta, g_ts)
+        results = [_measure(target, i, u, pair, entry.delta, v, entry, first=p,
+                            second=second[2:])
+                   for u, pair, v, p, second in zip(directions, pairs, vs, results, seconds)]
         ratio, noise = _judge(results, entry)
     # A probe that fails because it stepped over a kink is repeated with smaller steps (fewer
     # kinks inside; more rounding noise, which the tolerance then accounts for).
@@ -141,13 +145,14 @@ def _probe_one(entry: GradCheckEntry, target: _Target, i: int, vs: list[np.ndarr
 
 def _measure(target: _Target, i: int, u: np.ndarray, pair: tuple[Any, Any, float], h: float,
              v: np.ndarray, entry: GradCheckEntry, twice: bool = True,
-             first: _Probe | None = None) -> _Probe:
+             first: _Probe | None = None, second: tuple | None = None) -> _Probe:
     """One probe: directional derivatives at steps h and 2h, normalised by ‖u‖·‖v‖.
 
     ``pair`` is (u, g) as the target's tensors (target.as_tensor), g the analytical VJP, and
     ‖u‖.
     ``twice=False`` measures step h only (fd_error 0: not measured); ``first`` is that
-    measurement, to which only the step-2h evaluations are added.
+    measurement, to which only the step-2h evaluations are added; ``second`` those, if
+    already evaluated (target.directional's values at step 2h).
     """
     norm = float(pair[2] * np.linalg.norm(v)) or 1.0
     if first is None:
@@ -155,7 +160,7 @@ def _measure(target: _Target, i: int, u: np.ndarray, pair: tuple[Any, Any, float
         first = _step_h(entry, v, pair[2], h, step_dot, fp, fm)
     if not twice:
         return first
-    step_dot, fp, fm = target.directional(i, pair[0], 2 * h, pair[1])
+    step_dot, fp, fm = second or target.directional(i, pair[0], 2 * h, pair[1])
     a2, n2 = step_dot / (4 * h), float(v @ (fp - fm)) / (4 * h)
     # A gradient error is the same at both steps; the finite-difference error is not.
     fd_error = abs((first.analytical - first.numerical) - (a2 - n2) / norm)
