@@ -133,6 +133,31 @@ def test_python_control_flow_on_tensors_in_a_user_loss_trains(store, client, lau
     assert result.history["loss"][-1] < result.history["loss"][0]
 
 
+def test_compiled_checks_find_a_float32_only_loss_and_say_so_as_eager_ones_do(store, client,
+                                                                             launch):
+    """A run checking every epoch compiles its checks, which try float64 by tracing instead of
+    an eager trial first: a float32-only loss still ends in float32 checks, said as before, and
+    a wrong custom gradient in such a run is still caught (gradcheck=probe, checked jointly)."""
+    result = run(store, launch, "loss._target_=robust_losses.PseudoHuber",
+                 "gradcheck.every_n_epochs=1")
+    assert result.gradcheck_passed is True
+    stored = client.get_run(result.run_id)
+    for epoch in (0, 3, 5):
+        checked = report(client, result.run_id, epoch)
+        assert checked["dtype"] == "float32" and checked["passed"] is True
+        assert checked["reports"]["variables/probe"]["dtype_used"] == "float32"
+    assert "cannot run in float64" in report(client, result.run_id, 0)["notes"][0]
+    assert stored.data.tags["gradexp.gradcheck_dtype"] == "float32"
+
+    result = run(store, launch, "model=buggy_linear", "gradcheck=probe",
+                 "gradcheck.every_n_epochs=1")
+    assert result.gradcheck_passed is False
+    first = report(client, result.run_id, 0)
+    assert first["dtype"] == "float64" and first["notes"] == []
+    (w_entry,) = [e for e in first["reports"]["variables/probe"]["entries"] if e["name"] == "W"]
+    assert w_entry["passed"] is False and w_entry["worst_input_index"] == [0, 0]
+
+
 def test_a_bound_argument_reaches_the_function(store, client, launch):
     """delta=0.5 is bound to the function (a key the option lacks, added with +): its loss
     differs from the function's default delta=1.0, which loss=huber's delta=1.0 also gives."""
