@@ -53,6 +53,12 @@ class Model:
         outputs, _ = network.stateless_call(list(params), non_trainable, x, training=False)
         return outputs
 
+    def prepare(self, dtype: str) -> None:
+        """Build what apply needs in `dtype` now, eagerly. Built inside a tf.function's first
+        trace instead, the twin's new variables make TensorFlow trace that function twice."""
+        if dtype != self.network.dtype:
+            self._twin(dtype)
+
     def _twin(self, dtype: str) -> keras.Model:
         """The same architecture with every layer computing in `dtype` (built once)."""
         if dtype not in self._twins:

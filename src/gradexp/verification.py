@@ -255,6 +255,10 @@ def _losses(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset,
             dtype, note = evaluation_dtype(requested, model, loss_cfg, data, values)
         else:
             dtype, note = requested, None
+            try:
+                model.prepare(dtype)
+            except TypeError:  # a model that cannot be rebuilt: the check's failure says so
+                pass
         rows = checked_rows(len(data.x), max_rows)
         x = tf.constant(data.x[rows], dtype)
         y = tf.constant(data.y[rows], dtype)
