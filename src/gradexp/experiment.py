@@ -203,7 +203,6 @@ class _Run:
         tf.random.set_seed(cfg.trainer.seed)
         device = select_device(getattr(cfg.device.name, "value", cfg.device.name),
                                cfg.device.cpu_replicas)
-        self.device = device  # for work on other threads (gradient checks), which enter it
         self.tracker.set_tags({"tensorflow.version": tf.__version__, "device": device.used,
                                "gradexp.replicas": device.replicas,
                                "device.requested": device.requested, "gradexp.task": self.data.task,

@@ -94,21 +94,18 @@ class CheckResult:
 
 
 def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig,
-                             data: Dataset, epoch: int, eager: bool = False,
-                             values: list[np.ndarray] | None = None) -> CheckResult:
-    """Run the checks `gradcheck` asks for on the current parameters, or on `values` (a copy
-    of them taken earlier: callbacks/checks.py runs checks beside training, which goes on
-    changing the variables meanwhile).
+                             data: Dataset, epoch: int, eager: bool = False) -> CheckResult:
+    """Run the checks `gradcheck` asks for on the current parameters.
 
     eager: run the float64 loss and its gradient as they are. Tracing them costs ~0.3 s, more
     than a couple of eager checks (a default run checks twice); a run that checks every few
     epochs compiles them instead, traced once per run."""
     with _without_graph_optimizer():
-        return _check(cfg, model, loss_cfg, data, epoch, eager, values)
+        return _check(cfg, model, loss_cfg, data, epoch, eager)
 
 
 def _check(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, epoch: int,
-           eager: bool, values: list[np.ndarray] | None) -> CheckResult:
+           eager: bool) -> CheckResult:
     """The checks, in the dtype the loss and model run in.
 
     Compiled checks skip evaluation_dtype's eager trial (~50 ms of the digits MLP's first
@@ -116,8 +113,7 @@ def _check(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, e
     dtype clash raises while tracing. Only if the first check then raises, or comes back in
     another dtype, does the trial run, to say which dtype and why; the check is done again in
     that one (or the error raised, if the requested dtype was not the cause)."""
-    if values is None:
-        values = [v.numpy() for v in model.params]
+    values = [v.numpy() for v in model.params]
     args = (cfg.dtype, model, loss_cfg, data, cfg.get("max_rows"), values)
     losses = _losses(*args, trial=eager)
     if losses.verified:
