@@ -72,6 +72,7 @@ class JointFunction:
         if not self.compile:
             return joint
         compiled = tf.function(joint, autograph=False)
+        compiled._gradexp_light_traces = True  # a few checks a run (targets.light_traces)
         try:
             compiled.get_concrete_function(flat)
         except Exception:  # noqa: BLE001 - user code that only runs eagerly is checked eagerly

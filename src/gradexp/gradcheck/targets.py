@@ -252,10 +252,10 @@ class _Target:
             args[i] = self._replaced_source(i, value)
             checked = [k for k, why in enumerate(self.skip) if why is None]
             self.evaluations += 1
-            # The cotangent twice: the probes' VJPs were traced for two (a scalar output's
-            # v and -v/2), and one more backward pass costs less than a trace for one.
-            v = tf.constant(cotangent, self.out_dtype)
-            g = compiled(args, [v, v])[0][checked.index(i)]
+            v = [tf.constant(cotangent, self.out_dtype)]
+            if light_traces(self.f):  # twice: the probes' VJPs were traced for two (a scalar
+                v = v * 2  # output's v and -v/2); one more backward costs less than a trace
+            g = compiled(args, v)[0][checked.index(i)]
             self.backward_passes += 1
             return tf.convert_to_tensor(g).numpy().astype(np.float64).reshape(-1)
         source = self._replaced_source(i, value)
@@ -473,6 +473,14 @@ _LEVELS_TENSOR: Any = None
 _VJP_BATCH = 16
 
 
+def light_traces(f: Any) -> bool:
+    """Whether f is marked (attribute _gradexp_light_traces) as checked only a few times per
+    trace, as the runner's checks in training are (gradcheck/joint.py): its compiled VJPs and
+    evaluations are then built to trace cheaply rather than to run fastest, since tracing and
+    first calls, ~0.2 s, are most of what such checks cost."""
+    return bool(getattr(f, "__dict__", {}).get("_gradexp_light_traces"))
+
+
 def compiled_vjp(f: Any, checked: list[int]) -> Any:
     """(args, cotangents) -> for each cotangent, the VJPs of args[k] for k in checked (one forward
     pass, then one backward pass per cotangent), compiled, if f is a tf.function (else None).
@@ -485,10 +493,18 @@ def compiled_vjp(f: Any, checked: list[int]) -> Any:
     if tuple(checked) not in kept:
 
         def vjp(args: list[Any], cotangents: list[Any]) -> list[list[Any]]:
-            # A tape per cotangent, not one persistent tape: around a call of f (a function
-            # call op) a persistent tape makes TensorFlow build f's forward and backward graphs
-            # for higher-order gradients, which tripled this trace (digits MLP: ~250 -> ~90 ms);
-            # the forward recorded again per cotangent costs ~1 forward pass a call.
+            if not light_traces(f):
+                with tf.GradientTape(persistent=len(cotangents) > 1) as tape:
+                    tape.watch([args[k] for k in checked])
+                    y = f(*args)
+                return [tape.gradient(y, [args[k] for k in checked],
+                                      output_gradients=cotangent,
+                                      unconnected_gradients=tf.UnconnectedGradients.ZERO)
+                        for cotangent in cotangents]
+            # A tape per cotangent: around a call of f (a function call op) a persistent tape
+            # makes TensorFlow build f's forward and backward graphs for higher-order
+            # gradients, which tripled this trace (digits MLP: ~250 -> ~70 ms); recording the
+            # forward again costs one more forward pass a call.
             grads = []
             for cotangent in cotangents:
                 with tf.GradientTape() as tape:
@@ -528,10 +544,13 @@ def compiled_directionals(f: Any, i: int, probes: int) -> Any:
                 moved_args[i] = tf.reshape(value, tf.shape(args[i]))
                 return tf.reshape(tf.cast(f(*moved_args), tf.float64), [-1])
 
-            # One call of f in a loop over the 2k points, not 2k calls in the graph: the
-            # same evaluations, but the trace and the first call's instantiation of the
-            # graph cost a fraction (digits MLP, 8 probes: ~200 -> ~60 ms, once a run).
-            outs = tf.map_fn(at, tf.stack(moved), fn_output_signature=tf.float64)
+            if not light_traces(f):
+                outs = tf.stack([at(value) for value in moved])
+            else:
+                # One call of f in a loop over the 2k points, not 2k calls in the graph: the
+                # same evaluations, the trace and first call a fraction (digits MLP, 8 probes:
+                # ~200 -> ~85 ms), each call a little dearer (the points are stacked).
+                outs = tf.map_fn(at, tf.stack(moved), fn_output_signature=tf.float64)
             return tf.stack(dots), outs[0::2], outs[1::2]
 
         kept[(i, probes)] = tf.function(directionals, autograph=False)
