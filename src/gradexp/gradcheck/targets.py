@@ -253,8 +253,10 @@ class _Target:
             checked = [k for k, why in enumerate(self.skip) if why is None]
             self.evaluations += 1
             v = [tf.constant(cotangent, self.out_dtype)]
-            if light_traces(self.f):  # twice: the probes' VJPs were traced for two (a scalar
-                v = v * 2  # output's v and -v/2); one more backward costs less than a trace
+            if light_traces(getattr(self, "f", None)):
+                # Twice: the probes' VJPs were traced for two (a scalar output's v and -v/2);
+                # one more backward pass costs less than a trace for one.
+                v = v * 2
             g = compiled(args, v)[0][checked.index(i)]
             self.backward_passes += 1
             return tf.convert_to_tensor(g).numpy().astype(np.float64).reshape(-1)
