@@ -117,7 +117,9 @@ def label_by_target(cfg: DictConfig, groups: tuple[str, ...] = LABELLED_GROUPS) 
 
 def with_autograph(function: Callable[..., Any]) -> Callable[..., Any]:
     """`function` called as code inside a `tf.function` calls it: user code converted by
-    autograph (a Python `if` on a tensor becomes a cond), Keras' own code left as it is.
+    autograph (a Python `if` on a tensor becomes a cond), Keras' own code left as it is, and an
+    error raised while tracing it reported as tf.function reports it (a StagingError naming
+    the user's file and line, not autograph's generated code). Eagerly, `function` itself.
 
     The trainer's compiled loop is written without autograph (converting it cost ~0.4 s of every
     run); the losses and metrics it calls go through this instead, so they behave as before.
@@ -130,4 +132,20 @@ def with_autograph(function: Callable[..., Any]) -> Callable[..., Any]:
     def call(*args: Any) -> Any:
         return function(*args)
 
-    return tf.autograph.to_graph(call)
+    converted: list[Callable[..., Any]] = []  # converted at the first trace, once
+
+    def traced(*args: Any) -> Any:
+        if tf.executing_eagerly():
+            return function(*args)
+        if not converted:
+            converted.append(tf.autograph.to_graph(call))
+        try:
+            return converted[0](*args)
+        except Exception as error:
+            metadata = getattr(error, "ag_error_metadata", None)
+            if metadata is None:
+                raise
+            # as tf.function's own autograph handler does (the message keeps the cause)
+            raise metadata.to_exception(error) from None
+
+    return traced
