@@ -126,7 +126,7 @@ def _check(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, e
             return result
     except Exception as error:  # noqa: BLE001 - perhaps the dtype's doing: the trial says
         failure = error
-    _LOSSES[model].pop(_losses_key(*args[:5]))
+    _LOSSES[model].pop(_losses_key(cfg.dtype, loss_cfg, data, cfg.get("max_rows")))
     losses = _losses(*args, trial=True)
     if losses.dtype != cfg.dtype:
         return _check_in(losses, cfg, model, data, epoch, eager, values)
@@ -235,8 +235,9 @@ class _Losses:
 _LOSSES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _losses_key(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset,
+def _losses_key(requested: str, loss_cfg: DictConfig, data: Dataset,
                 max_rows: int | None) -> tuple:
+    """Which of a model's _Losses a check uses (the model itself is _LOSSES' weak key)."""
     return (requested, id(data), repr(loss_cfg), max_rows)
 
 
@@ -244,7 +245,7 @@ def _losses(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset,
             max_rows: int | None = None, values: list[np.ndarray] | None = None,
             trial: bool = True) -> _Losses:
     """The run's _Losses; trial=False: in the requested dtype, untried (see _check)."""
-    key = _losses_key(requested, model, loss_cfg, data, max_rows)
+    key = _losses_key(requested, loss_cfg, data, max_rows)
     kept = _LOSSES.setdefault(model, {})
     if key not in kept:
         if trial:
