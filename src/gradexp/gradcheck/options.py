@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import math
-import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,9 +132,14 @@ _LEVELS = 1 << 16
 
 @functools.lru_cache(maxsize=1)
 def _gaussian_levels() -> np.ndarray:
-    """The 2^16 levels a direction's elements take, equally likely: N(0, 1)'s quantiles."""
-    quantile = statistics.NormalDist().inv_cdf
-    levels = np.array([quantile((k + 0.5) / _LEVELS) for k in range(_LEVELS)])
+    """The 2^16 levels a direction's elements take, equally likely: N(0, 1)'s quantiles.
+
+    TensorFlow's vectorized inverse CDF (within 2e-15 of statistics.NormalDist's): 65,536 calls
+    of the latter were ~17 ms of every run's first check."""
+    import tensorflow as tf
+
+    middles = (np.arange(_LEVELS) + 0.5) / _LEVELS
+    levels = tf.math.ndtri(tf.constant(middles, tf.float64)).numpy()
     return levels / np.sqrt(np.mean(levels**2))  # unit variance exactly, as N(0, 1)
 
 
