@@ -137,6 +137,31 @@ def test_a_run_longer_than_max_points_is_thinned_in_mlflow_and_whole_in_its_arti
     assert [s for s, _ in mlflow_val] == [25, 50, 75, 100, 125, 150, 175, 200]
 
 
+def test_evaluations_every_epoch_are_thinned_in_mlflow_and_whole_in_the_artifact(
+        store, client, tmp_path):
+    cfg = compose_config(f"tracking.uri={store}", "gradcheck=off", "trainer.epochs=60",
+                         "eval.every=1", "tracking.max_points=7", "tracking.log_model=false")
+    result = run_experiment(cfg, quiet=True, launch_dir=tmp_path)
+    # 60 evaluations: the 1st, every ~10th and the last go to MLflow.
+    assert steps_of(client, result.run_id, "val/mse") == [1, 11, 21, 30, 40, 50, 60]
+    stored = history_artifact(client, result.run_id, tmp_path)
+    assert np.isfinite(stored["val/mse"]).all() and len(stored["val/mse"]) == 60
+    assert stored["val/mse"][-1] == pytest.approx(result.metrics["val/mse"])
+
+
+def test_an_early_stop_between_logged_evaluations_still_logs_its_last(store, client, tmp_path):
+    cfg = compose_config(f"tracking.uri={store}", "gradcheck=off", "optimizer=adam",
+                         "optimizer.learning_rate=0.5", "eval.every=1", "trainer.epochs=400",
+                         "trainer.early_stopping.enabled=true",
+                         "trainer.early_stopping.patience=20",
+                         "trainer.early_stopping.restore_best=false", "tracking.max_points=5",
+                         "tracking.log_model=false")
+    result = run_experiment(cfg, quiet=True, launch_dir=tmp_path)
+    assert result.epochs < 400 and result.epochs not in (1, 101, 200, 300, 400)
+    logged = [e for e in (1, 101, 200, 300, 400) if e < result.epochs]  # kept_epochs(0, 400, 5)
+    assert steps_of(client, result.run_id, "val/mse") == [*logged, result.epochs]
+
+
 def test_an_early_stop_still_logs_the_last_epoch_it_ran(store, client, tmp_path):
     from gradexp.callbacks.tracking import kept_epochs
 

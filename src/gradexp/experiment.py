@@ -280,11 +280,13 @@ class _Run:
         self.record_evaluation(self.trainer.epoch if step is None else step,
                                self.evaluator(splits))
 
-    def record_evaluation(self, step: int, metrics: dict[str, float]) -> None:
-        """Keep and log held-out metrics (computed in the trainer's calls or by `evaluate`)."""
+    def record_evaluation(self, step: int, metrics: dict[str, float], log: bool = True) -> None:
+        """Keep held-out metrics (computed in the trainer's calls or by `evaluate`) for the
+        history and the callbacks, and log them to MLflow unless `log` is False (thinned)."""
         for key, value in metrics.items():
             self.evaluations.setdefault(key, []).append((step, value))
-            self.tracker.log_metric(key, value, step)
+            if log:
+                self.tracker.log_metric(key, value, step)
 
     def checkpoint_manager(self, folder: Path, keep: int):
         import tensorflow as tf

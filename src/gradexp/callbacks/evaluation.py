@@ -21,7 +21,37 @@ def eval_epochs(cfg: DictConfig) -> set[int]:
     return set(range(every, cfg.trainer.epochs, every)) | {cfg.trainer.epochs}
 
 
+def logged_eval_epochs(cfg: DictConfig) -> set[int]:
+    """The evaluation epochs whose metrics go to MLflow: at most tracking.max_points of them,
+    evenly spaced, the last among them (gradexp.callbacks.tracking.kept_epochs over their
+    positions). The history keeps every evaluation."""
+    from gradexp.callbacks.tracking import kept_epochs
+
+    grid = sorted(eval_epochs(cfg))
+    return {grid[i - 1] for i in kept_epochs(0, len(grid), cfg.tracking.max_points)}
+
+
 class HeldOutEvaluation(Callback):
+    """Records the evaluations of each stretch; MLflow gets them thinned as the per-epoch
+    metrics are (eval.every=1 over a long run would otherwise be bounded by sqlite's ~250 µs a
+    point), and the last one made whatever the thinning, so MLflow's series end where
+    training did."""
+
+    def __init__(self) -> None:
+        self.logged: set[int] = set()
+        self.unlogged: tuple[int, dict[str, float]] | None = None  # the last, if thinned out
+
+    def on_train_begin(self, run) -> None:
+        self.logged = logged_eval_epochs(run.cfg)
+
     def on_stretch_end(self, run, stretch) -> None:
         for epoch, metrics in stretch.evaluations.items():
-            run.record_evaluation(epoch, metrics)
+            log = epoch in self.logged
+            run.record_evaluation(epoch, metrics, log=log)
+            self.unlogged = None if log else (epoch, metrics)
+
+    def on_train_end(self, run, status: str) -> None:
+        if self.unlogged is not None:
+            epoch, metrics = self.unlogged
+            for key, value in metrics.items():
+                run.tracker.log_metric(key, value, epoch)
