@@ -22,6 +22,8 @@ Four tables, every number measured in this run:
    checks) with gradcheck.every_n_epochs=10 (on the experiment's gradcheck.max_rows, and on all
    rows) and with gradcheck=off, each a process of its own (median of --runs): the checks'
    seconds as a share of the training loop's without checks (the issue's target: <= 10%).
+   Also a floor for any check made in the run's process: one fused tf.function on the same
+   model and rows (fused_floor), its one-off costs plus three later calls.
 """
 
 from __future__ import annotations
@@ -268,12 +270,72 @@ def digits_child(overrides: list[str]) -> None:
 
     checks.GradientChecks.check = timed_check
     progress.Progress.on_train_begin, progress.Progress.on_train_end = timed_begin, timed_end
+    if overrides[:1] == ["--floor"]:  # no training: the floor, on the run's model and rows
+        overrides = overrides[1:]
+        progress.Progress.on_train_begin = lambda self, run, *rest: fused_floor(run)
     sys.argv = ["gradexp", *overrides]
     try:
         runpy.run_module("gradexp", run_name="__main__")
     except SystemExit:
         pass
     print("DIGITS " + json.dumps({k: times[k] for k in ("checks", "train", "rows")}))
+
+
+def fused_floor(run) -> None:
+    """A lower bound for any check made in this process: one tf.function of the float64 loss
+    on the run's checked rows that returns the gradient along 8 directions and the 16 losses
+    at +-h along them (what a check at step h needs; no step 2h, no shares, no retries), run
+    without Grappler as the checks are. Prints the seconds of building the float64 model, of
+    the trace, of the first call and of a later call (median of 5), then ends the process."""
+    import json
+
+    import tensorflow as tf
+
+    from gradexp.losses import build_loss
+    from gradexp.verification import _without_graph_optimizer, checked_rows
+
+    cfg, model, data = run.cfg, run.model, run.data
+    rows = checked_rows(len(data.x), cfg.gradcheck.max_rows)
+    x, y = tf.constant(data.x[rows], tf.float64), tf.constant(data.y[rows], tf.float64)
+    loss = build_loss(cfg.loss, dtype="float64")
+    shapes = [tuple(p.shape) for p in model.params]
+    sizes = [int(np.prod(shape)) for shape in shapes]
+    times = {}
+    start = time.perf_counter()
+    model.prepare("float64")
+    times["float64 model"] = time.perf_counter() - start
+
+    def of_flat(flat):
+        parts = tf.split(flat, sizes)
+        return loss(y, model.apply([tf.reshape(p, s) for p, s in zip(parts, shapes)], x))
+
+    @tf.function(autograph=False)
+    def fused(flat, directions, h):
+        with tf.GradientTape() as tape:
+            tape.watch(flat)
+            value = of_flat(flat)
+        along = tf.linalg.matvec(directions, tape.gradient(value, flat))
+        steps = tf.concat([h * directions, -h * directions], 0)
+        return along, tf.map_fn(lambda step: of_flat(flat + step), steps)
+
+    flat = tf.constant(np.concatenate([p.numpy().ravel() for p in model.params]), tf.float64)
+    args = (flat, tf.constant(np.random.default_rng(0).standard_normal((8, sum(sizes)))),
+            tf.constant(1e-4, tf.float64))
+    with _without_graph_optimizer():
+        start = time.perf_counter()
+        fused.get_concrete_function(*args)
+        times["trace"] = time.perf_counter() - start
+        start = time.perf_counter()
+        fused(*args)[1].numpy()
+        times["first call"] = time.perf_counter() - start
+        later = []
+        for _ in range(5):
+            start = time.perf_counter()
+            fused(*args)[1].numpy()
+            later.append(time.perf_counter() - start)
+    times["later call"] = statistics.median(later)
+    print("FLOOR " + json.dumps(times), flush=True)
+    os._exit(0)  # nothing else of the run is wanted
 
 
 # The settings timed against gradcheck=off: the experiment's own (gradcheck.max_rows as
@@ -293,15 +355,21 @@ def digits_rows(runs: int) -> list[list[str]]:
     import sys
     import tempfile
 
+    def child(*arguments: str, tag: str = "DIGITS") -> dict:
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), "--digits-child",
+                               *arguments], cwd=workdir, capture_output=True, text=True,
+                              check=True)
+        line = [x for x in done.stdout.splitlines() if x.startswith(tag + " ")][-1]
+        return json.loads(line.removeprefix(tag + " "))
+
     results: dict[str, list[dict]] = {label: [] for label, _ in DIGITS_SETTINGS}
+    floors: list[dict] = []
     with tempfile.TemporaryDirectory() as workdir:
         for _ in range(runs):
             for label, extra in DIGITS_SETTINGS:
-                done = subprocess.run(
-                    [sys.executable, os.path.abspath(__file__), "--digits-child", *DIGITS,
-                     *extra], cwd=workdir, capture_output=True, text=True, check=True)
-                line = [x for x in done.stdout.splitlines() if x.startswith("DIGITS ")][-1]
-                results[label].append(json.loads(line.removeprefix("DIGITS ")))
+                results[label].append(child(*DIGITS, *extra))
+            floors.append(child("--floor", *DIGITS, "gradcheck.every_n_epochs=10",
+                                tag="FLOOR"))
     train_off = statistics.median(r["train"] for r in results["off"])
     rows = [["off", "0", "-", f"{train_off:.2f}", "-", "-", "-", "-", "-"]]
     for label, _ in DIGITS_SETTINGS[1:]:
@@ -316,6 +384,19 @@ def digits_rows(runs: int) -> list[list[str]]:
             f"{train_on:.2f}", f"{total:.2f}", f"{first:.2f}", f"{later * 1e3:.0f}",
             f"{total / train_off:.0%}", f"{shares[0]:.0%}-{shares[-1]:.0%}",
         ])
+    # The floor: the first check's one-off parts and a later call, as if the run's 4 checks
+    # were made by the fused function alone.
+    one_off = [r["float64 model"] + r["trace"] + r["first call"] for r in floors]
+    floor_totals = sorted(o + 3 * r["later call"] for o, r in zip(one_off, floors))
+    parts = " + ".join(f"{statistics.median(r[k] for r in floors):.3f}"
+                       for k in ("float64 model", "trace", "first call"))
+    rows.append(["floor (one fused function)", "4",
+                 f"{results[DIGITS_SETTINGS[1][0]][0].get('rows', '?')}", "-",
+                 f"{statistics.median(floor_totals):.2f}",
+                 f"{statistics.median(one_off):.2f} ({parts})",
+                 f"{statistics.median(r['later call'] for r in floors) * 1e3:.0f}",
+                 f"{statistics.median(floor_totals) / train_off:.0%}",
+                 f"{floor_totals[0] / train_off:.0%}-{floor_totals[-1] / train_off:.0%}"])
     return rows
 
 
