@@ -3,6 +3,7 @@
     python benchmarks/bench_gradcheck.py            # about 8 minutes on 2 CPU cores
     python benchmarks/bench_gradcheck.py --only speed --repeats 7   # one table
     python benchmarks/bench_gradcheck.py --full     # also compute_gradient at n = 10,000
+    python benchmarks/bench_gradcheck.py --only digits --epochs 300   # a longer digits run
 
 Four tables, every number measured in this run:
 
@@ -346,7 +347,7 @@ DIGITS_SETTINGS = (("off", ["gradcheck=off"]),
                                            "gradcheck.max_rows=null"]))
 
 
-def digits_rows(runs: int) -> list[list[str]]:
+def digits_rows(runs: int, epochs: int | None = None) -> list[list[str]]:
     """The digits MLP (experiment=digits_mlp, probe checks) without checks (gradcheck=off) and
     with checks every 10 epochs (on the experiment's rows, and on all rows), alternating, `runs`
     times each, each a process of its own. Share: seconds of checks / training s without."""
@@ -362,13 +363,14 @@ def digits_rows(runs: int) -> list[list[str]]:
         line = [x for x in done.stdout.splitlines() if x.startswith(tag + " ")][-1]
         return json.loads(line.removeprefix(tag + " "))
 
+    common = [*DIGITS, *([f"trainer.epochs={epochs}"] if epochs else [])]
     results: dict[str, list[dict]] = {label: [] for label, _ in DIGITS_SETTINGS}
     floors: list[dict] = []
     with tempfile.TemporaryDirectory() as workdir:
         for _ in range(runs):
             for label, extra in DIGITS_SETTINGS:
-                results[label].append(child(*DIGITS, *extra))
-            floors.append(child("--floor", *DIGITS, "gradcheck.every_n_epochs=10",
+                results[label].append(child(*common, *extra))
+            floors.append(child("--floor", *common, "gradcheck.every_n_epochs=10",
                                 tag="FLOOR"))
     train_off = statistics.median(r["train"] for r in results["off"])
     rows = [["off", "0", "-", f"{train_off:.2f}", "-", "-", "-", "-", "-"]]
@@ -384,13 +386,14 @@ def digits_rows(runs: int) -> list[list[str]]:
             f"{train_on:.2f}", f"{total:.2f}", f"{first:.2f}", f"{later * 1e3:.0f}",
             f"{total / train_off:.0%}", f"{shares[0]:.0%}-{shares[-1]:.0%}",
         ])
-    # The floor: the first check's one-off parts and a later call, as if the run's 4 checks
-    # were made by the fused function alone.
+    # The floor: the first check's one-off parts and a later call for each other check, as if
+    # the run's checks were made by the fused function alone.
+    count = len(results[DIGITS_SETTINGS[1][0]][0]["checks"])
     one_off = [r["float64 model"] + r["trace"] + r["first call"] for r in floors]
-    floor_totals = sorted(o + 3 * r["later call"] for o, r in zip(one_off, floors))
+    floor_totals = sorted(o + (count - 1) * r["later call"] for o, r in zip(one_off, floors))
     parts = " + ".join(f"{statistics.median(r[k] for r in floors):.3f}"
                        for k in ("float64 model", "trace", "first call"))
-    rows.append(["floor (one fused function)", "4",
+    rows.append(["floor (one fused function)", f"{count}",
                  f"{results[DIGITS_SETTINGS[1][0]][0].get('rows', '?')}", "-",
                  f"{statistics.median(floor_totals):.2f}",
                  f"{statistics.median(one_off):.2f} ({parts})",
@@ -427,6 +430,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=200, help="seeds per detection row")
     parser.add_argument("--repeats", type=int, default=5, help="timed checks per row (>= 3)")
     parser.add_argument("--runs", type=int, default=3, help="digits MLP runs per setting")
+    parser.add_argument("--epochs", type=int,
+                        help="digits MLP epochs (default: the experiment's 30)")
     parser.add_argument("--only", choices=["speed", "locate", "detection", "digits"])
     parser.add_argument("--digits-child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -461,12 +466,13 @@ def main() -> None:
              ["t", "probes", "predicted miss", "measured miss"],
              detection_rows(args.seeds))
     if args.only in (None, "digits"):
+        epochs = f"trainer.epochs={args.epochs} " if args.epochs else ""
         show(f"4. in-training checks: python -m gradexp experiment=digits_mlp "
-             f"trainer.batch_size=32 gradcheck.every_n_epochs=10 (medians of {args.runs} "
-             "processes each)",
+             f"trainer.batch_size=32 {epochs}gradcheck.every_n_epochs=10 (medians of "
+             f"{args.runs} processes each)",
              ["setting", "checks", "rows checked", "training s (less checks)", "checks s",
               "first check s", "later checks ms", "checks / training (off)", "range"],
-             digits_rows(args.runs))
+             digits_rows(args.runs, args.epochs))
 
 
 if __name__ == "__main__":
