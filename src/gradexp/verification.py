@@ -167,7 +167,7 @@ def _check_in(losses: _Losses, cfg: DictConfig, model: Model, data: Dataset, epo
             # the evaluations for an MLP of two layers); gradcheck/joint.py says why a wrong
             # bias still shows.
             shapes = [tuple(p.shape) for p in params]
-            scales = direction_scales([int(tf.size(p)) for p in params])
+            scales = direction_scales([v.size for v in values])
             raw = losses.of_params.function
             if eager:
                 joint_function = JointFunction(raw, shapes, scales, compile=False)

@@ -572,10 +572,14 @@ def _perturbed(x: Any, u: Any, hu: Any, h: Any, g: Any) -> tuple[Any, Any, Any]:
     return plus, minus, tf.reduce_sum(g * realised)
 
 
-# Directions drawn so far: key -> [u, ‖u‖, h, h·u], least recently used first, at most
-# _DIRECTIONS_BYTES in all (4 probes of a million float64 elements take 64 MB).
+# Directions drawn so far: key -> [u, ‖u‖, {h: h·u}], least recently used first, at most
+# _DIRECTIONS_BYTES in all (4 probes of a million float64 elements, with h·u at two steps,
+# take 96 MB).
 _DIRECTIONS: collections.OrderedDict = collections.OrderedDict()
 _DIRECTIONS_BYTES = 160 * 2**20
+# h·u is kept for this many steps per direction: h and 2h, so a check that needs step 2h
+# (a kink at one probe) does not recompute both at every check (~1 ms of such a check).
+_STEPS_KEPT = 2
 
 
 def _direction(key: tuple, draw: Callable[[], np.ndarray], h: float) -> tuple[Any, float, Any]:
@@ -588,10 +592,16 @@ def _direction(key: tuple, draw: Callable[[], np.ndarray], h: float) -> tuple[An
         if _LEVELS_TENSOR is None:
             _LEVELS_TENSOR = tf.constant(_gaussian_levels())
         u = tf.gather(_LEVELS_TENSOR, tf.cast(tf.constant(draw()), tf.int32))
-        kept = [u, float(tf.norm(u)), None, None]
-    if kept[2] != h:
-        kept[2:] = [h, tf.constant(h, tf.float64) * kept[0]]
+        kept = [u, float(tf.norm(u)), {}]
+    steps = kept[2]
+    hu = steps.pop(h, None)
+    if hu is None:
+        hu = tf.constant(h, tf.float64) * kept[0]
+        while len(steps) >= _STEPS_KEPT:  # the least recently used step goes
+            del steps[next(iter(steps))]
+    steps[h] = hu
     _DIRECTIONS[key] = kept
-    while sum(16 * int(k[0].shape[0]) for k in _DIRECTIONS.values()) > _DIRECTIONS_BYTES:
+    while sum(8 * (1 + len(k[2])) * int(k[0].shape[0])
+              for k in _DIRECTIONS.values()) > _DIRECTIONS_BYTES:
         _DIRECTIONS.popitem(last=False)
-    return kept[0], kept[1], kept[3]
+    return kept[0], kept[1], hu
