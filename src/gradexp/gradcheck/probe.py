@@ -205,7 +205,8 @@ def _crosses_kink(target: _Target, i: int, x: np.ndarray, x64: np.ndarray, u: np
     plus = (x64 + h * u).astype(x.dtype).reshape(x.shape)
     minus = (x64 - h * u).astype(x.dtype).reshape(x.shape)
     vv = v.reshape(target.out0.shape)
-    curve = float((target.vjp_at(i, plus, vv) + target.vjp_at(i, minus, vv) - 2 * g) @ u)
+    g_plus, g_minus = target.vjps_at(i, [plus, minus], vv)
+    curve = float((g_plus + g_minus - 2 * g) @ u)
     norm = float(np.linalg.norm(u) * np.linalg.norm(v)) or 1.0
     return abs(curve) / norm >= 0.5 * abs(probe.analytical - probe.numerical)
 

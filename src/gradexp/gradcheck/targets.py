@@ -272,6 +272,29 @@ class _Target:
         self.backward_passes += 1
         return tf.convert_to_tensor(g).numpy().astype(np.float64).reshape(-1)
 
+    def vjps_at(self, i: int, values: list[np.ndarray], cotangent: np.ndarray
+                ) -> list[np.ndarray]:
+        """vjp_at() at each of ``values``. For a light-traced compiled f (a run's checks) two
+        points are one call of the probes' VJP function (its two tapes, one per point): the
+        kink test's x ± h·u cost one call, not two calls of two backward passes each."""
+        import tensorflow as tf
+
+        compiled = self._compiled_vjp()
+        if compiled is None or len(values) != 2 or not light_traces(getattr(self, "f", None)):
+            return [self.vjp_at(i, value, cotangent) for value in values]
+        points = []
+        for value in values:
+            args = list(self._sources())
+            args[i] = self._replaced_source(i, value)
+            points.append(args)
+        checked = [k for k, why in enumerate(self.skip) if why is None]
+        v = tf.constant(cotangent, self.out_dtype)
+        grads = compiled(points[0], [v, v], at=points)
+        self.evaluations += 2
+        self.backward_passes += 2
+        return [tf.convert_to_tensor(g[checked.index(i)]).numpy().astype(np.float64).reshape(-1)
+                for g in grads]
+
     def _replaced_source(self, i: int, value: np.ndarray) -> Any:
         raise NotImplementedError
 
@@ -401,6 +424,20 @@ class _FunctionTarget(_Target):
         return [(self._view(u), u_norm, float(step_dots[k]), fps[k], fms[k])
                 for k, (u, u_norm, _) in enumerate(drawn)]
 
+    def directional(self, i: int, u: Any, h: float, g: Any
+                    ) -> tuple[float, np.ndarray, np.ndarray]:
+        """For a light-traced f (a run's checks), one call of the probes' compiled directionals
+        (two evaluations, as one probe's), not two calls of f and the perturbation's eager ops."""
+        import tensorflow as tf
+
+        if not (light_traces(self.f) and self._compiled_vjp()):
+            return super().directional(i, u, h, g)
+        h_t = tf.constant(h, tf.float64)
+        batch = compiled_directionals(self.f, i, 1)
+        step_dots, fps, fms = batch(list(self.tensors), [u], [h_t * u], h_t, [g])
+        self.evaluations += 2
+        return float(step_dots.numpy()[0]), fps.numpy()[0], fms.numpy()[0]
+
     def jacobians(self, i: int, delta: float) -> tuple[np.ndarray, np.ndarray]:
         """TensorFlow's own full-Jacobian check, on input ``i`` with the others held fixed."""
         import tensorflow as tf
@@ -486,7 +523,10 @@ def light_traces(f: Any) -> bool:
 def compiled_vjp(f: Any, checked: list[int]) -> Any:
     """(args, cotangents) -> for each cotangent, the VJPs of args[k] for k in checked (one forward
     pass, then one backward pass per cotangent), compiled, if f is a tf.function (else None).
-    Kept on f, so checks repeated on the same f (as in training) trace it once."""
+    Kept on f, so checks repeated on the same f (as in training) trace it once.
+
+    For a light-traced f, ``at=`` (one args list per cotangent) differentiates each cotangent's
+    VJP at its own point: the same trace, as each cotangent has a tape of its own anyway."""
     import tensorflow as tf
 
     if not isinstance(f, tf.types.experimental.PolymorphicFunction):
@@ -495,20 +535,20 @@ def compiled_vjp(f: Any, checked: list[int]) -> Any:
     if tuple(checked) not in kept:
 
         def vjp(args: list[Any], cotangents: list[Any]) -> list[list[Any]]:
-            if not light_traces(f):
-                with tf.GradientTape(persistent=len(cotangents) > 1) as tape:
-                    tape.watch([args[k] for k in checked])
-                    y = f(*args)
-                return [tape.gradient(y, [args[k] for k in checked],
-                                      output_gradients=cotangent,
-                                      unconnected_gradients=tf.UnconnectedGradients.ZERO)
-                        for cotangent in cotangents]
+            with tf.GradientTape(persistent=len(cotangents) > 1) as tape:
+                tape.watch([args[k] for k in checked])
+                y = f(*args)
+            return [tape.gradient(y, [args[k] for k in checked], output_gradients=cotangent,
+                                  unconnected_gradients=tf.UnconnectedGradients.ZERO)
+                    for cotangent in cotangents]
+
+        def vjp_per_point(points: list[list[Any]], cotangents: list[Any]) -> list[list[Any]]:
             # A tape per cotangent: around a call of f (a function call op) a persistent tape
             # makes TensorFlow build f's forward and backward graphs for higher-order
             # gradients, which tripled this trace (digits MLP: ~250 -> ~70 ms); recording the
             # forward again costs one more forward pass a call.
             grads = []
-            for cotangent in cotangents:
+            for args, cotangent in zip(points, cotangents):
                 with tf.GradientTape() as tape:
                     tape.watch([args[k] for k in checked])
                     y = f(*args)
@@ -517,46 +557,82 @@ def compiled_vjp(f: Any, checked: list[int]) -> Any:
                                            unconnected_gradients=tf.UnconnectedGradients.ZERO))
             return grads
 
-        kept[tuple(checked)] = tf.function(vjp, autograph=False)
+        if not light_traces(f):
+            kept[tuple(checked)] = tf.function(vjp, autograph=False)
+        else:
+            per_point = tf.function(vjp_per_point, autograph=False)
+
+            def light(args: list[Any], cotangents: list[Any],
+                      at: list[list[Any]] | None = None) -> list[list[Any]]:
+                return per_point(at or [args] * len(cotangents), cotangents)
+
+            kept[tuple(checked)] = light
     return kept[tuple(checked)]
 
 
 def compiled_directionals(f: Any, i: int, probes: int) -> Any:
     """(args, us, hus, h, gs) -> (g_k·(x⁺ - x⁻), f(x⁺_k), f(x⁻_k)) for k < probes, stacked, with
     x = args[i] and x± = x ± hus[k] (outputs flat float64), compiled, if f is a tf.function (else
-    None). Kept on f, as compiled_vjp."""
+    None). Kept on f, as compiled_vjp.
+
+    For a light-traced f one trace serves any number of probes (the probes' steps h and 2h, and
+    a kink's retry of one probe at a smaller step, which was eager: ~2 ms a step)."""
     import tensorflow as tf
 
     if not isinstance(f, tf.types.experimental.PolymorphicFunction):
         return None
     kept = f.__dict__.setdefault("_gradexp_directionals", {})
-    if (i, probes) not in kept:
+    key = i if light_traces(f) else (i, probes)
+    if key in kept:
+        return kept[key]
 
-        def directionals(args: list[Any], us: list[Any], hus: list[Any], h: Any, gs: list[Any]
-                         ) -> tuple[Any, Any, Any]:
-            x = tf.reshape(args[i], [-1])
-            dots, moved = [], []
-            for u, hu, g in zip(us, hus, gs):
-                plus, minus, step_dot = _perturbed(x, u, hu, h, g)
-                dots.append(step_dot)
-                moved += [plus, minus]
+    def at(args: list[Any], value: Any) -> Any:
+        moved_args = list(args)
+        moved_args[i] = tf.reshape(value, tf.shape(args[i]))
+        return tf.reshape(tf.cast(f(*moved_args), tf.float64), [-1])
 
-            def at(value: Any) -> Any:
-                moved_args = list(args)
-                moved_args[i] = tf.reshape(value, tf.shape(args[i]))
-                return tf.reshape(tf.cast(f(*moved_args), tf.float64), [-1])
+    def directionals(args: list[Any], us: list[Any], hus: list[Any], h: Any, gs: list[Any]
+                     ) -> tuple[Any, Any, Any]:
+        x = tf.reshape(args[i], [-1])
+        dots, moved = [], []
+        for u, hu, g in zip(us, hus, gs):
+            plus, minus, step_dot = _perturbed(x, u, hu, h, g)
+            dots.append(step_dot)
+            moved += [plus, minus]
+        outs = tf.stack([at(args, value) for value in moved])
+        return tf.stack(dots), outs[0::2], outs[1::2]
 
-            if not light_traces(f):
-                outs = tf.stack([at(value) for value in moved])
-            else:
-                # One call of f in a loop over the 2k points, not 2k calls in the graph: the
-                # same evaluations, the trace and first call a fraction (digits MLP, 8 probes:
-                # ~200 -> ~85 ms), each call a little dearer (the points are stacked).
-                outs = tf.map_fn(at, tf.stack(moved), fn_output_signature=tf.float64)
-            return tf.stack(dots), outs[0::2], outs[1::2]
+    if not light_traces(f):
+        kept[key] = tf.function(directionals, autograph=False)
+        return kept[key]
 
-        kept[(i, probes)] = tf.function(directionals, autograph=False)
-    return kept[(i, probes)]
+    def stacked(args: list[Any], us: Any, hus: Any, h: Any, gs: Any) -> tuple[Any, Any, Any]:
+        # Loops over the probes (tf.map_fn), not the probes unrolled: the trace and first call
+        # are a fraction (digits MLP, 8 probes: ~200 -> ~85 ms) and any number of probes runs
+        # on it; each probe's ops are the ones directionals() has, on one probe's vectors.
+        x = tf.reshape(args[i], [-1])
+        plus, minus, dots = tf.map_fn(lambda p: _perturbed(x, p[0], p[1], h, p[2]),
+                                      (us, hus, gs),
+                                      fn_output_signature=(x.dtype, x.dtype, tf.float64))
+        outs = tf.map_fn(lambda value: at(args, value), tf.concat([plus, minus], 0),
+                         fn_output_signature=tf.float64)
+        k = tf.shape(us)[0]
+        return dots, outs[:k], outs[k:]
+
+    function: list[Any] = []
+
+    def light(args: list[Any], us: list[Any], hus: list[Any], h: Any, gs: list[Any]
+              ) -> tuple[Any, Any, Any]:
+        if not function:  # the probes' count left open: one trace for any
+            n = int(us[0].shape[0])
+            vectors = tf.TensorSpec([None, n], tf.float64)
+            signature = [[tf.TensorSpec(a.shape, a.dtype) for a in args], vectors, vectors,
+                         tf.TensorSpec([], tf.float64), vectors]
+            function.append(tf.function(stacked, input_signature=signature, autograph=False))
+        return function[0](args, tf.stack(us), tf.stack(hus), h, tf.stack(gs))
+
+    kept[key] = light
+    return kept[key]
 
 
 def _perturbed(x: Any, u: Any, hu: Any, h: Any, g: Any) -> tuple[Any, Any, Any]:
