@@ -51,6 +51,16 @@ class _Probe:
     step: float
 
 
+def scalar_cotangents(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any
+                      ) -> list[np.ndarray]:
+    """A scalar output's cotangents: v (every probe's, from rng) and -v/2 (the linearity check).
+
+    check_jointly asks for their VJPs first, with np.random.default_rng(seed): its shares are
+    then the probes' own backward passes (the VJP function keeps that call)."""
+    v = _cotangent(rng, shape, dtype)
+    return [v, -0.5 * v]
+
+
 def _probe_entries(target: _Target, opts: _Options, rng: np.random.Generator
                    ) -> list[GradCheckEntry]:
     if target.out0.size == 1:
@@ -58,8 +68,9 @@ def _probe_entries(target: _Target, opts: _Options, rng: np.random.Generator
         # below, so one cotangent serves every probe (normalised by |v|, a probe does not
         # depend on it) and K - 1 backward passes are saved. A backward that is not linear in
         # its upstream gradient fails that check whatever the other probes say.
-        vs = [_cotangent(rng, target.out0.shape, target.out_numpy_dtype)] * opts.probes
-        grads = target.vjps(vs[:1] + [-0.5 * vs[0]])
+        vs = scalar_cotangents(rng, target.out0.shape, target.out_numpy_dtype)
+        grads = target.vjps(vs)
+        vs = vs[:1] * opts.probes
         grads = grads[:1] * opts.probes + grads[-1:]
     else:
         vs = [_cotangent(rng, target.out0.shape, target.out_numpy_dtype)

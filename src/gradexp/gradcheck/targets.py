@@ -561,10 +561,21 @@ def compiled_vjp(f: Any, checked: list[int]) -> Any:
             kept[tuple(checked)] = tf.function(vjp, autograph=False)
         else:
             per_point = tf.function(vjp_per_point, autograph=False)
+            last: list[Any] = []  # [points, cotangent values, VJPs] of the last call
 
             def light(args: list[Any], cotangents: list[Any],
                       at: list[list[Any]] | None = None) -> list[list[Any]]:
-                return per_point(at or [args] * len(cotangents), cotangents)
+                # The last call's VJPs again for the same tensors and cotangent values:
+                # joint.check_jointly takes its shares from the probes' VJPs, asking first
+                # (VJPs are deterministic: the same call gives the same values).
+                points = at or [args] * len(cotangents)
+                values = [np.asarray(c) for c in cotangents]
+                if (last and len(last[0]) == len(points)
+                        and all(a is b for p, q in zip(last[0], points) for a, b in zip(p, q))
+                        and all(np.array_equal(a, b) for a, b in zip(last[1], values))):
+                    return last[2]
+                last[:] = [points, values, per_point(points, cotangents)]
+                return last[2]
 
             kept[tuple(checked)] = light
     return kept[tuple(checked)]
