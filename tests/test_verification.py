@@ -182,3 +182,72 @@ def test_eager_checks_and_compiled_checks_agree(store, client, method):
     assert eager["passed"] is False and compiled["passed"] is False
     assert eager["worst_input_index"] == compiled["worst_input_index"]
     assert eager["max_abs_error"] == pytest.approx(compiled["max_abs_error"], rel=1e-6)
+
+
+def _numbers(report: dict) -> dict:
+    """A check's report without what differs between an eager and a compiled check by design:
+    its time and what it cost (the eager one evaluates the loss once more and takes the shares
+    from a backward pass of its own)."""
+    for r in report["reports"].values():
+        for key in ("seconds", "function_evaluations", "backward_passes"):
+            r.pop(key)
+    return report
+
+
+def _assert_same(compiled: dict, eager: dict, path: str = "") -> None:
+    """Equal reports: the same verdicts, entries, notes and counts; floats to 1e-9 relative
+    (the shares' norms round differently; a stale VJP or direction would be off by far more)."""
+    assert type(compiled) is type(eager), path
+    if isinstance(compiled, dict):
+        assert compiled.keys() == eager.keys(), path
+        for key in compiled:
+            _assert_same(compiled[key], eager[key], f"{path}/{key}")
+    elif isinstance(compiled, list):
+        assert len(compiled) == len(eager), path
+        for i, (a, b) in enumerate(zip(compiled, eager)):
+            _assert_same(a, b, f"{path}[{i}]")
+    elif isinstance(compiled, float):
+        assert compiled == pytest.approx(eager, rel=1e-9, abs=1e-300), path
+    else:
+        assert compiled == eager, path
+
+
+@pytest.mark.parametrize("overrides", [
+    # relu: later checks retry probes that cross a kink (steps 2h and smaller), the fast paths
+    # of a run's later checks (kept VJPs, one call for a kink's two VJPs and for its retry)
+    ("model=mlp", "model.hidden=[64]", "model.activation=relu", "data=blobs",
+     "loss=categorical_crossentropy", "trainer.epochs=6"),
+    ("model=buggy_linear", "trainer.epochs=3"),  # the wrong W named at every check
+])
+def test_a_runs_later_checks_report_what_a_fresh_eager_check_reports(store, monkeypatch,
+                                                                     overrides):
+    """Every check of a run that checks every epoch (compiled, traced once, its VJPs, directions
+    and shapes kept from check to check) against a fresh eager check of the same parameters."""
+    import gradexp.verification as verification
+
+    check = verification.check_training_gradients
+    pairs = []
+
+    def both(cfg, model, loss_cfg, data, epoch, eager=False):
+        result = check(cfg, model, loss_cfg, data, epoch, eager)
+        fresh = check(cfg, model, loss_cfg, data, epoch, eager=True)
+        pairs.append((epoch, eager, result.to_dict(), fresh.to_dict()))
+        return result
+
+    monkeypatch.setattr(verification, "check_training_gradients", both)
+    result = run(store, "gradcheck=probe", "gradcheck.every_n_epochs=1", *overrides)
+    assert [(epoch, eager) for epoch, eager, *_ in pairs] == [(e, False) for e in range(
+        int(overrides[-1].split("=")[1]) + 1)]
+    # Compiled, the shares are the probes' own backward passes (v and -v/2): 2, not 3.
+    costs = [c["reports"]["variables/probe"]["backward_passes"] for *_, c, _ in pairs]
+    assert "model=buggy_linear" in overrides or costs[1] == 2, costs
+    for _, _, compiled, eager in pairs:
+        _assert_same(_numbers(compiled), _numbers(eager))
+    retried = [e for *_, c, _ in pairs for r in c["reports"].values() for e in r["entries"]
+               if any("crossed a kink" in n for n in e["notes"])]
+    if "model=buggy_linear" in overrides:
+        assert result.gradcheck_passed is False
+        assert all(not c["passed"] for *_, c, _ in pairs)
+    else:
+        assert result.gradcheck_passed is True
+        assert retried, "no check of this run crossed a kink: the test lost its point"
