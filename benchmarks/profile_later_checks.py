@@ -1,0 +1,138 @@
+"""Where a later in-training gradient check's time goes (digits MLP, every 10 epochs).
+
+    PYTHONPATH=$PWD/src python benchmarks/profile_later_checks.py [--repeat 30]
+
+Runs experiment=digits_mlp (tracking=none, batch 32, checks every 10 epochs) in this process,
+then repeats the last check --repeat times on the trained model, with perf_counter around the
+check's parts (inclusive times; no profiler). Prints the medians of the repeated checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import os
+import runpy
+import statistics
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+TIMES: dict[str, list[float]] = collections.defaultdict(list)
+ACTIVE = [False]
+
+
+def timed(owner, name: str, label: str) -> None:
+    original = getattr(owner, name)
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        if not ACTIVE[0]:
+            return original(*args, **kwargs)
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            TIMES[label].append(time.perf_counter() - start)
+
+    setattr(owner, name, wrapper)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--epoch", type=int, default=30, help="the check repeated")
+    args = parser.parse_args()
+
+    import gradexp.verification as verification
+    from gradexp.gradcheck import api, joint, probe, targets
+
+    parts = [(verification, "_check_in", "verification._check_in"),
+             (verification, "check_jointly", "joint.check_jointly"),
+             (verification, "_without_graph_optimizer", "_without_graph_optimizer (enter)"),
+             (probe, "_crosses_kink", "probe._crosses_kink"),
+             (probe, "_measure", "probe._measure"),
+             (targets._Target, "directional", "target.directional"),
+             (targets._Target, "vjp_at", "target.vjp_at"),
+             (targets._Target, "evaluate", "target.evaluate"),
+             (joint.JointFunction, "__call__", "JointFunction call (y)"),
+             (joint, "check_gradients", "api.check_gradients (in joint)"),
+             (api, "_run", "api._run"),
+             (api, "_try_dtype", "api._try_dtype"),
+             (targets._Target, "start", "target.start"),
+             (probe, "_probe_entries", "probe._probe_entries"),
+             (targets._Target, "vjps", "target.vjps (probe VJPs)"),
+             (probe, "_probe_one", "probe._probe_one"),
+             (targets._FunctionTarget, "first_directionals", "first_directionals"),
+             (targets, "_direction", "targets._direction"),
+             (probe, "_judge", "probe._judge"),
+             (joint, "_split", "joint._split")]
+    for owner, name, label in parts:
+        timed(owner, name, label)
+    # compiled calls: wrap the tf.functions' __call__ via the factories
+    for factory in ("compiled_vjp", "compiled_directionals"):
+        original = getattr(targets, factory)
+
+        def make(original=original, factory=factory):
+            def patched(*a, **k):
+                fn = original(*a, **k)
+                if fn is None:
+                    return None
+
+                def call(*ca, **ck):
+                    start = time.perf_counter()
+                    out = fn(*ca, **ck)
+                    if ACTIVE[0]:
+                        TIMES[f"{factory} call"].append(time.perf_counter() - start)
+                    return out
+                return call
+            return patched
+        setattr(targets, factory, make())
+    joint.compiled_vjp = targets.compiled_vjp
+
+    check = verification.check_training_gradients
+    results = []
+
+    def wrapped(cfg, model, loss_cfg, data, epoch, eager=False):
+        start = time.perf_counter()
+        result = check(cfg, model, loss_cfg, data, epoch, eager)
+        TIMES["check (run's own)"].append(time.perf_counter() - start)
+        results.append(result)
+        if epoch == args.epoch:  # the last: repeat it on the trained model
+            for _ in range(args.repeat):
+                ACTIVE[0] = True
+                start = time.perf_counter()
+                with_timer = check(cfg, model, loss_cfg, data, epoch, eager)
+                TIMES["check_training_gradients"].append(time.perf_counter() - start)
+                ACTIVE[0] = False
+                assert with_timer.passed
+        return result
+
+    verification.check_training_gradients = wrapped
+    sys.argv = ["gradexp", "experiment=digits_mlp", "tracking=none", "trainer.batch_size=32",
+                "gradcheck.every_n_epochs=10"]
+    try:
+        runpy.run_module("gradexp", run_name="__main__")
+    except SystemExit:
+        pass
+    own = TIMES.pop("check (run's own)")
+    print("run's checks ms:", " ".join(f"{t * 1e3:.1f}" for t in own))
+    total = statistics.median(TIMES["check_training_gradients"])
+    print(f"repeated last check x{args.repeat}: median ms (calls per check)")
+    for label, values in TIMES.items():
+        per = len(values) / args.repeat
+        # per-check sum, median over checks
+        k = max(1, round(per))
+        sums = [sum(values[i:i + k]) for i in range(0, len(values), k)]
+        med = statistics.median(sums)
+        print(f"  {label:36s} {med * 1e3:7.2f}  ({per:g}/check)  {med / total:5.0%}")
+    r = results[-1]
+    rep = r.reports["variables/probe"]
+    print("report: passed", r.passed, "evals", rep.function_evaluations, "backward",
+          rep.backward_passes, "max_rel", rep.max_rel_error)
+
+
+if __name__ == "__main__":
+    main()
