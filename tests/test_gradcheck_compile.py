@@ -146,6 +146,28 @@ def test_repeated_checks_of_the_same_function_trace_it_once():
     assert len(calls) == 2  # a new shape: traced for it, as tf.function does
 
 
+def test_checks_alternating_between_two_shapes_each_get_their_own_trace_and_verdict():
+    # The compiled calls are kept per input shape (targets._concrete): a check of one shape
+    # must never run the trace of the other. The gradient is wrong at element 7, which only
+    # the longer input has; the body counts traces (an eager fallback would run it at every
+    # evaluation).
+    calls: list = []
+    f = _wrong_at(7, calls)
+    rng = np.random.default_rng(4)
+    short, long = rng.standard_normal(5), rng.standard_normal(20)
+    check_gradients(f, [short])  # eager: its first check
+    calls.clear()
+    for x in (short, long, short, long, short):
+        report = check_gradients(f, [x])
+        assert report.passed == (x is short), str(report)
+        assert report.entries[0].shape == x.shape
+        eager = check_gradients(_wrong_at(7), [x], compile=False)
+        assert report.max_abs_error == pytest.approx(eager.max_abs_error, rel=1e-6, abs=1e-12)
+        assert report.function_evaluations == eager.function_evaluations - 1
+        assert report.backward_passes == eager.backward_passes
+    assert len(calls) == 2  # one trace a shape, and no eager fallback
+
+
 def test_a_keras_model_and_a_bound_method_are_compiled_once():
     traced: list = []
 
