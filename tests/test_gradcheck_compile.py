@@ -147,7 +147,7 @@ def test_repeated_checks_of_the_same_function_trace_it_once():
 
 
 def test_checks_alternating_between_two_shapes_each_get_their_own_trace_and_verdict():
-    # The compiled calls are kept per input shape (targets._concrete): a check of one shape
+    # The compiled calls are kept per input shape (compiled._concrete): a check of one shape
     # must never run the trace of the other. The gradient is wrong at element 7, which only
     # the longer input has; the body counts traces (an eager fallback would run it at every
     # evaluation).

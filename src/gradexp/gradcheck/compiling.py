@@ -1,6 +1,6 @@
 """check_gradients(compile=True): a plain callable checked as a tf.function.
 
-A tf.function's probe check is a few compiled calls (targets.compiled_vjp and
+A tf.function's probe check is a few compiled calls (compiled.compiled_vjp and
 compiled_directionals: every probe's f(x ± h·u) in one call, every VJP in another); a plain
 Python function's is one eager call per evaluation and per VJP, whose per-call overhead is most
 of a check's time at thousands of elements. So a plain callable (a function, a lambda, a

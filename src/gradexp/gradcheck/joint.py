@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 
 from gradexp.gradcheck.api import check_gradients
+from gradexp.gradcheck.compiled import compiled_vjp
 from gradexp.gradcheck.options import _EPS, _TOLERANCES, _coarsest
 from gradexp.gradcheck.probe import scalar_cotangents
 from gradexp.gradcheck.report import GradCheckEntry, GradCheckReport
-from gradexp.gradcheck.targets import compiled_vjp
 
 # The relative tolerance is divided by at most this (a variable with no gradient at all, e.g. a
 # dead layer, would otherwise ask finite differences for more than they can resolve).
@@ -83,7 +83,7 @@ class JointFunction:
         if not self.compile:
             return joint
         compiled = tf.function(joint, autograph=False)
-        compiled._gradexp_light_traces = True  # a few checks a run (targets.light_traces)
+        compiled._gradexp_light_traces = True  # a few checks a run (compiled.light_traces)
         try:
             y = compiled.get_concrete_function(flat).structured_outputs
         except Exception:  # noqa: BLE001 - user code that only runs eagerly is checked eagerly

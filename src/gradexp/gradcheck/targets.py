@@ -9,13 +9,20 @@ numpy; they never import TensorFlow.
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from gradexp.gradcheck.options import _EPS, _gaussian_levels
+from gradexp.gradcheck.compiled import (
+    _concrete,
+    _perturbed,
+    compiled_directionals,
+    compiled_vjp,
+    light_traces,
+)
+from gradexp.gradcheck.directions import _direction
+from gradexp.gradcheck.options import _EPS
 
 
 def _variable_handle(v: Any) -> Any:
@@ -199,8 +206,8 @@ class _Target:
 
         Returns (u as a numpy view, remembered for as_tensor; ‖u‖; g·(x⁺ - x⁻); f(x⁺); f(x⁻)).
         A direction is a function of its key (seed, input, probe, size), so it is drawn once
-        and kept (see _DIRECTIONS), with h·u for the last step h: checks repeated with the same
-        seed, as in training, skip two of the five passes over the input a probe costs.
+        and kept (directions._DIRECTIONS), with h·u for the last steps: checks repeated with
+        the same seed, as in training, skip two of the five passes over the input a probe costs.
         """
         import tensorflow as tf
 
@@ -510,239 +517,5 @@ def _skip_reason(dtype: Any, size: int | None) -> str | None:
     return None
 
 
-_LEVELS_TENSOR: Any = None
-
 # At most this many cotangents share one compiled VJP call (a probe check needs probes + 1).
 _VJP_BATCH = 16
-
-
-def light_traces(f: Any) -> bool:
-    """Whether f is marked (attribute _gradexp_light_traces) as checked only a few times per
-    trace, as the runner's checks in training are (gradcheck/joint.py): its compiled VJPs and
-    evaluations are then built to trace cheaply rather than to run fastest, since tracing and
-    first calls, ~0.2 s, are most of what such checks cost."""
-    return bool(getattr(f, "__dict__", {}).get("_gradexp_light_traces"))
-
-
-def compiled_vjp(f: Any, checked: list[int]) -> Any:
-    """(args, cotangents) -> for each cotangent, the VJPs of args[k] for k in checked (one forward
-    pass, then one backward pass per cotangent), compiled, if f is a tf.function (else None).
-    Kept on f, so checks repeated on the same f (as in training) trace it once.
-
-    For a light-traced f, ``at=`` (one args list per cotangent) differentiates each cotangent's
-    VJP at its own point: the same trace, as each cotangent has a tape of its own anyway."""
-    import tensorflow as tf
-
-    if not isinstance(f, tf.types.experimental.PolymorphicFunction):
-        return None
-    kept = f.__dict__.setdefault("_gradexp_vjps", {})
-    if tuple(checked) not in kept:
-
-        def vjp(args: list[Any], cotangents: list[Any]) -> list[list[Any]]:
-            with tf.GradientTape(persistent=len(cotangents) > 1) as tape:
-                tape.watch([args[k] for k in checked])
-                y = f(*args)
-            return [tape.gradient(y, [args[k] for k in checked], output_gradients=cotangent,
-                                  unconnected_gradients=tf.UnconnectedGradients.ZERO)
-                    for cotangent in cotangents]
-
-        def vjp_per_point(points: list[list[Any]], cotangents: list[Any]) -> list[list[Any]]:
-            # A tape per cotangent: around a call of f (a function call op) a persistent tape
-            # makes TensorFlow build f's forward and backward graphs for higher-order
-            # gradients, which tripled this trace (digits MLP: ~250 -> ~70 ms); recording the
-            # forward again costs one more forward pass a call.
-            grads = []
-            for args, cotangent in zip(points, cotangents):
-                with tf.GradientTape() as tape:
-                    tape.watch([args[k] for k in checked])
-                    y = f(*args)
-                grads.append(tape.gradient(y, [args[k] for k in checked],
-                                           output_gradients=cotangent,
-                                           unconnected_gradients=tf.UnconnectedGradients.ZERO))
-            return grads
-
-        if not light_traces(f):
-            kept[tuple(checked)] = _by_signature(tf.function(vjp, autograph=False))
-        else:
-            per_point = tf.function(vjp_per_point, autograph=False)
-            last: list[Any] = []  # [points, cotangent values, VJPs] of the last call
-
-            def light(args: list[Any], cotangents: list[Any],
-                      at: list[list[Any]] | None = None) -> list[list[Any]]:
-                # The last call's VJPs again for the same tensors and cotangent values:
-                # joint.check_jointly takes its shares from the probes' VJPs, asking first
-                # (VJPs are deterministic: the same call gives the same values).
-                points = at or [args] * len(cotangents)
-                values = [np.asarray(c) for c in cotangents]
-                if (last and len(last[0]) == len(points)
-                        and all(a is b for p, q in zip(last[0], points) for a, b in zip(p, q))
-                        and all(np.array_equal(a, b) for a, b in zip(last[1], values))):
-                    return last[2]
-                last[:] = [points, values, per_point(points, cotangents)]
-                return last[2]
-
-            kept[tuple(checked)] = light
-    return kept[tuple(checked)]
-
-
-def compiled_directionals(f: Any, i: int, probes: int) -> Any:
-    """(args, us, hus, h, gs) -> (g_k·(x⁺ - x⁻), f(x⁺_k), f(x⁻_k)) for k < probes, stacked, with
-    x = args[i] and x± = x ± hus[k] (outputs flat float64), compiled, if f is a tf.function (else
-    None). Kept on f, as compiled_vjp.
-
-    For a light-traced f one trace serves any number of probes (the probes' steps h and 2h, and
-    a kink's retry of one probe at a smaller step, which was eager: ~2 ms a step)."""
-    import tensorflow as tf
-
-    if not isinstance(f, tf.types.experimental.PolymorphicFunction):
-        return None
-    kept = f.__dict__.setdefault("_gradexp_directionals", {})
-    key = i if light_traces(f) else (i, probes)
-    if key in kept:
-        return kept[key]
-
-    def at(args: list[Any], value: Any) -> Any:
-        moved_args = list(args)
-        moved_args[i] = tf.reshape(value, tf.shape(args[i]))
-        return tf.reshape(tf.cast(f(*moved_args), tf.float64), [-1])
-
-    def directionals(args: list[Any], us: list[Any], hus: list[Any], h: Any, gs: list[Any]
-                     ) -> tuple[Any, Any, Any]:
-        x = tf.reshape(args[i], [-1])
-        dots, moved = [], []
-        for u, hu, g in zip(us, hus, gs):
-            plus, minus, step_dot = _perturbed(x, u, hu, h, g)
-            dots.append(step_dot)
-            moved += [plus, minus]
-        outs = tf.stack([at(args, value) for value in moved])
-        return tf.stack(dots), outs[0::2], outs[1::2]
-
-    if not light_traces(f):
-        kept[key] = _by_signature(tf.function(directionals, autograph=False))
-        return kept[key]
-
-    def stacked(args: list[Any], us: Any, hus: Any, h: Any, gs: Any) -> tuple[Any, Any, Any]:
-        # Loops over the probes (tf.map_fn), not the probes unrolled: the trace and first call
-        # are a fraction (digits MLP, 8 probes: ~200 -> ~85 ms) and any number of probes runs
-        # on it; each probe's ops are the ones directionals() has, on one probe's vectors.
-        x = tf.reshape(args[i], [-1])
-        plus, minus, dots = tf.map_fn(lambda p: _perturbed(x, p[0], p[1], h, p[2]),
-                                      (us, hus, gs),
-                                      fn_output_signature=(x.dtype, x.dtype, tf.float64))
-        outs = tf.map_fn(lambda value: at(args, value), tf.concat([plus, minus], 0),
-                         fn_output_signature=tf.float64)
-        k = tf.shape(us)[0]
-        return dots, outs[:k], outs[k:]
-
-    function: list[Any] = []
-
-    def light(args: list[Any], us: list[Any], hus: list[Any], h: Any, gs: list[Any]
-              ) -> tuple[Any, Any, Any]:
-        if not function:  # the probes' count left open: one trace for any
-            n = int(us[0].shape[0])
-            vectors = tf.TensorSpec([None, n], tf.float64)
-            signature = [[tf.TensorSpec(a.shape, a.dtype) for a in args], vectors, vectors,
-                         tf.TensorSpec([], tf.float64), vectors]
-            function.append(tf.function(stacked, input_signature=signature, autograph=False))
-        return function[0](args, tf.stack(us), tf.stack(hus), h, tf.stack(gs))
-
-    kept[key] = light
-    return kept[key]
-
-
-def _concrete(function: Any, args: tuple | list, kept: dict) -> tuple[Any, list[Any]] | None:
-    """(the ConcreteFunction of tf.function ``function`` for ``args``, args' tensors flat), kept
-    in ``kept`` by the arguments' signature (list lengths, shapes, dtypes); None if args are not
-    all tensors or flat lists of tensors (numpy, variables, nesting: for TensorFlow to match).
-
-    A tf.function's own call (and get_concrete_function) matches its arguments against its
-    traces in Python (canonicalizing them, hashing each tensor's trace type) before it runs
-    anything: for a probe check's lists of tensors, most of what its compiled calls cost at
-    n = 5,000 (a warm check of tanh -> dense: 2.1-2.5 ms before, 1.4-1.5 ms with this and
-    _by_signature). For arguments that are only tensors, their shapes and dtypes are all that
-    selects a trace (unless functions run eagerly: then TensorFlow's call).
-    """
-    import tensorflow as tf
-
-    flat, key = [], []
-    for a in args:
-        items = a if isinstance(a, list) else [a]
-        key.append(len(items) if isinstance(a, list) else None)
-        flat += items
-    if tf.config.functions_run_eagerly() or not all(isinstance(t, tf.Tensor) for t in flat):
-        return None
-    key += [(tuple(t.shape), t.dtype) for t in flat]
-    concrete = kept.get(tuple(key))
-    if concrete is None:
-        concrete = kept[tuple(key)] = function.get_concrete_function(*args)
-    return concrete, flat
-
-
-def _by_signature(function: Any) -> Callable[..., Any]:
-    """tf.function ``function`` called through its ConcreteFunction for the arguments (_concrete).
-    (Not for light-traced functions: joint.py's lists are compared by identity, see light().)"""
-    kept: dict[tuple, Any] = {}
-
-    def call(*args: Any) -> Any:
-        found = _concrete(function, args, kept)
-        if found is None:
-            return function(*args)
-        concrete, flat = found
-        # ConcreteFunction._call_flat (private) runs the trace on the flat tensors, as its
-        # public call does after matching the arguments to its signature again: a warm check
-        # at n = 5,000 took ~1.9 ms through the public call, ~1.5 ms through this. Without it
-        # (a TensorFlow that renamed it), the public call.
-        call_flat = getattr(concrete, "_call_flat", None)
-        if call_flat is None:
-            return concrete(*args)
-        return call_flat(flat, concrete.captured_inputs)
-
-    return call
-
-
-def _perturbed(x: Any, u: Any, hu: Any, h: Any, g: Any) -> tuple[Any, Any, Any]:
-    """x ± hu rounded to x's dtype, and g·(x⁺ - x⁻). For float64 x that is 2h·g·u, which
-    differs from it by rounding (~1e-11 relative) and saves two passes over the input."""
-    import tensorflow as tf
-
-    if x.dtype == tf.float64:
-        return x + hu, x - hu, 2.0 * h * tf.reduce_sum(g * u)
-    x64 = tf.cast(x, tf.float64)
-    plus, minus = tf.cast(x64 + hu, x.dtype), tf.cast(x64 - hu, x.dtype)
-    realised = tf.cast(plus, tf.float64) - tf.cast(minus, tf.float64)
-    return plus, minus, tf.reduce_sum(g * realised)
-
-
-# Directions drawn so far: key -> [u, ‖u‖, {h: h·u}], least recently used first, at most
-# _DIRECTIONS_BYTES in all (4 probes of a million float64 elements, with h·u at two steps,
-# take 96 MB).
-_DIRECTIONS: collections.OrderedDict = collections.OrderedDict()
-_DIRECTIONS_BYTES = 160 * 2**20
-# h·u is kept for this many steps per direction: h and 2h, so a check that needs step 2h
-# (a kink at one probe) does not recompute both at every check (~1 ms of such a check).
-_STEPS_KEPT = 2
-
-
-def _direction(key: tuple, draw: Callable[[], np.ndarray], h: float) -> tuple[Any, float, Any]:
-    """(u, ‖u‖, h·u) for the direction named by key; drawn by draw() on first use."""
-    import tensorflow as tf
-
-    global _LEVELS_TENSOR
-    kept = _DIRECTIONS.pop(key, None)
-    if kept is None:
-        if _LEVELS_TENSOR is None:
-            _LEVELS_TENSOR = tf.constant(_gaussian_levels())
-        u = tf.gather(_LEVELS_TENSOR, tf.cast(tf.constant(draw()), tf.int32))
-        kept = [u, float(tf.norm(u)), {}]
-    steps = kept[2]
-    hu = steps.pop(h, None)
-    if hu is None:
-        hu = tf.constant(h, tf.float64) * kept[0]
-        while len(steps) >= _STEPS_KEPT:  # the least recently used step goes
-            del steps[next(iter(steps))]
-    steps[h] = hu
-    _DIRECTIONS[key] = kept
-    while sum(8 * (1 + len(k[2])) * int(k[0].shape[0])
-              for k in _DIRECTIONS.values()) > _DIRECTIONS_BYTES:
-        _DIRECTIONS.popitem(last=False)
-    return kept[0], kept[1], hu
