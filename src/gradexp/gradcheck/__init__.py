@@ -49,6 +49,8 @@ The package, one module per part, imports flowing one way (each only from those 
 
     options.py   the keyword options, dtypes, eps and tolerances, steps, rounding, cotangents
     report.py    GradCheckReport, GradCheckEntry, to_dict(), the text of str(report)
+    directions.py  probe directions, drawn once per (seed, input, probe) and kept
+    compiled.py  a tf.function's compiled calls: all VJPs in one, all f(x ± h·u) in another
     targets.py   what is checked: a function of tensors or a loss of variables; its VJPs
     entries.py   one entry per input: its step and tolerances, shared judgements
     jacobian.py  the jacobian method
