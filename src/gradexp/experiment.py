@@ -402,13 +402,19 @@ class _Run:
         verdict = None
         if self.checks:  # the worst check of the run, not just the last
             failed = [check.epoch for check in self.checks if not check.passed]
-            worst = max(self.checks, key=lambda check: (not check.passed, check.max_rel_error))
+            # The reported error (GradCheckEntry.reported_error), as the console and MLflow.
+            worst = max(self.checks, key=lambda check: check.error_to_tolerance)
+            error = worst.worst()
             verdict = (("passed" if not failed else
                         f"FAILED at epoch{'s' if len(failed) > 1 else ''} "
                         f"{', '.join(map(str, failed))}")
-                       + f" ({len(self.checks)} check{'s' if len(self.checks) > 1 else ''}; "
-                       f"worst at epoch {worst.epoch}: max abs error {worst.max_abs_error:.2g}, "
-                       f"max rel error {worst.max_rel_error:.2g})")
+                       + f" ({len(self.checks)} check{'s' if len(self.checks) > 1 else ''}"
+                       + ("" if error is None else
+                          f"; worst at epoch {worst.epoch}: relative error "
+                          f"{error[1].rel_error:.2g} = {error[1].error_to_tolerance:.3g}x its "
+                          f"tolerance {error[1].tolerance:.2g}")
+                       + (f"; wrong layer: {', '.join(v.name for v in worst.culprits)}"
+                          if worst.culprits else "") + ")")
         objective = result.objective_value
         rows = {"final loss (after the last step)": result.final_loss, **result.scalars,
                 **result.metrics,

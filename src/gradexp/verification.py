@@ -27,7 +27,9 @@ from tensorflow.python.eager import context  # per-thread options of function ca
 
 from gradexp.data import Dataset
 from gradexp.gradcheck import GradCheckReport, check_gradients
+from gradexp.gradcheck.culprits import LayerVerdict, find_culprits
 from gradexp.gradcheck.joint import JointFunction, check_jointly, direction_scales
+from gradexp.gradcheck.report import ReportedError
 from gradexp.losses import build_loss
 from gradexp.models import Model
 
@@ -36,7 +38,11 @@ EAGER_CHECKS = 2  # a run with at most this many checks runs them eagerly (see G
 
 @dataclass
 class CheckResult:
-    """Every report of one check pass (one epoch), keyed "variables/probe", "inputs/jacobian"..."""
+    """Every report of one check pass (one epoch), keyed "variables/probe", "inputs/jacobian"...
+
+    ``culprits``: when the check failed, the layers whose own backward is wrong, each checked
+    alone (gradcheck/culprits.py); empty when no layer is wrong alone (e.g. the loss is).
+    ``culprits_searched`` says whether that search ran (it runs only on a failure)."""
 
     epoch: int
     reports: dict[str, GradCheckReport] = field(default_factory=dict)
@@ -44,6 +50,8 @@ class CheckResult:
     notes: list[str] = field(default_factory=list)  # e.g. why not in the requested dtype
     rows: int = 0  # training rows the loss was checked on (gradcheck.max_rows)
     rows_total: int = 0  # of this many
+    culprits: list[LayerVerdict] = field(default_factory=list)
+    culprits_searched: bool = False
 
     @property
     def passed(self) -> bool:
@@ -55,21 +63,49 @@ class CheckResult:
 
     @property
     def max_rel_error(self) -> float:
-        return max((r.max_rel_error for r in self.reports.values()), default=0.0)
+        """The largest reported relative error of any entry (GradCheckEntry.reported_error)."""
+        return max((e.rel_error for _, e in self._reported()), default=0.0)
+
+    def worst(self) -> tuple[str, ReportedError] | None:
+        """(report key, reported error) of the entry furthest beyond (or nearest to) its
+        tolerance: the one number the console, the summary, the json and MLflow show."""
+        return max(self._reported(), key=lambda item: item[1].error_to_tolerance, default=None)
+
+    @property
+    def error_to_tolerance(self) -> float:
+        worst = self.worst()
+        return worst[1].error_to_tolerance if worst else 0.0
+
+    def _reported(self) -> list[tuple[str, ReportedError]]:
+        return [(key, entry.reported_error()) for key, report in self.reports.items()
+                for entry in report.entries if entry.checked]
+
+    @property
+    def affected(self) -> list[str]:
+        """Failing variables (or inputs) that are no culprit's own: wrong only because a wrong
+        backward's error flows into them."""
+        own = {name for verdict in self.culprits for name in verdict.variables}
+        failing = [e.name for r in self.reports.values() for e in r.entries if not e.passed]
+        return [name for name in dict.fromkeys(failing) if name not in own]
 
     def metrics(self) -> dict[str, float]:
         """MLflow metrics: the overall errors and verdict, then per variable (or input)."""
+        worst = self.worst()
         values = {
             "gradcheck/max_abs_error": self.max_abs_error,
             "gradcheck/max_rel_error": self.max_rel_error,
+            "gradcheck/error_to_tolerance": self.error_to_tolerance,
+            "gradcheck/tolerance": worst[1].tolerance if worst else 0.0,
             "gradcheck/passed": float(self.passed),
             "gradcheck/rows": float(self.rows),
         }
         for report in self.reports.values():
             for entry in report.entries:
                 prefix = f"gradcheck/{entry.name}"
+                reported = entry.reported_error()
                 for key, value in (("max_abs_error", entry.max_abs_error),
-                                   ("max_rel_error", entry.max_rel_error),
+                                   ("max_rel_error", reported.rel_error),
+                                   ("error_to_tolerance", reported.error_to_tolerance),
                                    ("passed", float(entry.passed))):
                     name = f"{prefix}/{key}"
                     worse = min if key == "passed" else max
@@ -77,8 +113,14 @@ class CheckResult:
         return values
 
     def to_dict(self) -> dict:
+        worst = self.worst()
         return {"epoch": self.epoch, "passed": self.passed, "max_abs_error": self.max_abs_error,
-                "max_rel_error": self.max_rel_error, "dtype": self.dtype, "notes": self.notes,
+                "max_rel_error": self.max_rel_error,
+                "error": None if worst is None else {"report": worst[0], **worst[1].to_dict()},
+                "culprits": [v.name for v in self.culprits] if self.culprits_searched else None,
+                "culprit_checks": [v.to_dict() for v in self.culprits],
+                "affected": self.affected if self.culprits_searched else None,
+                "dtype": self.dtype, "notes": self.notes,
                 "rows": self.rows, "rows_total": self.rows_total,
                 "reports": {key: report.to_dict() for key, report in self.reports.items()}}
 
@@ -101,7 +143,27 @@ def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig
     than a couple of eager checks (a default run checks twice); a run that checks every few
     epochs compiles them instead, traced once per run."""
     with _without_graph_optimizer():
-        return _check(cfg, model, loss_cfg, data, epoch, eager)
+        result = _check(cfg, model, loss_cfg, data, epoch, eager)
+        if not result.passed:  # which layer is wrong, each checked alone
+            _name_culprits(result, cfg, model, data)
+    return result
+
+
+# The culprit search checks each layer on at most this many of the check's rows: enough to take
+# a layer through its branches, and each layer's check costs little whatever the model's size.
+CULPRIT_ROWS = 256
+
+
+def _name_culprits(result: CheckResult, cfg: DictConfig, model: Model, data: Dataset) -> None:
+    """Fill result.culprits (gradcheck/culprits.py), in the run's mode, at the checked rows."""
+    rows = checked_rows(len(data.x), cfg.get("max_rows"))[:CULPRIT_ROWS]
+    training = getattr(cfg.get("mode", "train"), "value", cfg.get("mode", "train")) != "inference"
+    try:
+        result.culprits = find_culprits(model.network, data.x[rows], training,
+                                        dtype=cfg.dtype, probes=cfg.probes, names=model.names)
+        result.culprits_searched = True
+    except Exception as error:  # noqa: BLE001 - the search is a diagnosis, never the run's end
+        result.notes.append(f"the wrong layer could not be searched for: {_first_line(error)}")
 
 
 def _check(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, epoch: int,

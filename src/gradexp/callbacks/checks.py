@@ -10,6 +10,10 @@ from gradexp import console
 from gradexp.callbacks.base import Callback
 from gradexp.endings import GradientCheckFailed
 
+CULPRITS_TAG = "gradexp.gradcheck.culprits"
+# The console names at most this many affected variables (the json report has them all).
+MAX_AFFECTED = 6
+
 
 class GradientChecks(Callback):
     def __init__(self, cfg: DictConfig):
@@ -51,15 +55,19 @@ class GradientChecks(Callback):
         if run.cfg.gradcheck.plots and (epoch == run.cfg.trainer.epochs or not result.passed):
             self.log_heatmaps(run, result)
         if not result.passed:
-            lines = "; ".join(result.failures())
             run.tracker.set_tags({"gradexp.gradcheck": "failed"})
-            message = f"gradient check failed at epoch {epoch}: {lines}"
+            if result.culprits_searched:  # empty: no layer is wrong alone (the loss may be)
+                run.tracker.set_tags({CULPRITS_TAG: ",".join(v.name for v in result.culprits)})
+            message = "\n".join(failure_lines(result))
             if run.cfg.gradcheck.on_fail == "fail":
                 run.tracker.set_tags({"gradexp.failure": "gradcheck",
                                       "gradexp.failure_epoch": epoch})
                 raise GradientCheckFailed(message)
             if not run.quiet:
-                console.console().print(f"[yellow]warning:[/yellow] {message}")
+                from rich.markup import escape
+
+                console.console().print(f"[yellow]warning:[/yellow] {escape(message)}",
+                                        highlight=False)
 
     @staticmethod
     def log_heatmaps(run, result) -> None:
@@ -72,3 +80,52 @@ class GradientChecks(Callback):
                                        shape=maps.shape)  # a failure's worst element outlined
             run.tracker.log_figure(figure,
                                    f"gradcheck/heatmap_{safe}_epoch_{result.epoch:05d}.png")
+
+
+def failure_lines(result) -> list[str]:
+    """A failed check in a few lines: how far off (the reported error, its tolerance and their
+    ratio), the wrong layer(s) and the worst element of each, the variables only affected."""
+    lines = [f"gradient check failed at epoch {result.epoch}: {_error(result)}"]
+    if result.culprits:
+        for verdict in result.culprits:
+            entry = verdict.worst
+            what = "model" if verdict.container and "/" not in verdict.name else "layer"
+            lines.append(f"  wrong {what}: {verdict.name}, checked alone in {verdict.dtype}"
+                         + (f" ({_times(entry.reported_error().error_to_tolerance)} its "
+                            "tolerance)" if entry else ""))
+            if entry is not None and entry.describe_worst():
+                lines.append(f"    {entry.describe_worst()}")
+        affected = result.affected
+        if affected:
+            shown = ", ".join(affected[:MAX_AFFECTED])
+            more = f" and {len(affected) - MAX_AFFECTED} more" if len(affected) > MAX_AFFECTED \
+                else ""
+            lines.append(f"  affected (wrong only through it): {shown}{more}")
+        return lines
+    if result.culprits_searched:
+        lines.append("  no layer is wrong alone (each layer and the model pass when checked "
+                     "alone): the error is outside the model, e.g. in the loss")
+    failing = [(key, e) for key, report in result.reports.items()
+               for e in report.entries if not e.passed]
+    if failing:
+        key, entry = max(failing, key=lambda item: item[1].reported_error().error_to_tolerance)
+        lines.append(f"  worst: {key}: {entry.name}: "
+                     f"{entry.describe_worst() or f'max abs error {entry.max_abs_error:.3g}'}")
+        names = list(dict.fromkeys(e.name for _, e in failing))
+        more = f" and {len(names) - MAX_AFFECTED} more" if len(names) > MAX_AFFECTED else ""
+        lines.append(f"  failing: {', '.join(names[:MAX_AFFECTED])}{more}")
+    return lines
+
+
+def _error(result) -> str:
+    """The reported error of a check: relative error, its tolerance, their ratio, and where."""
+    worst = result.worst()
+    if worst is None:
+        return "nothing was checked"
+    key, error = worst
+    return (f"relative error {error.rel_error:.2e} = {_times(error.error_to_tolerance)} its "
+            f"tolerance {error.tolerance:.1e} ({error.name}, {key})")
+
+
+def _times(ratio: float) -> str:
+    return f"{ratio:,.0f}x" if ratio >= 10 else f"{ratio:.2f}x"

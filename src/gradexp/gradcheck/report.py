@@ -1,7 +1,8 @@
 """What a gradient check found: GradCheckReport, one GradCheckEntry per input or variable.
 
 Plain dataclasses with their JSON-ready ``to_dict()`` and their text (``str(report)``, one line
-per entry, ``describe_worst()``). Imports nothing else of the checker.
+per entry, ``describe_worst()``), and the one reported error of an entry (ReportedError).
+Imports only options.py of the checker (the dtypes' tolerances).
 """
 
 from __future__ import annotations
@@ -11,6 +12,36 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
+
+from gradexp.gradcheck.options import _TOLERANCES
+
+
+@dataclass(frozen=True)
+class ReportedError:
+    """One definition of "the error" of an entry: a relative error, the tolerance it is held
+    to on the same scale, and their ratio (> 1: wrong), so error = ratio x tolerance.
+
+    ``element`` True: the numbers of the element the check names as wrong (``worst_*``: a
+    Jacobian element, also where the probe method located it by bisection):
+    rel_error = |analytical - numerical| / max(|numerical|, atol/rtol) and
+    tolerance = (atol + rtol·|numerical|) / max(|numerical|, atol/rtol), with the entry's
+    atol and rtol (for a located element at least the dtype's: a joint probe's narrower rtol
+    is for directional derivatives). Otherwise (a passing
+    entry, or one whose wrong element could not be isolated) the method's own numbers:
+    ``max_rel_error`` and ``error_to_tolerance`` over the elements it compared (Jacobian
+    elements, or the probes' directional derivatives), tolerance = their quotient.
+    """
+
+    name: str
+    rel_error: float
+    tolerance: float
+    error_to_tolerance: float
+    element: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "rel_error": _plain(self.rel_error),
+                "tolerance": _plain(self.tolerance),
+                "error_to_tolerance": _plain(self.error_to_tolerance), "element": self.element}
 
 
 @dataclass
@@ -62,7 +93,29 @@ class GradCheckEntry:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (plain Python types only, no Jacobian arrays)."""
         skip = {"analytical", "numerical"}
-        return {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name not in skip}
+        out = {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name not in skip}
+        out["reported_error"] = self.reported_error().to_dict()
+        return out
+
+    def reported_error(self) -> ReportedError:
+        """The entry's error as gradexp reports it (console, summary, json, MLflow): see
+        ReportedError."""
+        a, n = self.worst_analytical, self.worst_numerical
+        if not self.passed and a is not None and n is not None and math.isfinite(a - n):
+            atol, rtol = self.atol, self.rtol
+            if self.probes and self.precision in _TOLERANCES:
+                # An element located by bisection: held to the dtype's element-wise tolerances
+                # (a joint probe narrows rtol for directional derivatives, not for elements).
+                atol, rtol = (max(t, own) for t, own in zip(_TOLERANCES[self.precision],
+                                                             (atol, rtol)))
+            floor = atol / rtol if rtol > 0 else 0.0
+            scale = max(abs(n), floor) or float(np.finfo(np.float64).tiny)
+            rel, tolerance = abs(a - n) / scale, (atol + rtol * abs(n)) / scale
+            if tolerance > 0 and rel > tolerance:  # the element is clearly wrong: its numbers
+                return ReportedError(self.name, rel, tolerance, rel / tolerance, True)
+        ratio = self.error_to_tolerance
+        tolerance = self.max_rel_error / ratio if ratio > 0 and math.isfinite(ratio) else self.rtol
+        return ReportedError(self.name, self.max_rel_error, tolerance, ratio, False)
 
     def describe_worst(self) -> str:
         """One line naming the worst element and how far apart its two values are."""
