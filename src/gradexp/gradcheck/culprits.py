@@ -5,8 +5,9 @@ is 5% off makes the variables of every layer before it fail too. To name the lay
 forward pass of the model is observed (each layer's ``call`` wrapped for its duration, so
 functional, sequential, subclassed and nested models, custom layers and layers called more than
 once are all seen) and every recorded call is checked on its own: the layer as a function of
-(its floating-point inputs, its own trainable variables' values), through
-``layer.stateless_call``, with :func:`gradexp.gradcheck.check_gradients` (probe method).
+(its floating-point inputs, its own trainable variables' values), called in a Keras
+``StatelessScope`` as ``stateless_call`` does, with :func:`gradexp.gradcheck.check_gradients`
+(probe method).
 
 A layer is a *culprit* when its own check fails and no layer inside it fails (a container whose
 sublayers all pass can still be wrong in its own code: ops in a functional graph, a subclassed
@@ -16,7 +17,7 @@ pass, no layer is at fault (e.g. the loss is wrong) and the list of culprits is 
 
 Each layer is checked in float64 where it can be rebuilt and run in float64 (its config with
 ``dtype="float64"``), else in its own dtype, with that dtype's tolerances, as the run's check
-does. The model's state is untouched: the forward pass is a ``stateless_call`` of the model, and
+does. The model's state is untouched: the forward pass runs in a ``StatelessScope``, and
 each layer's checks use the non-trainable state it had when called (dropout masks and batch
 statistics held fixed across the perturbed evaluations). A layer that draws random numbers
 outside Keras' seed generators gives two different outputs at the same point; it is reported
@@ -137,8 +138,9 @@ def _tree(network: Any) -> tuple[dict, dict[int, list]]:
 def _record(network: Any, x: Any, training: bool, layers: list) -> dict[int, list]:
     """Per layer id: (args, kwargs, non-trainable state) of its calls in one forward pass.
 
-    The pass is a stateless_call of the model, so batch-norm statistics and seed generators
-    are read, never advanced; each layer's state is taken as it was at its call."""
+    The pass runs in a StatelessScope, so batch-norm statistics and seed generators are read,
+    never advanced; each layer's state is taken as it was at its call."""
+    import keras
     import tensorflow as tf
 
     calls: dict[int, list] = {}
@@ -149,7 +151,13 @@ def _record(network: Any, x: Any, training: bool, layers: list) -> dict[int, lis
         if "call" in layer.__dict__:
             kept[id(layer)] = original
 
+        accepts = _accepted(original)
+
         def call(*args: Any, **kwargs: Any) -> Any:
+            # What the layer's own call takes: Keras hands a model `training` whether its call
+            # has it or not, and sorts it out only for calls it sees the signature of.
+            kwargs = kwargs if accepts is None else {k: v for k, v in kwargs.items()
+                                                     if k in accepts}
             seen = calls.setdefault(id(layer), [])
             if len(seen) < MAX_CALLS_PER_LAYER:
                 state = [tf.convert_to_tensor(v) for v in layer.non_trainable_variables]
@@ -162,9 +170,10 @@ def _record(network: Any, x: Any, training: bool, layers: list) -> dict[int, lis
     for layer in layers:
         wrap(layer)
     try:
-        network.stateless_call([tf.convert_to_tensor(v) for v in network.trainable_variables],
-                               [tf.convert_to_tensor(v) for v in
-                                network.non_trainable_variables], x, training=training)
+        # Called as Keras calls it (so `training` reaches every layer), its assignments kept
+        # in the scope: the model's variables are as before.
+        with keras.StatelessScope():
+            network(x, training=training)
     finally:
         for layer in layers:
             if id(layer) in kept:
@@ -172,6 +181,16 @@ def _record(network: Any, x: Any, training: bool, layers: list) -> dict[int, lis
             else:
                 del layer.call
     return calls
+
+
+def _accepted(function: Any) -> set[str] | None:
+    """The keyword arguments `function` takes (None: any)."""
+    import inspect
+
+    parameters = inspect.signature(function).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters}
 
 
 def _frozen(structure: Any) -> Any:
@@ -248,16 +267,22 @@ def _cast_state(state: list, dtype: str) -> list:
 def _as_function(layer: Any, flat: list, checked: list[int], args: Any, kwargs: Any,
                  state: list):
     """(*checked inputs, *trainable values) -> the layer's floating outputs, flattened."""
+    import keras
     import tensorflow as tf
 
     n = len(checked)
+    trainable, non_trainable = list(layer.trainable_variables), list(layer.non_trainable_variables)
 
     def f(*values: Any) -> Any:
         full = list(flat)
         for k, value in zip(checked, values[:n]):
             full[k] = value
         call_args, call_kwargs = tf.nest.pack_sequence_as((args, kwargs), full)
-        outputs, _ = layer.stateless_call(list(values[n:]), state, *call_args, **call_kwargs)
+        # As stateless_call does, but through the layer's __call__, so a container hands
+        # `training` on to its sublayers as in the model's own pass.
+        mapping = [*zip(trainable, values[n:]), *zip(non_trainable, state)]
+        with keras.StatelessScope(state_mapping=mapping):
+            outputs = layer(*call_args, **call_kwargs)
         parts = [tf.reshape(o, [-1]) for o in tf.nest.flatten(outputs)
                  if isinstance(o, tf.Tensor) and o.dtype.is_floating]
         return parts[0] if len(parts) == 1 else tf.concat(parts, 0)
