@@ -410,9 +410,7 @@ class _Run:
                         f"{', '.join(map(str, failed))}")
                        + f" ({len(self.checks)} check{'s' if len(self.checks) > 1 else ''}"
                        + ("" if error is None else
-                          f"; worst at epoch {worst.epoch}: relative error "
-                          f"{error[1].rel_error:.2g} = {error[1].error_to_tolerance:.3g}x its "
-                          f"tolerance {error[1].tolerance:.2g}")
+                          f"; worst at epoch {worst.epoch}: {error[1].describe()}")
                        + (f"; wrong layer: {', '.join(v.name for v in worst.culprits)}"
                           if worst.culprits else "") + ")")
         objective = result.objective_value

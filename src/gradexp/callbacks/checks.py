@@ -123,8 +123,7 @@ def _error(result) -> str:
     if worst is None:
         return "nothing was checked"
     key, error = worst
-    return (f"relative error {error.rel_error:.2e} = {_times(error.error_to_tolerance)} its "
-            f"tolerance {error.tolerance:.1e} ({error.name}, {key})")
+    return f"{error.describe()} ({error.name}, {key})"
 
 
 def _times(ratio: float) -> str:

@@ -38,6 +38,12 @@ class ReportedError:
     error_to_tolerance: float
     element: bool
 
+    def describe(self) -> str:
+        """The words the console and the run's summary use for it."""
+        ratio = self.error_to_tolerance
+        times = f"{ratio:,.0f}x" if ratio >= 10 else f"{ratio:.2f}x"
+        return f"relative error {self.rel_error:.2e} = {times} its tolerance {self.tolerance:.1e}"
+
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "rel_error": _plain(self.rel_error),
                 "tolerance": _plain(self.tolerance),
