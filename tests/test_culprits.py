@@ -5,141 +5,20 @@ error, tolerance, their ratio) the same way in the console, the summary, the jso
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import compose_config
+from conftest import REPO, compose_config
 from gradexp.experiment import run_experiment
 
-# The user's module: a softplus block whose tf.custom_gradient backward is 5% too large for
-# negative inputs (bug=0: its correct twin), in a functional, a nested, a subclassed and a
-# shared-layer model, a subclassed model with the bug in its own call, and a loss with it.
-MODELS = '''"""Models with a softplus block whose backward is `bug` off for negative inputs."""
-import keras
-import tensorflow as tf
-
-
-@keras.saving.register_keras_serializable(package="culprit_models")
-class SoftplusBlock(keras.layers.Layer):
-    """Dense then softplus; its backward is (1 + bug) times too large where the
-    pre-activation is negative (the forward pass is right)."""
-
-    def __init__(self, units, bug=0.05, **kwargs):
-        super().__init__(**kwargs)
-        self.units, self.bug = units, bug
-
-    def build(self, shape):
-        self.kernel = self.add_weight(shape=(shape[-1], self.units), name="kernel")
-        self.bias = self.add_weight(shape=(self.units,), name="bias", initializer="zeros")
-
-    def call(self, x):
-        bug = self.bug
-
-        @tf.custom_gradient
-        def softplus(z):
-            def backward(upstream):
-                factor = tf.where(z < 0, tf.cast(1 + bug, z.dtype), tf.cast(1, z.dtype))
-                return upstream * tf.sigmoid(z) * factor
-            return tf.nn.softplus(z), backward
-
-        return softplus(tf.matmul(x, self.kernel) + self.bias)
-
-    def get_config(self):
-        return {**super().get_config(), "units": self.units, "bug": self.bug}
-
-
-def functional(n_features, n_outputs, bug=0.05):
-    x = keras.Input((n_features,))
-    h = keras.layers.Dense(6, activation="tanh", name="encoder")(x)
-    h = SoftplusBlock(5, bug=bug, name="softplus_block")(h)
-    return keras.Model(x, keras.layers.Dense(n_outputs, name="head")(h), name="net")
-
-
-def nested(n_features, n_outputs, bug=0.05):
-    inner_x = keras.Input((n_features,))
-    h = keras.layers.Dense(6, activation="tanh", name="encoder")(inner_x)
-    block = keras.Model(inner_x, SoftplusBlock(5, bug=bug, name="softplus_block")(h),
-                        name="block")
-    x = keras.Input((n_features,))
-    return keras.Model(x, keras.layers.Dense(n_outputs, name="head")(block(x)), name="net")
-
-
-@keras.saving.register_keras_serializable(package="culprit_models")
-class Subclassed(keras.Model):
-    def __init__(self, n_outputs=1, bug=0.05, **kwargs):
-        super().__init__(**kwargs)
-        self.n_outputs, self.bug = n_outputs, bug
-        dtype = self.dtype_policy  # the float64 twin of the check computes in float64 throughout
-        self.encoder = keras.layers.Dense(6, activation="tanh", name="encoder", dtype=dtype)
-        self.block = SoftplusBlock(5, bug=bug, name="softplus_block", dtype=dtype)
-        self.head = keras.layers.Dense(n_outputs, name="head", dtype=dtype)
-
-    def call(self, x, training=None):
-        return self.head(self.block(self.encoder(x)))
-
-    def get_config(self):
-        return {**super().get_config(), "n_outputs": self.n_outputs, "bug": self.bug}
-
-
-def subclassed(n_features, n_outputs, bug=0.05):
-    network = Subclassed(n_outputs, bug, name="net")
-    network(tf.zeros((1, n_features)))  # a subclassed model builds its layers when called
-    return network
-
-
-def shared(n_features, n_outputs, bug=0.05):
-    """The block called twice (same weights): a layer used more than once."""
-    x = keras.Input((n_features,))
-    block = SoftplusBlock(n_features, bug=bug, name="softplus_block")
-    h = block(keras.layers.Dense(n_features, activation="tanh", name="encoder")(x))
-    return keras.Model(x, keras.layers.Dense(n_outputs, name="head")(block(h)), name="net")
-
-
-def noisy(n_features, n_outputs, bug=0.0):
-    """Dropout and batch norm, which behave differently in training mode."""
-    x = keras.Input((n_features,))
-    h = keras.layers.Dense(8, activation="tanh", name="encoder")(x)
-    h = keras.layers.BatchNormalization(name="norm")(h)
-    h = keras.layers.Dropout(0.3, seed=1, name="dropout")(h)
-    h = SoftplusBlock(5, bug=bug, name="softplus_block")(h)
-    return keras.Model(x, keras.layers.Dense(n_outputs, name="head")(h), name="net")
-
-
-class Inline(keras.Model):
-    """A subclassed model whose own call (not a layer) has the wrong backward."""
-
-    def __init__(self, n_outputs=1, bug=0.05, **kwargs):
-        super().__init__(**kwargs)
-        self.bug = bug
-        self.encoder = keras.layers.Dense(6, name="encoder")
-        self.head = keras.layers.Dense(n_outputs, name="head")
-
-    def call(self, x, training=None):
-        bug = self.bug
-
-        @tf.custom_gradient
-        def softplus(z):
-            def backward(upstream):
-                factor = tf.where(z < 0, tf.cast(1 + bug, z.dtype), tf.cast(1, z.dtype))
-                return upstream * tf.sigmoid(z) * factor
-            return tf.nn.softplus(z), backward
-
-        return self.head(softplus(self.encoder(x)))
-
-
-def wrong_mse(y_true, y_pred):
-    """Squared error whose backward is 5% too large where the residual is negative."""
-    @tf.custom_gradient
-    def square(r):
-        def backward(upstream):
-            return upstream * 2 * r * tf.where(r < 0, tf.cast(1.05, r.dtype), tf.cast(1, r.dtype))
-        return r * r, backward
-
-    return tf.reduce_mean(square(y_pred - y_true), axis=-1)
-'''
+# The user's module (examples/culprit_models.py): a softplus block whose tf.custom_gradient
+# backward is 5% too large for negative inputs (bug=0: its correct twin), in a functional, a
+# nested, a subclassed and a shared-layer model, a subclassed model with the bug in its own
+# call, and a loss with it.
 
 FAST = ("data.n_features=3", "data.n_samples=48", "data.n_val=16", "trainer.epochs=2",
         "gradcheck.at_end=false", "gradcheck.plots=false", "tracking.log_model=false")
@@ -149,7 +28,7 @@ FAST = ("data.n_features=3", "data.n_samples=48", "data.n_val=16", "trainer.epoc
 def launch(tmp_path: Path, monkeypatch) -> Path:
     folder = tmp_path / "launch"
     folder.mkdir()
-    (folder / "culprit_models.py").write_text(MODELS)
+    shutil.copy(REPO / "examples" / "culprit_models.py", folder)
     monkeypatch.setattr(sys, "path", [str(folder), *sys.path])
     sys.modules.pop("culprit_models", None)
     yield folder

@@ -240,9 +240,9 @@ def _check_call(layer: Any, path: str, index: int, args: Any, kwargs: Any, state
         verdict.note = ("not checked: two calls at the same point differ (random numbers "
                         "drawn outside Keras' seed generators cannot be held fixed)")
         return verdict
-    local = [v.path.split("/")[-1] for v in own]
+    # Its variables by the names the model's check gives them (W, encoder/kernel, ...).
     verdict.report = check_gradients(f, values, method="probe", probes=probes, seed=seed,
-                                     names=[*input_names, *local], compile=False)
+                                     names=[*input_names, *verdict.variables], compile=False)
     verdict.passed = verdict.report.passed
     return verdict
 
