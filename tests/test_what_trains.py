@@ -227,3 +227,16 @@ def test_mode_both_reports_both_computations(store, tmp_path, user_models):
                  f"model._target_={user_models}.encoder_block_head", "+model.kwargs.buggy=true",
                  "data=sine", "trainer.epochs=2", "gradcheck.mode=both", "gradcheck.at_end=false")
     assert result.gradcheck_passed is False  # the training branch is wrong
+
+
+def test_xla_and_mini_batches_train_the_same_regularized_loss(store, tmp_path, user_models):
+    ridge = ("model=custom", f"model._target_={user_models}.ridge", "+model.kwargs.l2=0.5",
+             "trainer.epochs=300", "gradcheck=off")
+    plain = run(store, tmp_path, *ridge)
+    xla = run(store, tmp_path, *ridge, "trainer.jit_compile=true")
+    assert xla.scalars["W"] == pytest.approx(plain.scalars["W"], rel=1e-5)
+    # Each batch's loss carries the whole penalty, as in Keras' fit: near the same optimum.
+    batches = run(store, tmp_path, *ridge, "trainer.batch_size=20",
+                  "optimizer.learning_rate=0.02")
+    assert batches.scalars["W"] == pytest.approx(plain.scalars["W"], rel=2e-2)
+    assert batches.scalars["W"] < 2.5
