@@ -9,9 +9,12 @@ import pytest
 
 from conftest import run_cli
 
-RUN = ("data=sine", "model=mlp", "model.hidden=[8]", "optimizer=adam",
-       "optimizer.learning_rate=0.01", "trainer.epochs=30", "trainer.batch_size=50",
-       "gradcheck=off")  # 256 rows in batches of 50: the last batch (6 rows) splits 3 and 3
+# 256 rows in batches of 50: the last batch (6 rows) splits 3 and 3. The hidden layer's L2
+# penalty is the model's own loss: counted once per batch, not once per replica.
+RUN = ("data=sine", "model=keras",
+       "model.layers=[{_target_:keras.layers.Dense,units:8,activation:tanh,kernel_regularizer:l2}]",
+       "optimizer=adam", "optimizer.learning_rate=0.01", "trainer.epochs=30",
+       "trainer.batch_size=50", "gradcheck=off")
 
 
 @pytest.mark.slow
@@ -28,7 +31,7 @@ def test_mirrored_on_two_cpu_replicas_equals_one_device(tmp_path):
                                                   .experiment_id]) for name in ("one", "two"))
     assert mirrored.data.tags["gradexp.replicas"] == "2"
     assert mirrored.data.tags["device"] == "mirrored(2 CPU replicas)"
-    for key in ("loss", "grad_norm", "val/mse"):
+    for key in ("loss", "loss/data", "loss/regularization", "grad_norm", "val/mse"):
         a, b = ([m.value for m in sorted(client.get_metric_history(run.info.run_id, key),
                                           key=lambda m: m.step)] for run in (single, mirrored))
         np.testing.assert_allclose(b, a, rtol=1e-4, err_msg=key)

@@ -6,10 +6,14 @@ gradient), `mlp` (Dense layers, Glorot-initialized, optional Dropout) and `seque
 layers written in YAML). A person's own builder is `model=custom model._target_=my_models.build`:
 a function `(n_features, n_outputs, **model.kwargs) -> keras.Model`.
 
-`Model` gives the trainer the variables and the forward pass, and the gradient checker a pure
-function of (parameter values, x): `apply` runs a float64 twin of the Keras model statelessly on
-whatever values it is given, so the check's finite differences are not drowned in float32
-rounding, and the trained variables are never touched.
+`Model` gives the trainer the variables, the forward pass and the model's own losses
+(`model.losses`: regularizers, `add_loss`), and the gradient checker a pure function of
+(parameter values, x): `apply` runs a float64 twin of the Keras model statelessly on whatever
+values it is given, so the check's finite differences are not drowned in float32 rounding, and
+the trained variables are never touched. In training mode `apply` computes what a training step
+computes: dropout with the masks the model's seed state gives now (the same at every evaluation
+of one check), batch norm on the batch's statistics; the model's state (seeds, moving
+statistics) is read, never written (`sync_twins` copies it into the twins before a check).
 """
 
 from __future__ import annotations
@@ -44,14 +48,45 @@ class Model:
     def __call__(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
         return self.network(x, training=training)
 
-    def apply(self, params: list[tf.Tensor], x: tf.Tensor) -> tf.Tensor:
-        """The model's output with `params` in place of its trainable variables (inference mode:
-        no dropout), computed in the dtype of `params`."""
+    def own_loss(self, like: tf.Tensor) -> tf.Tensor | None:
+        """The sum of the network's own losses after its last call (Keras' `model.losses`),
+        in `like`'s dtype; None when it has none."""
+        return _summed(self.network.losses, like.dtype)
+
+    def has_own_losses(self, x: tf.Tensor) -> bool:
+        """Whether the model adds losses of its own (a regularizer, `add_loss`) in training mode,
+        from a call on `x` that changes nothing (no seed or statistics moves)."""
+        network = self.network
+        state = [tf.convert_to_tensor(v) for v in network.non_trainable_variables]
+        *_, losses = network.stateless_call(list(self.params), state, x, training=True,
+                                            return_losses=True)
+        return bool(losses)
+
+    def apply(self, params: list[tf.Tensor], x: tf.Tensor, training: bool = False,
+              with_losses: bool = False) -> tf.Tensor | tuple[tf.Tensor, tf.Tensor | None]:
+        """The model's output with `params` in place of its trainable variables, computed in
+        the dtype of `params`, and with `with_losses` the sum of its own losses (None if it has
+        none). The state (seed generators, moving statistics) is read as it is and not
+        changed: in training mode every call draws the same dropout masks until the trainer
+        moves the seeds on."""
         dtype = tf.as_dtype(params[0].dtype).name if params else "float32"
         network = self.network if dtype == self.network.dtype else self._twin(dtype)
-        non_trainable = [tf.convert_to_tensor(v) for v in network.non_trainable_variables]
-        outputs, _ = network.stateless_call(list(params), non_trainable, x, training=False)
-        return outputs
+        state = [tf.convert_to_tensor(v) for v in network.non_trainable_variables]
+        outputs, _, losses = network.stateless_call(list(params), state, x, training=training,
+                                                    return_losses=True)
+        return (outputs, _summed(losses, outputs.dtype)) if with_losses else outputs
+
+    def sync_twins(self) -> None:
+        """Copy the model's state (seed generators, batch-norm statistics) into its twins, so a
+        check in another dtype draws the masks and uses the statistics the model has now: a
+        twin was built with its own."""
+        for twin in self._twins.values():
+            self._copy_state(twin)
+
+    def _copy_state(self, twin: keras.Model) -> None:
+        for mine, theirs in zip(self.network.non_trainable_variables,
+                                twin.non_trainable_variables):
+            theirs.assign(tf.cast(mine, theirs.dtype))
 
     def prepare(self, dtype: str) -> None:
         """Build what apply needs in `dtype` now, eagerly. Built inside a tf.function's first
@@ -77,8 +112,11 @@ class Model:
                     twin = network.__class__.from_config({**network.get_config(),
                                                           "dtype": dtype})
                     twin(tf.zeros((1, self.n_features), dtype))  # builds its variables
+                if len(twin.non_trainable_variables) != len(network.non_trainable_variables):
+                    raise ValueError("its rebuilt copy holds other state (seeds, statistics)")
             except Exception as error:  # a model of the person's that cannot be rebuilt
                 raise TypeError(f"cannot rebuild the model in {dtype}: {error}") from error
+            self._copy_state(twin)
             self._twins[dtype] = twin
         return self._twins[dtype]
 
@@ -88,6 +126,13 @@ class Model:
         if set(found) == {"W", "b"} and tuple(found["W"].shape) == (1, 1):
             return {"W": found["W"][0, 0], "b": found["b"][0]}
         return {}
+
+
+def _summed(losses: list, dtype: tf.DType) -> tf.Tensor | None:
+    """Keras' aggregation of model.losses (each summed, then added), in `dtype`."""
+    if not losses:
+        return None
+    return tf.add_n([tf.cast(tf.reduce_sum(loss), dtype) for loss in losses])
 
 
 def _built_from_layers(network: keras.Model) -> bool:

@@ -45,6 +45,12 @@ class CheckWrt(str, Enum):
     both = "both"
 
 
+class CheckMode(str, Enum):
+    train = "train"  # the training-mode computation: what a training step differentiates
+    inference = "inference"
+    both = "both"
+
+
 class OnFail(str, Enum):
     warn = "warn"
     fail = "fail"
@@ -299,6 +305,7 @@ class GradcheckConfig:
     at_start: bool = True
     at_end: bool = True
     wrt: CheckWrt = CheckWrt.variables
+    mode: CheckMode = CheckMode.train
     on_fail: OnFail = OnFail.warn
     dtype: str = "float64"
     max_jacobian_size: int = 2000

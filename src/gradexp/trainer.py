@@ -8,6 +8,11 @@ Ctrl-C hear from it a few times a second. Each call returns every epoch's values
 grad_norm, lr, W and b of a one-feature line) and, at the evaluation epochs, the held-out
 metrics, computed inside the same call; the caller logs, checks and prints from those arrays.
 
+The loss minimized is the one Keras' `fit` minimizes: the data loss plus the model's own losses
+(`model.losses`: weight and activity regularizers, `add_loss`), with the model in training mode.
+`loss` is that total; a model with losses of its own also gets `loss/data` and
+`loss/regularization` per epoch, the two parts of it.
+
 The loops are written as `tf.while_loop`s, and the function is traced without autograph:
 converting this module's Python loops cost ~0.4 s of every run's first call, more than the rest
 of its tracing. User code the loop calls (a loss, a metric) is still converted, as tf.function
@@ -69,7 +74,8 @@ class EpochMetrics:
 
 
 class Trainer:
-    """Minimises `loss(y, model(x))` over `data` with a Keras optimizer."""
+    """Minimises `loss(y, model(x, training=True)) + sum(model.losses)` over `data` with a
+    Keras optimizer."""
 
     def __init__(self, model: Model, loss, optimizer, data: Dataset, *, batch_size: int | None,
                  seed: int, compile: bool = True, jit_compile: bool = False,
@@ -100,6 +106,9 @@ class Trainer:
         self._seconds_per_epoch: float | None = None  # as measured on the last call
         self._longest = 0  # epochs in the longest call so far
         self.optimizer.build(model.params)
+        # Known before tracing: the per-epoch arrays are laid out before the first step runs.
+        self.own_losses = model.has_own_losses(self.x[:2])
+        self.loss_keys = ["loss", *(PARTS if self.own_losses else ())]
         run = self._run_epochs
         if compile:
             signature = [tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.bool)]
@@ -108,8 +117,10 @@ class Trainer:
         self._run = run
 
     def evaluate(self) -> float:
-        """The loss on the whole data set with the current parameters."""
-        return float(self.loss(self.y, self.model(self.x)))
+        """The loss on the whole training set with the current parameters, as Keras'
+        `evaluate` reports it: in inference mode, the model's own losses included."""
+        outputs = self.model(self.x)
+        return float(_total(self.loss(self.y, outputs), self.model.own_loss(outputs)))
 
     def train(self, stops: Iterable[int]) -> Iterator[EpochMetrics]:
         """Train until each epoch count in `stops`, yielding the metrics of each compiled call
@@ -156,23 +167,37 @@ class Trainer:
         self._seconds_per_epoch = seconds / count
 
     # ---------------------------------------------------------------- compiled parts
-    def _step(self, x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        if self.strategy is not None:
-            loss, norm = self.strategy.run(self._replica_step, args=(x, y))
-            local = self.strategy.experimental_local_results
-            return local(loss)[0], local(norm)[0]  # all-reduced: the same on every replica
-        with tf.GradientTape() as tape:
-            loss = self.loss(y, self.model(x, training=True))  # dropout on, batch norm learns
-        gradients = tape.gradient(loss, self.model.params)
-        self.optimizer.apply_gradients(zip(gradients, self.model.params))
-        return loss, tf.linalg.global_norm(gradients)
+    def _losses(self, x: tf.Tensor, y: tf.Tensor, scale: tf.Tensor | float = 1.0,
+                replicas: int = 1) -> dict[str, tf.Tensor]:
+        """The loss that trains (under "loss") and, for a model with losses of its own, its
+        parts; the data part weighted by `scale`, the model's own by 1/replicas (a replica's
+        share of a mirrored batch: the replicas' gradients are summed)."""
+        outputs = self.model(x, training=True)  # dropout on, batch norm learns
+        data = self.loss(y, outputs) * scale
+        if not self.own_losses:
+            return {"loss": data}
+        own = self.model.own_loss(outputs) / replicas
+        return {"loss": data + own, "loss/data": data, "loss/regularization": own}
 
-    def _replica_step(self, x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def _step(self, x: tf.Tensor, y: tf.Tensor) -> dict[str, tf.Tensor]:
+        """One update: the losses before it and the gradient's norm."""
+        if self.strategy is not None:
+            values = self.strategy.run(self._replica_step, args=(x, y))
+            local = self.strategy.experimental_local_results
+            return {key: local(value)[0] for key, value in values.items()}  # all-reduced
+        with tf.GradientTape() as tape:
+            values = self._losses(x, y)
+        gradients = tape.gradient(values["loss"], self.model.params)
+        self.optimizer.apply_gradients(zip(gradients, self.model.params))
+        return {**values, "grad_norm": tf.linalg.global_norm(gradients)}
+
+    def _replica_step(self, x: tf.Tensor, y: tf.Tensor) -> dict[str, tf.Tensor]:
         """One replica's share of a batch (rows i·k .. (i+1)·k, the last share maybe shorter).
 
         Keras scales a loss computed in a replica by 1/replicas and its optimizer sums the
         replicas' gradients; weighting by rows·replicas/batch makes that sum the gradient of the
-        whole batch's mean loss, also when the shares are uneven."""
+        whole batch's mean loss, also when the shares are uneven. The model's own losses are
+        not a Keras loss's, so each replica adds 1/replicas of them."""
         context = tf.distribute.get_replica_context()
         replicas = context.num_replicas_in_sync
         rows = tf.shape(x)[0]
@@ -181,28 +206,30 @@ class Trainer:
         x_part, y_part = x[start:start + share], y[start:start + share]
         weight = tf.cast(tf.shape(x_part)[0] * replicas, tf.float32) / tf.cast(rows, tf.float32)
         with tf.GradientTape() as tape:
-            loss = self.loss(y_part, self.model(x_part, training=True)) * weight
-        gradients = tape.gradient(loss, self.model.params)
+            values = self._losses(x_part, y_part, weight, replicas)
+        gradients = tape.gradient(values["loss"], self.model.params)
         self.optimizer.apply_gradients(zip(gradients, self.model.params))
         summed = context.all_reduce(tf.distribute.ReduceOp.SUM, gradients)
-        return (context.all_reduce(tf.distribute.ReduceOp.SUM, loss),
-                tf.linalg.global_norm(summed))
+        return {**{key: context.all_reduce(tf.distribute.ReduceOp.SUM, value)
+                   for key, value in values.items()},
+                "grad_norm": tf.linalg.global_norm(summed)}
 
-    def _epoch(self) -> tuple[tf.Tensor, tf.Tensor]:
-        """One pass over the data: mean batch loss and mean gradient norm."""
+    def _epoch(self) -> dict[str, tf.Tensor]:
+        """One pass over the data: the mean batch losses and gradient norm."""
         if self.n_batches == 1:
             return self._step(self.x, self.y)
         order = tf.argsort(self.shuffle.uniform([self.n_samples]))
+        keys = [*self.loss_keys, "grad_norm"]
 
-        def batch(index, total_loss, total_norm):
+        def batch(index, totals):
             rows = order[index * self.batch_size:(index + 1) * self.batch_size]
-            loss, norm = self._step(tf.gather(self.x, rows), tf.gather(self.y, rows))
-            return index + 1, total_loss + loss, total_norm + norm
+            values = self._step(tf.gather(self.x, rows), tf.gather(self.y, rows))
+            return index + 1, {key: totals[key] + values[key] for key in keys}
 
-        _, total_loss, total_norm = tf.while_loop(
-            lambda index, *_: index < self.n_batches, batch,
-            (tf.constant(0), tf.constant(0.0), tf.constant(0.0)))
-        return total_loss / self.n_batches, total_norm / self.n_batches
+        _, totals = tf.while_loop(
+            lambda index, _: index < self.n_batches, batch,
+            (tf.constant(0), {key: tf.constant(0.0) for key in keys}))
+        return {key: total / self.n_batches for key, total in totals.items()}
 
     def checkpoint(self) -> tf.train.Checkpoint:
         """Everything a resumed run needs to go on as if never stopped."""
@@ -214,14 +241,15 @@ class Trainer:
         """sum(segments) epochs; per-epoch values stay in TensorArrays until the end. The
         held-out metrics are computed after each segment whose `evaluate` is true: one branch
         per segment, none per epoch, so evaluating costs the epochs nothing."""
-        keys = (["lr"] if self.log_lr else []) + ["loss", "grad_norm", *self.model.scalars()]
+        keys = (["lr"] if self.log_lr else []) + [*self.loss_keys, "grad_norm",
+                                                   *self.model.scalars()]
         arrays = {key: tf.TensorArray(tf.float32, size=tf.reduce_sum(segments)) for key in keys}
         held_out = {key: tf.TensorArray(tf.float32, size=tf.size(segments))
                     for key in self.eval_keys}
 
         def epoch(i, arrays):
             values = {"lr": self.optimizer.learning_rate} if self.log_lr else {}
-            values["loss"], values["grad_norm"] = self._epoch()
+            values.update(self._epoch())
             values.update(self.model.scalars())
             return i + 1, {key: array.write(i, tf.cast(values[key], tf.float32))
                            for key, array in arrays.items()}
@@ -246,3 +274,10 @@ class Trainer:
 
     def _no_evaluation(self) -> dict[str, tf.Tensor]:
         return {key: tf.constant(np.nan, tf.float32) for key in self.eval_keys}
+
+
+PARTS = ("loss/data", "loss/regularization")  # the parts of `loss` for a model with own losses
+
+
+def _total(data: tf.Tensor, own: tf.Tensor | None) -> tf.Tensor:
+    return data if own is None else data + own

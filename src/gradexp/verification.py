@@ -3,6 +3,15 @@
 Checks the training loss's gradient with respect to the model's variables (and/or the inputs, as
 seed 000 does), evaluated on a float64 copy of the parameters and data (`gradcheck.dtype`), so the
 finite differences are not drowned in float32 rounding. The variables themselves are not touched.
+
+What is checked is what trains (`gradcheck.mode=train`, the default): the data loss plus the
+model's own losses (regularizers, `add_loss`), the model in training mode, with the dropout masks
+its seed state gives at the check (held fixed across the check's evaluations) and batch norm on
+the checked rows' statistics; the model's state is the same after the check as before.
+Randomness a layer draws outside Keras' seed generators (raw `tf.random` ops) cannot be held
+fixed: the loss then differs between two evaluations at one point, and that check is made in
+inference mode instead, with a note saying why. `gradcheck.mode=inference` checks the inference
+computation (no dropout, batch norm on its moving statistics); `both` checks both.
 Probes of the variables are one joint probe set over all of them (gradcheck/joint.py), on all
 training rows or a fixed subset of them (`gradcheck.max_rows`, see checked_rows).
 
@@ -47,6 +56,7 @@ class CheckResult:
     epoch: int
     reports: dict[str, GradCheckReport] = field(default_factory=dict)
     dtype: str = "float64"  # what the loss and model were evaluated in
+    mode: str = "train"  # the model's mode checked: train | inference | both
     notes: list[str] = field(default_factory=list)  # e.g. why not in the requested dtype
     rows: int = 0  # training rows the loss was checked on (gradcheck.max_rows)
     rows_total: int = 0  # of this many
@@ -120,7 +130,7 @@ class CheckResult:
                 "culprits": [v.name for v in self.culprits] if self.culprits_searched else None,
                 "culprit_checks": [v.to_dict() for v in self.culprits],
                 "affected": self.affected if self.culprits_searched else None,
-                "dtype": self.dtype, "notes": self.notes,
+                "dtype": self.dtype, "mode": self.mode, "notes": self.notes,
                 "rows": self.rows, "rows_total": self.rows_total,
                 "reports": {key: report.to_dict() for key, report in self.reports.items()}}
 
@@ -137,15 +147,32 @@ class CheckResult:
 
 def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig,
                              data: Dataset, epoch: int, eager: bool = False) -> CheckResult:
-    """Run the checks `gradcheck` asks for on the current parameters.
+    """Run the checks `gradcheck` asks for (see _checks); if they fail, name the wrong layers."""
+    result = _checks(cfg, model, loss_cfg, data, epoch, eager)
+    if not result.passed:  # which layer is wrong, each checked alone
+        _name_culprits(result, cfg, model, data)
+    return result
+
+
+def _checks(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, epoch: int,
+            eager: bool = False) -> CheckResult:
+    """Run the checks `gradcheck` asks for on the current parameters, in the model's mode(s)
+    `gradcheck.mode` names.
 
     eager: run the float64 loss and its gradient as they are. Tracing them costs ~0.3 s, more
     than a couple of eager checks (a default run checks twice); a run that checks every few
     epochs compiles them instead, traced once per run."""
+    mode = str(getattr(cfg.get("mode", "train"), "value", cfg.get("mode", "train")))
+    model.sync_twins()  # the masks and statistics the model has now
     with _without_graph_optimizer():
-        result = _check(cfg, model, loss_cfg, data, epoch, eager)
-        if not result.passed:  # which layer is wrong, each checked alone
-            _name_culprits(result, cfg, model, data)
+        if mode != "both":
+            return _check(cfg, model, loss_cfg, data, epoch, eager, mode == "train")
+        result = _check(cfg, model, loss_cfg, data, epoch, eager, True)
+        inference = _check(cfg, model, loss_cfg, data, epoch, eager, False)
+    result.mode = "both"
+    result.reports.update({f"inference/{key}": report
+                           for key, report in inference.reports.items()})
+    result.notes += [note for note in inference.notes if note not in result.notes]
     return result
 
 
@@ -157,7 +184,10 @@ CULPRIT_ROWS = 256
 def _name_culprits(result: CheckResult, cfg: DictConfig, model: Model, data: Dataset) -> None:
     """Fill result.culprits (gradcheck/culprits.py), in the run's mode, at the checked rows."""
     rows = checked_rows(len(data.x), cfg.get("max_rows"))[:CULPRIT_ROWS]
-    training = getattr(cfg.get("mode", "train"), "value", cfg.get("mode", "train")) != "inference"
+    # In the mode whose check failed (training, unless only the inference check did).
+    training = result.mode == "train" or (result.mode == "both" and not all(
+        report.passed for key, report in result.reports.items()
+        if not key.startswith("inference/")))
     try:
         result.culprits = find_culprits(model.network, data.x[rows], training,
                                         dtype=cfg.dtype, probes=cfg.probes, names=model.names)
@@ -167,7 +197,41 @@ def _name_culprits(result: CheckResult, cfg: DictConfig, model: Model, data: Dat
 
 
 def _check(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, epoch: int,
-           eager: bool) -> CheckResult:
+           eager: bool, training: bool) -> CheckResult:
+    """The checks in one mode; in training mode, in inference mode instead (with a note) if
+    the training-mode loss is random at a fixed point (randomness Keras' seeds do not hold)."""
+    if training:
+        losses = _losses(cfg.dtype, model, loss_cfg, data, cfg.get("max_rows"), None,
+                         trial=eager, training=True)
+        if losses.random is None:
+            losses.random = _random_at_a_point(losses, model)
+        if losses.random:
+            result = _check(cfg, model, loss_cfg, data, epoch, eager, False)
+            result.notes.insert(0, RANDOM_NOTE)
+            return result
+    result = _check_dtype(cfg, model, loss_cfg, data, epoch, eager, training)
+    result.mode = "train" if training else "inference"
+    return result
+
+
+RANDOM_NOTE = ("the training-mode loss differs between two evaluations at the same point (a "
+               "layer draws random numbers outside Keras' seed generators, e.g. raw tf.random "
+               "ops), so it cannot be differentiated numerically; checked in inference mode")
+
+
+def _random_at_a_point(losses: _Losses, model: Model) -> bool:
+    """Whether the loss, evaluated twice at the current parameters, gives two values (False
+    if it cannot run in its dtype: the dtype trial of _check_dtype says why)."""
+    params = [tf.constant(v.numpy(), losses.dtype) for v in model.params]
+    try:
+        first, second = (losses.of_params.function(*params).numpy() for _ in range(2))
+    except Exception:  # noqa: BLE001 - not this dtype's; _check_dtype finds the right one
+        return False
+    return not np.array_equal(first, second)
+
+
+def _check_dtype(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset,
+                 epoch: int, eager: bool, training: bool) -> CheckResult:
     """The checks, in the dtype the loss and model run in.
 
     Compiled checks skip evaluation_dtype's eager trial (~50 ms of the digits MLP's first
@@ -177,7 +241,7 @@ def _check(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, e
     that one (or the error raised, if the requested dtype was not the cause)."""
     values = [v.numpy() for v in model.params]
     args = (cfg.dtype, model, loss_cfg, data, cfg.get("max_rows"), values)
-    losses = _losses(*args, trial=eager)
+    losses = _losses(*args, trial=eager, training=training)
     if losses.verified:
         return _check_in(losses, cfg, model, data, epoch, eager, values)
     failure: Exception | None = None
@@ -188,8 +252,8 @@ def _check(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, e
             return result
     except Exception as error:  # noqa: BLE001 - perhaps the dtype's doing: the trial says
         failure = error
-    _LOSSES[model].pop(_losses_key(cfg.dtype, loss_cfg, data, cfg.get("max_rows")))
-    losses = _losses(*args, trial=True)
+    _LOSSES[model].pop(_losses_key(cfg.dtype, loss_cfg, data, cfg.get("max_rows"), training))
+    losses = _losses(*args, trial=True, training=training)
     if losses.dtype != cfg.dtype:
         return _check_in(losses, cfg, model, data, epoch, eager, values)
     if failure is not None:
@@ -290,28 +354,29 @@ class _Losses:
     data: Dataset | None = None  # kept, so the id(data) in its key is not reused meanwhile
     joint: JointFunction | None = None  # of_params of one flat vector (gradcheck/joint.py)
     verified: bool = True  # False: the requested dtype, not yet tried (_check)
+    random: bool | None = None  # the loss differs at one point (training mode); None: untried
 
 
-# Per model: {(requested dtype, data, loss config): _Losses}. Weak, so a finished run's model,
-# data and compiled functions go with it.
+# Per model: {(requested dtype, data, loss config, rows, mode): _Losses}. Weak, so a finished
+# run's model, data and compiled functions go with it.
 _LOSSES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _losses_key(requested: str, loss_cfg: DictConfig, data: Dataset,
-                max_rows: int | None) -> tuple:
+                max_rows: int | None, training: bool) -> tuple:
     """Which of a model's _Losses a check uses (the model itself is _LOSSES' weak key)."""
-    return (requested, id(data), repr(loss_cfg), max_rows)
+    return (requested, id(data), repr(loss_cfg), max_rows, training)
 
 
 def _losses(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset,
             max_rows: int | None = None, values: list[np.ndarray] | None = None,
-            trial: bool = True) -> _Losses:
-    """The run's _Losses; trial=False: in the requested dtype, untried (see _check)."""
-    key = _losses_key(requested, loss_cfg, data, max_rows)
+            trial: bool = True, training: bool = True) -> _Losses:
+    """The run's _Losses in one mode; trial=False: in the requested dtype, untried (_check)."""
+    key = _losses_key(requested, loss_cfg, data, max_rows, training)
     kept = _LOSSES.setdefault(model, {})
     if key not in kept:
         if trial:
-            dtype, note = evaluation_dtype(requested, model, loss_cfg, data, values)
+            dtype, note = evaluation_dtype(requested, model, loss_cfg, data, values, training)
         else:
             dtype, note = requested, None
             try:
@@ -324,14 +389,23 @@ def _losses(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset,
         loss = build_loss(loss_cfg, dtype=dtype)
 
         def of_params(*params: tf.Tensor) -> tf.Tensor:
-            return loss(y, model.apply(list(params), x))
+            return training_loss(model, loss, list(params), x, y, training)
 
         def of_inputs(xs: tf.Tensor, *params: tf.Tensor) -> tf.Tensor:
-            return loss(y, model.apply(list(params), xs))
+            return training_loss(model, loss, list(params), xs, y, training)
 
         kept[key] = _Losses(dtype, note, x, _Compiled(of_params), _Compiled(of_inputs), data,
                             verified=trial or dtype == _own_dtype(model))
     return kept[key]
+
+
+def training_loss(model: Model, loss: Callable, params: list[tf.Tensor], x: tf.Tensor,
+                  y: tf.Tensor, training: bool) -> tf.Tensor:
+    """The loss a training step minimizes (the data loss plus the model's own losses), of the
+    parameter values `params`, the model in training mode or not; nothing of it changes."""
+    outputs, own = model.apply(params, x, training=training, with_losses=True)
+    data_loss = loss(y, outputs)
+    return data_loss if own is None else data_loss + own
 
 
 def checked_rows(n: int, max_rows: int | None) -> np.ndarray:
@@ -368,7 +442,8 @@ class _Compiled:
 
 
 def evaluation_dtype(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset,
-                     values: list[np.ndarray] | None = None) -> tuple[str, str | None]:
+                     values: list[np.ndarray] | None = None, training: bool = False
+                     ) -> tuple[str, str | None]:
     """The dtype to check in, and a note if it is not the requested one.
 
     The requested dtype if the model and the loss run there, forward and backward (a float32
@@ -386,11 +461,13 @@ def evaluation_dtype(requested: str, model: Model, loss_cfg: DictConfig, data: D
     params = [tf.constant(v, requested) for v in values]
     try:
         loss = build_loss(loss_cfg, dtype=requested)
-        _forward_backward(lambda: loss(y, model.apply(params, x)), params, requested)
+        _forward_backward(lambda: training_loss(model, loss, params, x, y, training), params,
+                          requested)
     except Exception as loss_error:  # noqa: BLE001 - whatever it raises means: not in dtype
         part, why = f"the loss (loss._target_={loss_cfg['_target_']})", _first_line(loss_error)
         try:
-            _forward_backward(lambda: model.apply(params, x), params, requested)
+            _forward_backward(lambda: model.apply(params, x, training=training), params,
+                              requested)
         except Exception as model_error:  # noqa: BLE001 - the model's own failure, then
             part, why = "the model", _first_line(model_error)
         return own, (f"gradcheck.dtype={requested} requested, but {part} cannot run in "

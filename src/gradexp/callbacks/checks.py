@@ -104,7 +104,7 @@ def failure_lines(result) -> list[str]:
         return lines
     if result.culprits_searched:
         lines.append("  no layer is wrong alone (each layer and the model pass when checked "
-                     "alone): the error is outside the model, e.g. in the loss")
+                     "alone): the error is outside the layers, e.g. in the loss or a regularizer")
     failing = [(key, e) for key, report in result.reports.items()
                for e in report.entries if not e.passed]
     if failing:

@@ -1,0 +1,242 @@
+"""What gradexp trains and checks is what a person's model really is (issue 18): the loss Keras'
+`fit` minimizes (the data loss plus `model.losses`), and the gradient check of the training-mode
+computation (dropout masks held fixed, batch norm on the checked rows) without changing the
+model's state. Real TensorFlow, a real sqlite store, user builders from the launch folder."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import compose_config
+from gradexp.data import load_data
+from gradexp.experiment import run_experiment
+
+# Layers and builders a person would write: each builder is `(n_features, n_outputs, **kw)`.
+USER_MODELS = '''
+import keras
+import tensorflow as tf
+
+
+def ridge(n_features, n_outputs, l2):
+    """seed 004's line with an L2 penalty on W: the ridge regression optimum."""
+    return keras.Sequential([keras.Input((n_features,)), keras.layers.Dense(
+        n_outputs, name="linear", kernel_regularizer=keras.regularizers.L2(l2),
+        kernel_initializer="zeros")])
+
+
+@tf.custom_gradient
+def softplus_wrong_below_zero(x):
+    def backward(upstream):  # 5% off where x < 0
+        return upstream * tf.sigmoid(x) * tf.where(x < 0, tf.cast(1.05, x.dtype),
+                                                   tf.cast(1.0, x.dtype))
+    return tf.math.softplus(x), backward
+
+
+class TrainingSoftplus(keras.layers.Layer):
+    """softplus; in training mode through a hand-written backward, wrong if `buggy`."""
+
+    def __init__(self, buggy=False, **kwargs):
+        super().__init__(**kwargs)
+        self.buggy = buggy
+
+    def call(self, x, training=None):
+        if training and self.buggy:
+            return softplus_wrong_below_zero(x)
+        return tf.math.softplus(x)
+
+    def get_config(self):
+        return {**super().get_config(), "buggy": self.buggy}
+
+
+def encoder_block_head(n_features, n_outputs, buggy):
+    inputs = keras.Input((n_features,))
+    hidden = keras.layers.Dense(6, activation="tanh", name="encoder",
+                                kernel_initializer=keras.initializers.GlorotUniform(1))(inputs)
+    hidden = keras.layers.Dense(6, name="pre",
+                                kernel_initializer=keras.initializers.GlorotUniform(2))(hidden)
+    hidden = TrainingSoftplus(buggy=buggy, name="softplus_block")(hidden)
+    outputs = keras.layers.Dense(n_outputs, name="head",
+                                 kernel_initializer=keras.initializers.GlorotUniform(3))(hidden)
+    return keras.Model(inputs, outputs, name="functional")
+
+
+def dropout_mlp(n_features, n_outputs, seed):
+    return keras.Sequential([
+        keras.Input((n_features,)),
+        keras.layers.Dense(16, activation="tanh", name="dense0",
+                           kernel_initializer=keras.initializers.GlorotUniform(seed)),
+        keras.layers.Dropout(0.3, seed=seed),
+        keras.layers.Dense(n_outputs, name="out",
+                           kernel_initializer=keras.initializers.GlorotUniform(seed + 1))])
+
+
+def batch_norm_mlp(n_features, n_outputs, seed):
+    return keras.Sequential([
+        keras.Input((n_features,)),
+        keras.layers.Dense(12, name="dense0",
+                           kernel_initializer=keras.initializers.GlorotUniform(seed)),
+        keras.layers.BatchNormalization(name="bn"),
+        keras.layers.Activation("tanh"),
+        keras.layers.Dense(n_outputs, name="out",
+                           kernel_initializer=keras.initializers.GlorotUniform(seed + 1))])
+
+
+class RawNoise(keras.layers.Layer):
+    """Gaussian noise in training mode from tf.random, outside Keras' seed generators."""
+
+    def call(self, x, training=None):
+        return x + tf.random.normal(tf.shape(x), stddev=0.1, dtype=x.dtype) if training else x
+
+
+def raw_noise_mlp(n_features, n_outputs):
+    return keras.Sequential([keras.Input((n_features,)),
+                             keras.layers.Dense(8, activation="tanh", name="dense0"),
+                             RawNoise(name="noise"), keras.layers.Dense(n_outputs, name="out")])
+'''
+
+
+@pytest.fixture
+def user_models(tmp_path, request):
+    """The builders above as a module of the launch folder, named for the test (a module name
+    is imported once per process)."""
+    name = f"user_models_{request.node.name.split('[')[0][5:40]}"
+    (tmp_path / f"{name}.py").write_text(USER_MODELS)
+    return name
+
+
+def run(store, tmp_path, *overrides):
+    cfg = compose_config(f"tracking.uri={store}", *overrides)
+    return run_experiment(cfg, quiet=True, launch_dir=tmp_path)
+
+
+# ---------------------------------------------------------------- one loss
+def test_a_models_regularizer_trains_to_the_regularized_optimum(store, client, tmp_path,
+                                                                 user_models):
+    l2 = 0.5
+    result = run(store, tmp_path, "model=custom", f"model._target_={user_models}.ridge",
+                 f"+model.kwargs.l2={l2}", "trainer.epochs=1500", "gradcheck.at_start=false")
+    # The ridge optimum of seed 004's 100 training points: min mean((xW + b - y)^2) + l2·W².
+    data = load_data(compose_config().data)
+    x, y = data.x[:, 0].astype(np.float64), data.y[:, 0].astype(np.float64)
+    w = np.mean((x - x.mean()) * (y - y.mean())) / (np.var(x) + l2)
+    b = y.mean() - w * x.mean()
+    assert w < 2.5  # well away from the unregularized W = 2.99
+    assert result.scalars["W"] == pytest.approx(w, rel=1e-3)
+    assert result.scalars["b"] == pytest.approx(b, rel=1e-3)
+    # loss is the total; its parts are logged beside it, per epoch
+    metrics = client.get_run(result.run_id).data.metrics
+    assert metrics["loss/regularization"] == pytest.approx(l2 * result.scalars["W"] ** 2,
+                                                           rel=1e-3)
+    assert metrics["loss"] == pytest.approx(metrics["loss/data"] + metrics["loss/regularization"],
+                                            rel=1e-5)
+    # final_loss is the loss Keras' evaluate reports: data loss plus the penalty
+    assert result.final_loss == pytest.approx(np.mean((w * x + b - y) ** 2) + l2 * w ** 2,
+                                              rel=1e-4)
+    assert result.metrics["train/mse"] < result.final_loss  # held-out metrics: data only
+    assert result.gradcheck_passed is True  # the checked loss includes the penalty
+
+
+def test_a_model_without_losses_of_its_own_logs_no_parts(store, client, tmp_path):
+    result = run(store, tmp_path, "trainer.epochs=5", "gradcheck=off")
+    assert not {"loss/data", "loss/regularization"} & set(client.get_run(result.run_id)
+                                                          .data.metrics)
+
+
+# ---------------------------------------------------------------- check what trains
+@pytest.mark.parametrize(("buggy", "mode", "passes"), [
+    (True, "train", False),  # the bug lives in the training branch: train mode sees it
+    (False, "train", True),  # its correct twin passes
+    (True, "inference", True),  # inference mode cannot see it: why train is the default
+])
+def test_a_gradient_bug_only_in_training_mode_fails_the_default_check(
+        store, client, tmp_path, user_models, buggy, mode, passes):
+    result = run(store, tmp_path, "model=custom",
+                 f"model._target_={user_models}.encoder_block_head", f"+model.kwargs.buggy={buggy}",
+                 "data=sine", "trainer.epochs=2", f"gradcheck.mode={mode}")
+    assert result.gradcheck_passed is passes
+    report = client.download_artifacts(result.run_id, "gradcheck/report_epoch_00000.json",
+                                       str(tmp_path))
+    import json
+
+    assert json.loads(open(report).read())["mode"] == mode
+
+
+def model_and_data(user_models, builder, seed):
+    from gradexp.models import build_model
+
+    cfg = compose_config("data=sine", "model=custom", f"model._target_={user_models}.{builder}",
+                         f"+model.kwargs.seed={seed}", "gradcheck.method=probe")
+    data = load_data(cfg.data)
+    return cfg, build_model(cfg.model, data.n_features, data.n_outputs), data
+
+
+@pytest.mark.parametrize("builder", ["dropout_mlp", "batch_norm_mlp"])
+def test_dropout_and_batch_norm_pass_in_train_mode_and_keep_their_state(tmp_path, user_models,
+                                                                        builder):
+    from gradexp.experiment import check_user_code
+    from gradexp.verification import check_training_gradients
+
+    check_user_code(compose_config(), tmp_path)  # the launch folder importable
+    for seed in range(3):
+        cfg, model, data = model_and_data(user_models, builder, seed)
+        before = [v.numpy().copy() for v in model.network.non_trainable_variables]
+        result = check_training_gradients(cfg.gradcheck, model, cfg.loss, data, epoch=0)
+        assert result.passed, (seed, result.failures())
+        assert result.mode == "train" and not result.notes
+        after = [v.numpy() for v in model.network.non_trainable_variables]
+        assert len(before) == len(after) > 0  # seed state or moving statistics
+        for old, new in zip(before, after):
+            np.testing.assert_array_equal(old, new)  # the check moved nothing
+
+
+def test_the_checked_training_loss_is_not_the_inference_loss(tmp_path, user_models):
+    """Dropout is really on in the checked function (masks from the model's seed state), and the
+    same at every evaluation of one check."""
+    import tensorflow as tf
+
+    from gradexp.experiment import check_user_code
+    from gradexp.losses import build_loss
+    from gradexp.verification import training_loss
+
+    check_user_code(compose_config(), tmp_path)
+    cfg, model, data = model_and_data(user_models, "dropout_mlp", 0)
+    params = [tf.constant(v.numpy(), tf.float64) for v in model.params]
+    x, y = tf.constant(data.x, tf.float64), tf.constant(data.y, tf.float64)
+    loss = build_loss(cfg.loss, dtype="float64")
+    trained = [float(training_loss(model, loss, params, x, y, True)) for _ in range(3)]
+    inference = float(training_loss(model, loss, params, x, y, False))
+    assert trained[0] == trained[1] == trained[2] != inference
+
+
+def test_randomness_outside_keras_seeds_is_said_not_failed(store, client, tmp_path, user_models):
+    result = run(store, tmp_path, "model=custom", f"model._target_={user_models}.raw_noise_mlp",
+                 "data=sine", "trainer.epochs=2")
+    assert result.gradcheck_passed is True
+    report = client.download_artifacts(result.run_id, "gradcheck/report_epoch_00000.json",
+                                       str(tmp_path))
+    import json
+
+    notes = json.loads(open(report).read())["notes"]
+    assert any("outside Keras' seed generators" in note and "inference mode" in note
+               for note in notes)
+
+
+def test_mode_both_reports_both_computations(store, tmp_path, user_models):
+    result = run(store, tmp_path, "model=custom",
+                 f"model._target_={user_models}.encoder_block_head", "+model.kwargs.buggy=true",
+                 "data=sine", "trainer.epochs=2", "gradcheck.mode=both", "gradcheck.at_end=false")
+    assert result.gradcheck_passed is False  # the training branch is wrong
+
+
+def test_xla_and_mini_batches_train_the_same_regularized_loss(store, tmp_path, user_models):
+    ridge = ("model=custom", f"model._target_={user_models}.ridge", "+model.kwargs.l2=0.5",
+             "trainer.epochs=300", "gradcheck=off")
+    plain = run(store, tmp_path, *ridge)
+    xla = run(store, tmp_path, *ridge, "trainer.jit_compile=true")
+    assert xla.scalars["W"] == pytest.approx(plain.scalars["W"], rel=1e-5)
+    # Each batch's loss carries the whole penalty, as in Keras' fit: near the same optimum.
+    batches = run(store, tmp_path, *ridge, "trainer.batch_size=20",
+                  "optimizer.learning_rate=0.02")
+    assert batches.scalars["W"] == pytest.approx(plain.scalars["W"], rel=2e-2)
+    assert batches.scalars["W"] < 2.5
