@@ -3,8 +3,8 @@
 A softplus block whose hand-written backward (tf.custom_gradient) is `bug` (5%) too large for
 negative inputs, the forward pass right; bug=0 is its correct twin. The same block in a
 functional, a nested (a keras.Model used as a layer), a subclassed and a shared-layer model; a
-subclassed model with the same bug in its own call; a model with dropout and batch norm; and a
-loss with the bug. From this folder:
+subclassed model with the same bug in its own call; a model with dropout and batch norm; a
+layer wrong in training mode only; and a loss with the bug. From this folder:
 
     python -m gradexp model=custom model._target_=culprit_models.functional data.n_features=3
 """
@@ -118,6 +118,37 @@ class Inline(keras.Model):
             return tf.nn.softplus(z), backward
 
         return self.head(softplus(self.encoder(x)))
+
+
+@keras.saving.register_keras_serializable(package="culprit_models")
+class TrainingOnlyBug(keras.layers.Layer):
+    """tanh whose backward is (1 + bug) times too large for negative inputs in training mode
+    only: what a check in inference mode cannot see."""
+
+    def __init__(self, bug=0.05, **kwargs):
+        super().__init__(**kwargs)
+        self.bug = bug
+
+    def call(self, x, training=None):
+        bug = self.bug if training else 0.0
+
+        @tf.custom_gradient
+        def tanh(z):
+            def backward(upstream):
+                factor = tf.where(z < 0, tf.cast(1 + bug, z.dtype), tf.cast(1, z.dtype))
+                return upstream * (1 - tf.tanh(z) ** 2) * factor
+            return tf.tanh(z), backward
+
+        return tanh(x)
+
+    def get_config(self):
+        return {**super().get_config(), "bug": self.bug}
+
+
+def training_only(n_features, n_outputs, bug=0.05):
+    x = keras.Input((n_features,))
+    h = TrainingOnlyBug(bug=bug, name="tanh")(keras.layers.Dense(6, name="encoder")(x))
+    return keras.Model(x, keras.layers.Dense(n_outputs, name="head")(h), name="net")
 
 
 def wrong_mse(y_true, y_pred):

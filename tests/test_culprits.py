@@ -191,3 +191,11 @@ def test_a_layer_drawing_raw_random_numbers_is_not_blamed():
     verdicts = {v.name: v for v in check_layers(network, x_rows())}
     assert verdicts["noise"].passed and verdicts["noise"].report is None
     assert "random numbers" in verdicts["noise"].note
+
+
+def test_a_bug_in_the_training_branch_is_found_in_training_mode_only(culprit_models):
+    from gradexp.gradcheck.culprits import find_culprits
+
+    network = culprit_models.training_only(3, 1)
+    assert [v.name for v in find_culprits(network, x_rows(), training=True)] == ["tanh"]
+    assert find_culprits(network, x_rows(), training=False) == []
