@@ -59,6 +59,7 @@ The package, one module per part, imports flowing one way (each only from those 
     compiling.py compile=True: a plain callable probed as a tf.function, with an eager fallback
     api.py       check_gradients, check_variables
     joint.py     check_jointly: one probe set over several inputs (a run's checks use it)
+    culprits.py  find_culprits: which layer of a Keras model is wrong, each checked alone
 
 TensorFlow is imported inside the functions that need it, so importing this package is cheap.
 """
