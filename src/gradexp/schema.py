@@ -34,6 +34,7 @@ class Device(str, Enum):
 
 
 class CheckMethod(str, Enum):
+    auto = "auto"  # probes; the exact Jacobian too where it costs about an epoch or less
     jacobian = "jacobian"
     probe = "probe"
     both = "both"
@@ -299,7 +300,7 @@ class TrainerConfig:
 class GradcheckConfig:
     name: str = "default"
     enabled: bool = True
-    method: CheckMethod = CheckMethod.probe
+    method: CheckMethod = CheckMethod.auto
     probes: int = 4
     every_n_epochs: int | None = None
     at_start: bool = True

@@ -216,9 +216,11 @@ def _check_in(losses: _Losses, cfg: DictConfig, model: Model, data: Dataset, epo
                          rows=int(losses.x.shape[0]), rows_total=len(data.x))
     for target, function, xs, xs_names in targets:
         joint = target == "variables" and len(xs) > 1
-        if isinstance(function, _Compiled) and (method != "probe" or not joint):
+        exact = _jacobian_positions(method, xs, cfg.max_jacobian_size, result.rows,
+                                    result.rows_total)
+        if isinstance(function, _Compiled) and (method == "jacobian" or exact or not joint):
             function = function.function if eager else function(xs)
-        if method in ("probe", "both") and joint:
+        if method != "jacobian" and joint:
             # One probe set over all the variables instead of one per variable (a quarter of
             # the evaluations for an MLP of two layers); gradcheck/joint.py says why a wrong
             # bias still shows.
@@ -233,19 +235,40 @@ def _check_in(losses: _Losses, cfg: DictConfig, model: Model, data: Dataset, epo
             result.reports[f"{target}/probe"] = check_jointly(
                 joint_function.f, xs, names=xs_names, probes=cfg.probes, dtype=dtype,
                 joint=joint_function)
-        elif method in ("probe", "both"):
+        elif method != "jacobian":
             result.reports[f"{target}/probe"] = check_gradients(
                 function, xs, method="probe", names=xs_names, **options)
         if method == "jacobian":
             result.reports[f"{target}/jacobian"] = check_gradients(
                 function, xs, method="jacobian", names=xs_names, **options)
-        elif method == "both":
-            small = [i for i, t in enumerate(xs) if int(tf.size(t)) <= cfg.max_jacobian_size]
-            if small:
-                result.reports[f"{target}/jacobian"] = check_gradients(
-                    _only(function, xs, small), [xs[i] for i in small], method="jacobian",
-                    names=[xs_names[i] for i in small], **options)
+        elif exact:
+            result.reports[f"{target}/jacobian"] = check_gradients(
+                _only(function, xs, exact), [xs[i] for i in exact], method="jacobian",
+                names=[xs_names[i] for i in exact], **options)
     return result
+
+
+# method=auto adds the exact Jacobian where its 2 evaluations per element cost at most about
+# this many training epochs: a training epoch runs the model forward and backward (about 3
+# forward passes' worth) over every training row, the Jacobian 2n forward passes over the
+# checked rows. In practice: seed 004's line (W and b) gets it, a model of hundreds of
+# parameters does not (its Jacobian would be hundreds of epochs' worth, seconds a check).
+JACOBIAN_EPOCHS = 2.0
+
+
+def _jacobian_positions(method: str, xs: list[tf.Tensor], max_size: int, rows: int,
+                        rows_total: int) -> list[int]:
+    """The inputs (variables) given the exact Jacobian beside the probes: under `both` each of
+    at most max_jacobian_size elements; under `auto` all of them if their Jacobian costs at
+    most JACOBIAN_EPOCHS training epochs (see above), else none; under probe or jacobian none
+    (jacobian checks every input its own way)."""
+    sizes = [int(tf.size(x)) for x in xs]
+    if method == "both":
+        return [i for i, size in enumerate(sizes) if size <= max_size]
+    if method == "auto":
+        epochs = 2 * sum(sizes) * rows / (3 * max(rows_total, 1))
+        return list(range(len(xs))) if epochs <= JACOBIAN_EPOCHS else []
+    return []
 
 
 @contextlib.contextmanager
