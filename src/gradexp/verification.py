@@ -27,7 +27,9 @@ from tensorflow.python.eager import context  # per-thread options of function ca
 
 from gradexp.data import Dataset
 from gradexp.gradcheck import GradCheckReport, check_gradients
+from gradexp.gradcheck.connected import unconnected_names
 from gradexp.gradcheck.joint import JointFunction, check_jointly, direction_scales
+from gradexp.gradcheck.second_order import second_order_reports
 from gradexp.losses import build_loss
 from gradexp.models import Model
 
@@ -44,6 +46,8 @@ class CheckResult:
     notes: list[str] = field(default_factory=list)  # e.g. why not in the requested dtype
     rows: int = 0  # training rows the loss was checked on (gradcheck.max_rows)
     rows_total: int = 0  # of this many
+    order: int = 1  # gradcheck.order: 2 adds the "<target>/order2/<method>" reports
+    disconnected: list[str] = field(default_factory=list)  # no gradient (asked at the first)
 
     @property
     def passed(self) -> bool:
@@ -64,6 +68,7 @@ class CheckResult:
             "gradcheck/max_rel_error": self.max_rel_error,
             "gradcheck/passed": float(self.passed),
             "gradcheck/rows": float(self.rows),
+            "gradcheck/order": float(self.order),
         }
         for report in self.reports.values():
             for entry in report.entries:
@@ -79,7 +84,8 @@ class CheckResult:
     def to_dict(self) -> dict:
         return {"epoch": self.epoch, "passed": self.passed, "max_abs_error": self.max_abs_error,
                 "max_rel_error": self.max_rel_error, "dtype": self.dtype, "notes": self.notes,
-                "rows": self.rows, "rows_total": self.rows_total,
+                "rows": self.rows, "rows_total": self.rows_total, "order": self.order,
+                "disconnected": self.disconnected,
                 "reports": {key: report.to_dict() for key, report in self.reports.items()}}
 
     def failures(self) -> list[str]:
@@ -94,14 +100,22 @@ class CheckResult:
 
 
 def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig,
-                             data: Dataset, epoch: int, eager: bool = False) -> CheckResult:
+                             data: Dataset, epoch: int, eager: bool = False,
+                             first: bool = False) -> CheckResult:
     """Run the checks `gradcheck` asks for on the current parameters.
 
     eager: run the float64 loss and its gradient as they are. Tracing them costs ~0.3 s, more
     than a couple of eager checks (a default run checks twice); a run that checks every few
-    epochs compiles them instead, traced once per run."""
+    epochs compiles them instead, traced once per run. first: also name the variables that get
+    no gradient at all (one more forward and backward pass: a run asks at its first check)."""
     with _without_graph_optimizer():
-        return _check(cfg, model, loss_cfg, data, epoch, eager)
+        result = _check(cfg, model, loss_cfg, data, epoch, eager)
+        if first:
+            losses = _losses(cfg.dtype, model, loss_cfg, data, cfg.get("max_rows"))
+            params = [tf.constant(v.numpy(), losses.dtype) for v in model.params]
+            result.disconnected = unconnected_names(losses.of_params.function, params,
+                                                    model.names)
+        return result
 
 
 def _check(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, epoch: int,
@@ -189,6 +203,11 @@ def _check_in(losses: _Losses, cfg: DictConfig, model: Model, data: Dataset, epo
                 result.reports[f"{target}/jacobian"] = check_gradients(
                     _only(function, xs, small), [xs[i] for i in small], method="jacobian",
                     names=[xs_names[i] for i in small], **options)
+    if cfg.get("order", 1) == 2:  # second derivatives too (gradcheck/second_order.py)
+        result.order = 2
+        result.reports.update(second_order_reports(
+            [(key, f.function if isinstance(f, _Compiled) else f, xs, n)
+             for key, f, xs, n in targets], method, cfg.probes, dtype, cfg.max_jacobian_size))
     return result
 
 

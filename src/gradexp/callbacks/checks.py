@@ -37,8 +37,15 @@ class GradientChecks(Callback):
 
         result = check_training_gradients(run.cfg.gradcheck, run.model, run.cfg.loss,
                                           run.data, epoch,
-                                          eager=len(self.epochs) <= EAGER_CHECKS)
+                                          eager=len(self.epochs) <= EAGER_CHECKS,
+                                          first=not run.checks)
         run.checks.append(result)
+        if result.disconnected:  # asked at the first check only: said once
+            names = ", ".join(result.disconnected)
+            run.tracker.set_tags({"gradexp.gradcheck.disconnected": names})
+            if not run.quiet:
+                console.console().print(f"[yellow]warning:[/yellow] no gradient reaches {names}"
+                                        " (not connected to the loss)", highlight=False)
         if result.notes and len(run.checks) == 1:  # e.g. user code that only runs in float32
             run.tracker.set_tags({"gradexp.gradcheck_dtype": result.dtype})
             if not run.quiet:

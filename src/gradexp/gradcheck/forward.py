@@ -9,7 +9,8 @@ disagree with either.
 
 What TensorFlow does with a ``tf.custom_gradient`` function in forward mode (tests/
 test_second_order.py pins it): called eagerly, the accumulator differentiates the function's
-forward ops and ignores the custom backward, so a wrong backward shows as JVPs that agree with
+forward ops and ignores the custom backward (it falls back on the backward only where those ops
+have no derivative, e.g. a forward in numpy), so a wrong backward shows as JVPs that agree with
 finite differences and disagree with reverse mode; inside a ``tf.function``, forward mode is
 derived from the backward (by transposing it), so the JVPs agree with reverse mode and both
 disagree with finite differences. Either way a wrong backward fails the entry, and its note says
