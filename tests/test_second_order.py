@@ -267,6 +267,7 @@ def test_a_run_with_order_2_fails_a_stop_gradient_layer_and_passes_the_right_one
     assert client.get_run(first.run_id).data.metrics["gradcheck/order"] == 1.0
 
 
+@pytest.mark.filterwarnings("ignore:Gradients do not exist")  # Keras says it too, in training
 def test_a_run_names_a_variable_that_gets_no_gradient(store, client, launch, capsys):
     result = run(store, launch, "model=custom", "model._target_=order2_models.build_idle",
                  "gradcheck.method=jacobian", quiet=False)
