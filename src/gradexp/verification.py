@@ -100,22 +100,23 @@ class CheckResult:
 
 
 def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig,
-                             data: Dataset, epoch: int, eager: bool = False,
-                             first: bool = False) -> CheckResult:
+                             data: Dataset, epoch: int, eager: bool = False) -> CheckResult:
     """Run the checks `gradcheck` asks for on the current parameters.
 
     eager: run the float64 loss and its gradient as they are. Tracing them costs ~0.3 s, more
     than a couple of eager checks (a default run checks twice); a run that checks every few
-    epochs compiles them instead, traced once per run. first: also name the variables that get
-    no gradient at all (one more forward and backward pass: a run asks at its first check)."""
+    epochs compiles them instead, traced once per run."""
     with _without_graph_optimizer():
-        result = _check(cfg, model, loss_cfg, data, epoch, eager)
-        if first:
-            losses = _losses(cfg.dtype, model, loss_cfg, data, cfg.get("max_rows"))
-            params = [tf.constant(v.numpy(), losses.dtype) for v in model.params]
-            result.disconnected = unconnected_names(losses.of_params.function, params,
-                                                    model.names)
-        return result
+        return _check(cfg, model, loss_cfg, data, epoch, eager)
+
+
+def disconnected_variables(cfg: DictConfig, model: Model, loss_cfg: DictConfig,
+                           data: Dataset) -> list[str]:
+    """The variables the checked loss gives no gradient at all (gradcheck/connected.py): one
+    more forward and backward pass, which a run spends at its first check only."""
+    losses = _losses(cfg.dtype, model, loss_cfg, data, cfg.get("max_rows"))
+    params = [tf.constant(v.numpy(), losses.dtype) for v in model.params]
+    return unconnected_names(losses.of_params.function, params, model.names)
 
 
 def _check(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, epoch: int,
