@@ -415,7 +415,7 @@ def heatmaps(result: CheckResult) -> dict[str, Heatmap]:
     """A Heatmap per small variable (or input) checked by the Jacobian method."""
     maps = {}
     for key, report in result.reports.items():
-        if not key.endswith("/jacobian"):
+        if not key.endswith("/jacobian") or "/order2/" in key:  # first derivatives only
             continue
         for entry in report.entries:
             if entry.analytical is None or np.size(entry.analytical) not in HEATMAP_SIZES:
