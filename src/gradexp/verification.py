@@ -36,7 +36,9 @@ from tensorflow.python.eager import context  # per-thread options of function ca
 
 from gradexp.data import Dataset
 from gradexp.gradcheck import GradCheckReport, check_gradients
+from gradexp.gradcheck.connected import unconnected_names
 from gradexp.gradcheck.joint import JointFunction, check_jointly, direction_scales
+from gradexp.gradcheck.second_order import second_order_reports
 from gradexp.losses import build_loss
 from gradexp.models import Model
 
@@ -54,6 +56,8 @@ class CheckResult:
     notes: list[str] = field(default_factory=list)  # e.g. why not in the requested dtype
     rows: int = 0  # training rows the loss was checked on (gradcheck.max_rows)
     rows_total: int = 0  # of this many
+    order: int = 1  # gradcheck.order: 2 adds the "<target>/order2/<method>" reports
+    disconnected: list[str] = field(default_factory=list)  # no gradient (asked at the first)
 
     @property
     def passed(self) -> bool:
@@ -74,6 +78,7 @@ class CheckResult:
             "gradcheck/max_rel_error": self.max_rel_error,
             "gradcheck/passed": float(self.passed),
             "gradcheck/rows": float(self.rows),
+            "gradcheck/order": float(self.order),
         }
         for report in self.reports.values():
             for entry in report.entries:
@@ -89,8 +94,8 @@ class CheckResult:
     def to_dict(self) -> dict:
         return {"epoch": self.epoch, "passed": self.passed, "max_abs_error": self.max_abs_error,
                 "max_rel_error": self.max_rel_error, "dtype": self.dtype, "mode": self.mode,
-                "notes": self.notes,
-                "rows": self.rows, "rows_total": self.rows_total,
+                "notes": self.notes, "rows": self.rows, "rows_total": self.rows_total,
+                "order": self.order, "disconnected": self.disconnected,
                 "reports": {key: report.to_dict() for key, report in self.reports.items()}}
 
     def failures(self) -> list[str]:
@@ -124,6 +129,15 @@ def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig
                            for key, report in inference.reports.items()})
     result.notes += [note for note in inference.notes if note not in result.notes]
     return result
+
+
+def disconnected_variables(cfg: DictConfig, model: Model, loss_cfg: DictConfig,
+                           data: Dataset) -> list[str]:
+    """The variables the checked loss gives no gradient at all (gradcheck/connected.py): one
+    more forward and backward pass, which a run spends at its first check only."""
+    losses = _losses(cfg.dtype, model, loss_cfg, data, cfg.get("max_rows"))
+    params = [tf.constant(v.numpy(), losses.dtype) for v in model.params]
+    return unconnected_names(losses.of_params.function, params, model.names)
 
 
 def _check(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, epoch: int,
@@ -245,6 +259,11 @@ def _check_in(losses: _Losses, cfg: DictConfig, model: Model, data: Dataset, epo
             result.reports[f"{target}/jacobian"] = check_gradients(
                 _only(function, xs, exact), [xs[i] for i in exact], method="jacobian",
                 names=[xs_names[i] for i in exact], **options)
+    if cfg.get("order", 1) == 2:  # second derivatives too (gradcheck/second_order.py)
+        result.order = 2
+        result.reports.update(second_order_reports(
+            [(key, f.function if isinstance(f, _Compiled) else f, xs, n)
+             for key, f, xs, n in targets], method, cfg.probes, dtype, cfg.max_jacobian_size))
     return result
 
 
@@ -487,7 +506,7 @@ def heatmaps(result: CheckResult) -> dict[str, Heatmap]:
     """A Heatmap per small variable (or input) checked by the Jacobian method."""
     maps = {}
     for key, report in result.reports.items():
-        if not key.endswith("/jacobian"):
+        if not key.endswith("/jacobian") or "/order2/" in key:  # first derivatives only
             continue
         for entry in report.entries:
             if entry.analytical is None or np.size(entry.analytical) not in HEATMAP_SIZES:
