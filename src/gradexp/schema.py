@@ -310,7 +310,7 @@ class GradcheckConfig:
     on_fail: OnFail = OnFail.warn
     dtype: str = "float64"
     max_jacobian_size: int = 2000
-    max_rows: int | None = None  # training rows checked (a fixed seeded subset); null = all
+    max_rows: int | None = 512  # training rows checked (a fixed seeded subset); null = all
     plots: bool = True
     order: int = 1  # 1: gradients; 2: second derivatives too (gradcheck/second_order.py)
 
