@@ -4,7 +4,8 @@ A softplus block whose hand-written backward (tf.custom_gradient) is `bug` (5%) 
 negative inputs, the forward pass right; bug=0 is its correct twin. The same block in a
 functional, a nested (a keras.Model used as a layer), a subclassed and a shared-layer model; a
 subclassed model with the same bug in its own call; a model with dropout and batch norm; a
-layer wrong in training mode only; and a loss with the bug. From this folder:
+layer wrong in training mode only; a backward right in value whose own derivative is wrong
+(order 2); and a loss with the bug. From this folder:
 
     python -m gradexp model=custom model._target_=culprit_models.functional data.n_features=3
 """
@@ -148,6 +149,27 @@ class TrainingOnlyBug(keras.layers.Layer):
 def training_only(n_features, n_outputs, bug=0.05):
     x = keras.Input((n_features,))
     h = TrainingOnlyBug(bug=bug, name="tanh")(keras.layers.Dense(6, name="encoder")(x))
+    return keras.Model(x, keras.layers.Dense(n_outputs, name="head")(h), name="net")
+
+
+@keras.saving.register_keras_serializable(package="culprit_models")
+class FrozenBackward(keras.layers.Layer):
+    """softplus whose backward is right in value but built with tf.stop_gradient, so its own
+    derivative (the second derivative) is wrong: what only an order-2 check sees."""
+
+    def call(self, x):
+        @tf.custom_gradient
+        def softplus(z):
+            def backward(upstream):
+                return upstream * tf.stop_gradient(tf.sigmoid(z))
+            return tf.nn.softplus(z), backward
+
+        return softplus(x)
+
+
+def second_order(n_features, n_outputs, bug=0.0):
+    x = keras.Input((n_features,))
+    h = FrozenBackward(name="frozen")(keras.layers.Dense(6, name="encoder")(x))
     return keras.Model(x, keras.layers.Dense(n_outputs, name="head")(h), name="net")
 
 

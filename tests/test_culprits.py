@@ -199,3 +199,12 @@ def test_a_bug_in_the_training_branch_is_found_in_training_mode_only(culprit_mod
     network = culprit_models.training_only(3, 1)
     assert [v.name for v in find_culprits(network, x_rows(), training=True)] == ["tanh"]
     assert find_culprits(network, x_rows(), training=False) == []
+
+
+def test_a_backward_whose_own_derivative_is_wrong_is_found_at_order_2(culprit_models):
+    from gradexp.gradcheck.culprits import find_culprits
+
+    network = culprit_models.second_order(3, 1)
+    assert find_culprits(network, x_rows(), order=1) == []
+    (verdict,) = find_culprits(network, x_rows(), order=2)
+    assert verdict.name == "frozen" and "second derivatives" in verdict.note

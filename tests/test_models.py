@@ -69,10 +69,10 @@ def test_the_float64_twin_gives_the_models_outputs_in_float64():
 
 @pytest.mark.slow
 def test_a_small_conv_net_on_digits_learns_and_passes_its_gradient_check(store):
+    # The README's example with the default checks (relu kinks everywhere: no false alarm).
     result = run(store, "data=sklearn", "data.name=digits", "model=digits_cnn",
                  "loss=categorical_crossentropy", "optimizer=adam",
-                 "optimizer.learning_rate=0.005", "trainer.epochs=4", "trainer.batch_size=64",
-                 "gradcheck=probe")
+                 "optimizer.learning_rate=0.005", "trainer.epochs=4", "trainer.batch_size=64")
     assert result.metrics["val/accuracy"] > 0.8  # ten classes: chance is 0.1
     assert result.gradcheck_passed is True
 

@@ -34,6 +34,7 @@ class Device(str, Enum):
 
 
 class CheckMethod(str, Enum):
+    auto = "auto"  # probes; the exact Jacobian too where it costs about an epoch or less
     jacobian = "jacobian"
     probe = "probe"
     both = "both"
@@ -299,7 +300,7 @@ class TrainerConfig:
 class GradcheckConfig:
     name: str = "default"
     enabled: bool = True
-    method: CheckMethod = CheckMethod.probe
+    method: CheckMethod = CheckMethod.auto
     probes: int = 4
     every_n_epochs: int | None = None
     at_start: bool = True
@@ -309,8 +310,9 @@ class GradcheckConfig:
     on_fail: OnFail = OnFail.warn
     dtype: str = "float64"
     max_jacobian_size: int = 2000
-    max_rows: int | None = None  # training rows checked (a fixed seeded subset); null = all
+    max_rows: int | None = 512  # training rows checked (a fixed seeded subset); null = all
     plots: bool = True
+    order: int = 1  # 1: gradients; 2: second derivatives too (gradcheck/second_order.py)
 
 
 @dataclass

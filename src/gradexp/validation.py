@@ -61,6 +61,7 @@ RANGE_RULES: list[tuple[str, Any, str]] = [
     ("gradcheck.every_n_epochs", _at_least(1), "must be an integer >= 1, or null for never"),
     ("gradcheck.max_jacobian_size", _at_least(1), "must be an integer >= 1"),
     ("gradcheck.max_rows", _at_least(1), "must be an integer >= 1, or null for all rows"),
+    ("gradcheck.order", lambda v: v in (1, 2), "must be 1 (gradients) or 2 (second derivatives)"),
     ("data.n_samples", _at_least(2), "must be an integer >= 2"),
     ("data.n_val", _at_least(0), "must be an integer >= 0 (0: no validation set)"),
     ("data.val_fraction", _fraction, "must be a fraction in [0, 1)"),

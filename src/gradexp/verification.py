@@ -36,9 +36,11 @@ from tensorflow.python.eager import context  # per-thread options of function ca
 
 from gradexp.data import Dataset
 from gradexp.gradcheck import GradCheckReport, check_gradients
+from gradexp.gradcheck.connected import unconnected_names
 from gradexp.gradcheck.culprits import LayerVerdict, find_culprits
 from gradexp.gradcheck.joint import JointFunction, check_jointly, direction_scales
 from gradexp.gradcheck.report import ReportedError
+from gradexp.gradcheck.second_order import second_order_reports
 from gradexp.losses import build_loss
 from gradexp.models import Model
 
@@ -60,6 +62,8 @@ class CheckResult:
     notes: list[str] = field(default_factory=list)  # e.g. why not in the requested dtype
     rows: int = 0  # training rows the loss was checked on (gradcheck.max_rows)
     rows_total: int = 0  # of this many
+    order: int = 1  # gradcheck.order: 2 adds the "<target>/order2/<method>" reports
+    disconnected: list[str] = field(default_factory=list)  # no gradient (asked at the first)
     culprits: list[LayerVerdict] = field(default_factory=list)
     culprits_searched: bool = False
 
@@ -108,6 +112,7 @@ class CheckResult:
             "gradcheck/tolerance": worst[1].tolerance if worst else 0.0,
             "gradcheck/passed": float(self.passed),
             "gradcheck/rows": float(self.rows),
+            "gradcheck/order": float(self.order),
         }
         for report in self.reports.values():
             for entry in report.entries:
@@ -132,6 +137,7 @@ class CheckResult:
                 "affected": self.affected if self.culprits_searched else None,
                 "dtype": self.dtype, "mode": self.mode, "notes": self.notes,
                 "rows": self.rows, "rows_total": self.rows_total,
+                "order": self.order, "disconnected": self.disconnected,
                 "reports": {key: report.to_dict() for key, report in self.reports.items()}}
 
     def failures(self) -> list[str]:
@@ -188,12 +194,25 @@ def _name_culprits(result: CheckResult, cfg: DictConfig, model: Model, data: Dat
     training = result.mode == "train" or (result.mode == "both" and not all(
         report.passed for key, report in result.reports.items()
         if not key.startswith("inference/")))
+    # Second order only if only the second-order check failed (a wrong first order shows there).
+    failed = [key for key, report in result.reports.items() if not report.passed]
+    order = 2 if all("/order2/" in key for key in failed) else 1
     try:
         result.culprits = find_culprits(model.network, data.x[rows], training,
-                                        dtype=cfg.dtype, probes=cfg.probes, names=model.names)
+                                        dtype=cfg.dtype, probes=cfg.probes, names=model.names,
+                                        order=order)
         result.culprits_searched = True
     except Exception as error:  # noqa: BLE001 - the search is a diagnosis, never the run's end
         result.notes.append(f"the wrong layer could not be searched for: {_first_line(error)}")
+
+
+def disconnected_variables(cfg: DictConfig, model: Model, loss_cfg: DictConfig,
+                           data: Dataset) -> list[str]:
+    """The variables the checked loss gives no gradient at all (gradcheck/connected.py): one
+    more forward and backward pass, which a run spends at its first check only."""
+    losses = _losses(cfg.dtype, model, loss_cfg, data, cfg.get("max_rows"))
+    params = [tf.constant(v.numpy(), losses.dtype) for v in model.params]
+    return unconnected_names(losses.of_params.function, params, model.names)
 
 
 def _check(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, epoch: int,
@@ -286,9 +305,11 @@ def _check_in(losses: _Losses, cfg: DictConfig, model: Model, data: Dataset, epo
                          rows=int(losses.x.shape[0]), rows_total=len(data.x))
     for target, function, xs, xs_names in targets:
         joint = target == "variables" and len(xs) > 1
-        if isinstance(function, _Compiled) and (method != "probe" or not joint):
+        exact = _jacobian_positions(method, xs, cfg.max_jacobian_size, result.rows,
+                                    result.rows_total)
+        if isinstance(function, _Compiled) and (method == "jacobian" or exact or not joint):
             function = function.function if eager else function(xs)
-        if method in ("probe", "both") and joint:
+        if method != "jacobian" and joint:
             # One probe set over all the variables instead of one per variable (a quarter of
             # the evaluations for an MLP of two layers); gradcheck/joint.py says why a wrong
             # bias still shows.
@@ -303,19 +324,45 @@ def _check_in(losses: _Losses, cfg: DictConfig, model: Model, data: Dataset, epo
             result.reports[f"{target}/probe"] = check_jointly(
                 joint_function.f, xs, names=xs_names, probes=cfg.probes, dtype=dtype,
                 joint=joint_function)
-        elif method in ("probe", "both"):
+        elif method != "jacobian":
             result.reports[f"{target}/probe"] = check_gradients(
                 function, xs, method="probe", names=xs_names, **options)
         if method == "jacobian":
             result.reports[f"{target}/jacobian"] = check_gradients(
                 function, xs, method="jacobian", names=xs_names, **options)
-        elif method == "both":
-            small = [i for i, t in enumerate(xs) if int(tf.size(t)) <= cfg.max_jacobian_size]
-            if small:
-                result.reports[f"{target}/jacobian"] = check_gradients(
-                    _only(function, xs, small), [xs[i] for i in small], method="jacobian",
-                    names=[xs_names[i] for i in small], **options)
+        elif exact:
+            result.reports[f"{target}/jacobian"] = check_gradients(
+                _only(function, xs, exact), [xs[i] for i in exact], method="jacobian",
+                names=[xs_names[i] for i in exact], **options)
+    if cfg.get("order", 1) == 2:  # second derivatives too (gradcheck/second_order.py)
+        result.order = 2
+        result.reports.update(second_order_reports(
+            [(key, f.function if isinstance(f, _Compiled) else f, xs, n)
+             for key, f, xs, n in targets], method, cfg.probes, dtype, cfg.max_jacobian_size))
     return result
+
+
+# method=auto adds the exact Jacobian where its 2 evaluations per element cost at most about
+# this many training epochs: a training epoch runs the model forward and backward (about 3
+# forward passes' worth) over every training row, the Jacobian 2n forward passes over the
+# checked rows. In practice: seed 004's line (W and b) gets it, a model of hundreds of
+# parameters does not (its Jacobian would be hundreds of epochs' worth, seconds a check).
+JACOBIAN_EPOCHS = 2.0
+
+
+def _jacobian_positions(method: str, xs: list[tf.Tensor], max_size: int, rows: int,
+                        rows_total: int) -> list[int]:
+    """The inputs (variables) given the exact Jacobian beside the probes: under `both` each of
+    at most max_jacobian_size elements; under `auto` all of them if their Jacobian costs at
+    most JACOBIAN_EPOCHS training epochs (see above), else none; under probe or jacobian none
+    (jacobian checks every input its own way)."""
+    sizes = [int(tf.size(x)) for x in xs]
+    if method == "both":
+        return [i for i, size in enumerate(sizes) if size <= max_size]
+    if method == "auto":
+        epochs = 2 * sum(sizes) * rows / (3 * max(rows_total, 1))
+        return list(range(len(xs))) if epochs <= JACOBIAN_EPOCHS else []
+    return []
 
 
 @contextlib.contextmanager
@@ -534,7 +581,7 @@ def heatmaps(result: CheckResult) -> dict[str, Heatmap]:
     """A Heatmap per small variable (or input) checked by the Jacobian method."""
     maps = {}
     for key, report in result.reports.items():
-        if not key.endswith("/jacobian"):
+        if not key.endswith("/jacobian") or "/order2/" in key:  # first derivatives only
             continue
         for entry in report.entries:
             if entry.analytical is None or np.size(entry.analytical) not in HEATMAP_SIZES:

@@ -37,12 +37,25 @@ class GradientChecks(Callback):
             self.check(run, run.trainer.epoch)
 
     def check(self, run, epoch: int) -> None:
-        from gradexp.verification import EAGER_CHECKS, check_training_gradients
+        from gradexp.verification import (
+            EAGER_CHECKS,
+            check_training_gradients,
+            disconnected_variables,
+        )
 
         result = check_training_gradients(run.cfg.gradcheck, run.model, run.cfg.loss,
                                           run.data, epoch,
                                           eager=len(self.epochs) <= EAGER_CHECKS)
+        if not run.checks:  # asked at the first check only: said once
+            result.disconnected = disconnected_variables(run.cfg.gradcheck, run.model,
+                                                         run.cfg.loss, run.data)
         run.checks.append(result)
+        if result.disconnected:
+            names = ", ".join(result.disconnected)
+            run.tracker.set_tags({"gradexp.gradcheck.disconnected": names})
+            if not run.quiet:
+                console.console().print(f"[yellow]warning:[/yellow] no gradient reaches {names}"
+                                        " (not connected to the loss)", highlight=False)
         if result.notes and len(run.checks) == 1:  # e.g. user code that only runs in float32
             run.tracker.set_tags({"gradexp.gradcheck_dtype": result.dtype})
             if not run.quiet:

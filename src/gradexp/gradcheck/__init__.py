@@ -56,6 +56,9 @@ The package, one module per part, imports flowing one way (each only from those 
     jacobian.py  the jacobian method
     locate.py    bisection to the wrong element of a failing probe
     probe.py     the probe method, miss_probability
+    connected.py which inputs get no gradient at all (report.disconnected)
+    forward.py   modes=("rev", "fwd"): forward-mode JVPs against reverse mode and differences
+    second_order.py  order=2: the gradient as a function, checked to first order
     compiling.py compile=True: a plain callable probed as a tf.function, with an eager fallback
     api.py       check_gradients, check_variables
     joint.py     check_jointly: one probe set over several inputs (a run's checks use it)

@@ -12,14 +12,16 @@ from typing import Any
 
 import numpy as np
 
-from gradexp.gradcheck import compiling
+from gradexp.gradcheck import compiling, connected, second_order
 from gradexp.gradcheck.entries import _noisy
+from gradexp.gradcheck.forward import check_modes, forward_entries
 from gradexp.gradcheck.jacobian import _jacobian_entries
 from gradexp.gradcheck.options import _coarsest, _Options
 from gradexp.gradcheck.probe import _probe_entries
 from gradexp.gradcheck.report import GradCheckReport
 from gradexp.gradcheck.targets import (
     _FunctionTarget,
+    _skip_reason,
     _Target,
     _variable_handle,
     _variable_name,
@@ -41,6 +43,8 @@ def check_gradients(
     max_jacobian_size: int = 20_000,
     names: Sequence[str] | None = None,
     compile: bool = True,
+    order: int = 1,
+    modes: Sequence[str] = ("rev",),
 ) -> GradCheckReport:
     """Check the gradients of ``f(*xs)`` with respect to each floating-point input.
 
@@ -57,11 +61,19 @@ def check_gradients(
     If f does not trace or its compiled check raises, f is checked eagerly instead, silently:
     the report is the eager one. ``compile=False`` checks f eagerly; the jacobian method
     always calls f as given.
+
+    ``order=2`` checks second derivatives instead: the Jacobian of the gradient function
+    g(xs) = d(vᵀf)/dxs (v = 1 for a scalar f, else a fixed random cotangent), i.e. the
+    Hessian-vector products of f's backward pass against finite differences of g (see
+    gradcheck/second_order.py; checked eagerly). ``modes=("rev", "fwd")`` also compares
+    forward-mode JVPs with reverse mode and finite differences (gradcheck/forward.py). Inputs
+    the tape gives no gradient are named in ``report.disconnected``.
     """
     import tensorflow as tf
 
     opts = _Options.make(method, probes, delta, atol, rtol, seed, dtype, max_jacobian_size,
                          compile)
+    order, modes = second_order.check_order(order), check_modes(modes)
     if isinstance(xs, (list, tuple)):
         xs = list(xs)
     else:
@@ -69,6 +81,14 @@ def check_gradients(
     tensors = [tf.convert_to_tensor(x) for x in xs]
     names = _names(names, [f"x{i}" for i in range(len(tensors))])
     notes: list[str] = []
+    if order == 2:  # the first-order check of the gradient function, eagerly
+        checked = [k for k, t in enumerate(tensors)
+                   if _skip_reason(t.dtype, t.shape.num_elements()) is None]
+        g = second_order.gradient_of(f, tensors, checked, opts.seed)
+        if opts.dtype is not None:
+            tensors = _try_dtype(g, tensors, opts.dtype, notes)
+        notes.append(second_order.describe(g, names, [int(np.size(t)) for t in tensors]))
+        return _run(_FunctionTarget(g, tensors, names), opts, notes, modes, g)
     if opts.dtype is not None:
         tensors = _try_dtype(f, tensors, opts.dtype, notes)
     # The jacobian method stays tf.test.compute_gradient on f as given: the exact reference for
@@ -76,12 +96,12 @@ def check_gradients(
     wrapped = compiling.compiled(f) if opts.compile and opts.method == "probe" else None
     if wrapped is not None:
         try:
-            return _run(_FunctionTarget(wrapped, tensors, names), opts, list(notes))
+            return _run(_FunctionTarget(wrapped, tensors, names), opts, list(notes), modes)
         except Exception:  # noqa: BLE001 - f that does not trace: checked eagerly below
-            report = _run(_FunctionTarget(f, tensors, names), opts, notes)  # f's own error
+            report = _run(_FunctionTarget(f, tensors, names), opts, notes, modes)  # f's error
             compiling.forget(f)  # it runs eagerly but not compiled: eagerly from now on
             return report
-    return _run(_FunctionTarget(f, tensors, names), opts, notes)
+    return _run(_FunctionTarget(f, tensors, names), opts, notes, modes)
 
 
 def check_variables(
@@ -97,6 +117,8 @@ def check_variables(
     dtype: Any = None,
     max_jacobian_size: int = 20_000,
     names: Sequence[str] | None = None,
+    order: int = 1,
+    modes: Sequence[str] = ("rev",),
 ) -> GradCheckReport:
     """Check the gradients of ``loss_fn()`` (any output shape) with respect to ``variables``.
 
@@ -104,8 +126,10 @@ def check_variables(
     always restored to their original values, also when ``loss_fn`` raises. Default names are
     the Keras variable path, else ``variable.name`` without ``:0``. ``dtype=`` cannot change
     a variable's dtype: variables are checked in their own dtype and the report says so.
+    ``order`` and ``modes`` as for check_gradients.
     """
     opts = _Options.make(method, probes, delta, atol, rtol, seed, dtype, max_jacobian_size)
+    order, modes = second_order.check_order(order), check_modes(modes)
     variables = list(variables)
     handles = [_variable_handle(v) for v in variables]
     names = _names(names, [_variable_name(v) for v in variables])
@@ -118,9 +142,15 @@ def check_variables(
                 f"dtype={opts.dtype!r} requested, but variables keep their dtype "
                 f"({', '.join(other)} are not {opts.dtype}); checked in their own dtype."
             )
-    target = _VariableTarget(loss_fn, handles, names)
+    g = None
+    if order == 2:  # the first-order check of the gradient function
+        checked = [k for k, h in enumerate(handles)
+                   if _skip_reason(h.dtype, h.shape.num_elements()) is None]
+        g = second_order.gradient_of(loss_fn, [], checked, opts.seed, handles)
+        notes.append(second_order.describe(g, names, [int(np.prod(h.shape)) for h in handles]))
+    target = _VariableTarget(g or loss_fn, handles, names)
     try:
-        return _run(target, opts, notes)
+        return _run(target, opts, notes, modes, g)
     finally:
         target.restore()
 
@@ -160,7 +190,8 @@ def _try_dtype(f: Callable[..., Any], tensors: list[Any], dtype: str, notes: lis
     return tensors
 
 
-def _run(target: _Target, opts: _Options, notes: list[str]) -> GradCheckReport:
+def _run(target: _Target, opts: _Options, notes: list[str], modes: tuple[str, ...] = ("rev",),
+         gradient: second_order.Gradient | None = None) -> GradCheckReport:
     start = time.perf_counter()
     if opts.method == "jacobian":
         _refuse_large(target, opts.max_jacobian_size)
@@ -173,6 +204,9 @@ def _run(target: _Target, opts: _Options, notes: list[str]) -> GradCheckReport:
             entries = _jacobian_entries(target, opts, rng)
         else:
             entries = _probe_entries(target, opts, rng)
+        if "fwd" in modes:
+            entries += forward_entries(target, opts)
+        disconnected = _disconnected(target, entries, gradient)
     finally:
         target.close()
     checked = [e for e in entries if e.checked]
@@ -198,7 +232,25 @@ def _run(target: _Target, opts: _Options, notes: list[str]) -> GradCheckReport:
         backward_passes=target.backward_passes,
         seconds=time.perf_counter() - start,
         notes=notes,
+        order=1 if gradient is None else 2,
+        modes=modes,
+        disconnected=disconnected,
     )
+
+
+def _disconnected(target: _Target, entries: list, gradient: second_order.Gradient | None
+                  ) -> list[str]:
+    """The inputs the tape gave no gradient, named, and a note on each such entry (order 2
+    also notes the inputs whose gradient's own derivative is None)."""
+    none = connected.unconnected(target, target.zero_vjps or [])
+    lost = none if gradient is None else sorted(gradient.none)
+    flat = [] if gradient is None else [k for k in none if k not in gradient.none]
+    for k, entry in enumerate(entries[:len(target.names)]):  # the reverse-mode entries
+        if k in lost:
+            entry.notes.append(connected.NOTE)
+        elif k in flat:
+            entry.notes.append(second_order.FLAT_NOTE)
+    return [target.names[k] for k in lost]
 
 
 def _refuse_large(target: _Target, limit: int) -> None:

@@ -71,22 +71,23 @@ class LayerVerdict:
 
 
 def find_culprits(network: Any, x: Any, training: bool = True, *, dtype: str = "float64",
-                  probes: int = 4, seed: int = 0, names: Sequence[str] | None = None
-                  ) -> list[LayerVerdict]:
+                  probes: int = 4, seed: int = 0, names: Sequence[str] | None = None,
+                  order: int = 1) -> list[LayerVerdict]:
     """The layers of `network` whose own backward is wrong at input `x` (see the module doc).
 
     training: the mode the model is called in (the run's check's mode). names: the names of
     network.trainable_variables as the caller reports them (default: their Keras paths without
     the model's name), so a culprit's variables match the failing entries of the model's check.
+    order=2: each layer's second derivatives are checked too (where its first order passes).
     """
     # A failing verdict is a culprit: a container is checked only when nothing inside failed.
     return [v for v in check_layers(network, x, training, dtype=dtype, probes=probes,
-                                    seed=seed, names=names) if not v.passed]
+                                    seed=seed, names=names, order=order) if not v.passed]
 
 
 def check_layers(network: Any, x: Any, training: bool = True, *, dtype: str = "float64",
-                 probes: int = 4, seed: int = 0, names: Sequence[str] | None = None
-                 ) -> list[LayerVerdict]:
+                 probes: int = 4, seed: int = 0, names: Sequence[str] | None = None,
+                 order: int = 1) -> list[LayerVerdict]:
     """Every checked call, leaves first, then each container with nothing failing inside it."""
     paths, children = _tree(network)
     calls = _record(network, x, training, list(paths))
@@ -94,8 +95,7 @@ def check_layers(network: Any, x: Any, training: bool = True, *, dtype: str = "f
     verdicts: list[LayerVerdict] = []
     failed: set[int] = set()  # ids of layers failing alone or with a failing descendant
     # Deepest first, so a container is reached after everything inside it.
-    order = sorted(paths, key=lambda layer: -_depth(paths[layer]))
-    for layer in order:
+    for layer in sorted(paths, key=lambda layer: -_depth(paths[layer])):
         inside = children[id(layer)]
         if any(id(c) in failed for c in inside):
             failed.add(id(layer))
@@ -103,7 +103,7 @@ def check_layers(network: Any, x: Any, training: bool = True, *, dtype: str = "f
         for index, (args, kwargs, state) in enumerate(calls.get(id(layer), [])):
             try:
                 verdict = _check_call(layer, paths[layer], index, args, kwargs, state, dtype,
-                                      probes, seed, bool(inside), variable_names)
+                                      probes, seed, bool(inside), variable_names, order)
             except Exception as error:  # noqa: BLE001 - a layer that cannot run alone
                 verdict = LayerVerdict(paths[layer] or layer.name, index, True, bool(inside),
                                        _dtype_of(layer), note=f"not checked: it raised "
@@ -217,7 +217,7 @@ def _variable_names(network: Any, names: Sequence[str] | None) -> dict[int, str]
 # ---------------------------------------------------------------- checking one call alone
 def _check_call(layer: Any, path: str, index: int, args: Any, kwargs: Any, state: list,
                 dtype: str, probes: int, seed: int, container: bool,
-                variable_names: dict[int, str]) -> LayerVerdict:
+                variable_names: dict[int, str], order: int = 1) -> LayerVerdict:
     import tensorflow as tf
 
     from gradexp.gradcheck import check_gradients
@@ -246,8 +246,13 @@ def _check_call(layer: Any, path: str, index: int, args: Any, kwargs: Any, state
                         "drawn outside Keras' seed generators cannot be held fixed)")
         return verdict
     # Its variables by the names the model's check gives them (W, encoder/kernel, ...).
-    verdict.report = check_gradients(f, values, method="probe", probes=probes, seed=seed,
-                                     names=[*input_names, *verdict.variables], compile=False)
+    options = {"method": "probe", "probes": probes, "seed": seed,
+               "names": [*input_names, *verdict.variables], "compile": False}
+    verdict.report = check_gradients(f, values, **options)
+    if order == 2 and verdict.report.passed:  # its backward's own derivative
+        second = check_gradients(f, values, order=2, **options)
+        if not second.passed:
+            verdict.report, verdict.note = second, "its second derivatives are wrong"
     verdict.passed = verdict.report.passed
     return verdict
 

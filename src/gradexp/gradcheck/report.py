@@ -91,6 +91,7 @@ class GradCheckEntry:
     worst_numerical: float | None = None
     worst_kind: str = ""
     notes: list[str] = field(default_factory=list)
+    mode: str = "rev"  # "fwd": forward-mode JVPs against reverse mode and finite differences
     # Full Jacobians (output size x input size) of the jacobian method, for heat maps.
     # Kept out of to_dict(): they can be large and are not JSON.
     analytical: np.ndarray | None = field(default=None, repr=False, compare=False)
@@ -146,7 +147,10 @@ class GradCheckReport:
 
     ``delta``, ``atol`` and ``rtol`` are the largest used over the entries (each entry has its own,
     they depend on each input's dtype and scale). ``function_evaluations`` and
-    ``backward_passes`` count what the check cost.
+    ``backward_passes`` count what the check cost. ``order`` is 1 (first derivatives) or 2
+    (second: the Jacobian of the gradient, second_order.py); ``modes`` the differentiation modes
+    compared (``"fwd"`` adds entries with ``mode="fwd"``, forward.py); ``disconnected`` names the
+    inputs the tape gave no gradient at all (None: they do not reach the output).
     """
 
     passed: bool
@@ -166,6 +170,9 @@ class GradCheckReport:
     backward_passes: int = 0
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    order: int = 1
+    modes: tuple[str, ...] = ("rev",)
+    disconnected: list[str] = field(default_factory=list)
 
     @property
     def failed_entries(self) -> list[GradCheckEntry]:
@@ -185,6 +192,8 @@ class GradCheckReport:
         how = f"method={self.method}"
         if self.method == "probe":
             how += f", {self.probes} probes, seed={self.seed}"
+        if self.order != 1 or tuple(self.modes) != ("rev",):
+            how += f", order {self.order}, modes {'+'.join(self.modes)}"
         requested = f" (requested {self.dtype_requested})" if self.dtype_requested else ""
         lines = [
             f"Gradient check {verdict} ({how})",

@@ -64,6 +64,8 @@ class _Target:
         self.out_dtype = "float64"
         self.out_numpy_dtype: Any = np.float64
         self.grad_shape_errors: dict[int, str] = {}
+        # Inputs whose first VJP was all zeros: perhaps no gradient at all (connected.py asks).
+        self.zero_vjps: list[int] | None = None
         # numpy views of tensors (id -> (view, tensor)): as_tensor gives the tensor back instead
         # of copying a million-element array into TensorFlow again.
         self._views: dict[int, tuple[np.ndarray, Any]] = {}
@@ -168,6 +170,8 @@ class _Target:
             self.backward_passes += 1
             flat = dict(zip(checked, (self._flat_grad(k, g) for k, g in zip(checked, grads))))
             flat = [flat[k] if k in flat else np.zeros(x.size) for k, x in enumerate(self.values)]
+            if self.zero_vjps is None:
+                self.zero_vjps = [k for k in checked if not np.any(flat[k])]
             out.append(flat)
         return out
 
