@@ -111,6 +111,9 @@ def test_a_bad_builder_is_one_line_naming_it_and_leaves_no_run(tmp_path, store, 
     (tmp_path / "my_models.py").write_text(BUILDERS)
     with pytest.raises(ConfigError, match=re.escape(says)):
         run(store, "model=custom", *overrides, tmp_path=tmp_path)
+    if "kwargs" in " ".join(overrides):  # a keyword its signature refuses: known before any run
+        assert not [r for e in client.search_experiments()
+                    for r in client.search_runs([e.experiment_id])]
     assert not [r for e in client.search_experiments()
                 for r in client.search_runs([e.experiment_id])
                 if r.info.status == "RUNNING"]

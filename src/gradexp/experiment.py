@@ -101,7 +101,7 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
     label_by_target(cfg)  # loss.name=mylosses.pseudo_huber, not the name of the option it replaced
     data = load_data(cfg.data, launch_dir)
     check_objective(cfg, data.task)
-    check_user_code(cfg, launch_dir)  # a bad loss._target_ ends here, before any MLflow run
+    check_user_code(cfg, launch_dir, data)  # a bad _target_ ends here, before any MLflow run
     params = config_params(cfg)
     if show_config and not quiet:
         console.print_config(cfg, params)
@@ -144,8 +144,10 @@ def _config_yaml(cfg: DictConfig) -> str:
     return OmegaConf.to_yaml(cfg, resolve=True)
 
 
-def check_user_code(cfg: DictConfig, launch_dir: Path) -> None:
-    """Make the launch folder importable and check the `_target_`s that name code to call."""
+def check_user_code(cfg: DictConfig, launch_dir: Path, data=None) -> None:
+    """Make the launch folder importable and check the `_target_`s that name code to call: a
+    loss that cannot be called as one, a model builder that cannot take the data's sizes and
+    model.kwargs (its signature, when the data is given)."""
     from gradexp.losses import check_loss
     from gradexp.tensorflow_import import import_tensorflow
 
@@ -153,6 +155,10 @@ def check_user_code(cfg: DictConfig, launch_dir: Path) -> None:
     importable(launch_dir)
     check_loss(cfg.loss)
     locate("model._target_", cfg.model["_target_"])  # built later, once TensorFlow is set up
+    if data is not None:
+        from gradexp.models import check_builder
+
+        check_builder(cfg.model, data.n_features, data.n_outputs)
 
 
 class _Run:
