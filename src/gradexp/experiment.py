@@ -29,7 +29,7 @@ from gradexp.endings import Diverged, GradientCheckFailed, RunFailed, Terminated
 from gradexp.objective import check_objective, metric_specs, objective
 from gradexp.resume import Resume, prepare_resume
 from gradexp.schema import ConfigError
-from gradexp.targets import importable, label_by_target, locate
+from gradexp.targets import check_modules_exist, importable, label_by_target, locate
 from gradexp.tracking import MlflowTracker, NullTracker, config_params, git_commit, resolve_uri
 from gradexp.validation import check_ranges
 
@@ -95,6 +95,7 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
     """Train and check one configuration; record it; return the final loss and where it is."""
     launch_dir = launch_dir or Path.cwd()
     check_ranges(cfg)  # before anything slow: a wrong value answers in about a second
+    check_modules_exist(cfg, launch_dir)  # a typo in a module's name too
     resume = prepare_resume(cfg, launch_dir) if cfg.trainer.resume else None
     if resume is not None:
         cfg = resume.cfg  # the run's recorded config, trainer.epochs perhaps raised
