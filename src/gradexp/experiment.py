@@ -30,7 +30,15 @@ from gradexp.objective import check_objective, metric_specs, objective
 from gradexp.resume import Resume, prepare_resume
 from gradexp.schema import ConfigError
 from gradexp.targets import check_modules_exist, importable, label_by_target, locate
-from gradexp.tracking import MlflowTracker, NullTracker, config_params, git_commit, resolve_uri
+from gradexp.tracking import (
+    MlflowTracker,
+    NullTracker,
+    check_server,
+    check_store_folder,
+    config_params,
+    git_commit,
+    resolve_uri,
+)
 from gradexp.validation import check_ranges
 
 __all__ = ["Diverged", "GradientCheckFailed", "RunFailed", "RunResult", "Terminated",
@@ -96,6 +104,7 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
     launch_dir = launch_dir or Path.cwd()
     check_ranges(cfg)  # before anything slow: a wrong value answers in about a second
     check_modules_exist(cfg, launch_dir)  # a typo in a module's name too
+    check_store(cfg, launch_dir)  # and a store that cannot be reached, before TensorFlow loads
     resume = prepare_resume(cfg, launch_dir) if cfg.trainer.resume else None
     if resume is not None:
         cfg = resume.cfg  # the run's recorded config, trainer.epochs perhaps raised
@@ -127,6 +136,16 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
             raise
     tracker.end("FINISHED")
     return result
+
+
+def check_store(cfg: DictConfig, launch_dir: Path) -> None:
+    """A tracking server that does not answer, or a sqlite store in a folder that does not
+    exist, is one line now; opening the run later checks again (a server can go away)."""
+    if getattr(cfg.tracking.name, "value", cfg.tracking.name) == "none":
+        return
+    uri = resolve_uri(cfg.tracking.uri, launch_dir)
+    check_server(uri)
+    check_store_folder(uri)
 
 
 def _checkpoint_dir(cfg: DictConfig, launch_dir: Path, tracker: NullTracker) -> Path | None:
