@@ -6,6 +6,10 @@ module is not importable."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -110,3 +114,109 @@ def test_a_csv_regression_restored_by_early_stopping_reproduces_its_val_mse(tmp_
 def _val_index(n: int, val_fraction: float = 0.2, split_seed: int = 0) -> np.ndarray:
     """gradexp.data.tabular's validation rows (no test split)."""
     return np.random.default_rng(split_seed).permutation(n)[:max(1, round(val_fraction * n))]
+
+
+def test_the_model_is_a_logged_model_of_the_run_beside_its_data_and_source(tmp_path, store,
+                                                                           client):
+    from mlflow.entities import LoggedModelStatus
+
+    import gradexp.tracking
+
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                    "--allow-empty", "-m", "start"], cwd=tmp_path, check=True)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True,
+                            text=True, check=True).stdout.strip()
+    result = run(store, "trainer.epochs=3", launch_dir=tmp_path)
+    stored = client.get_run(result.run_id)
+    [model] = client.search_logged_models([result.experiment_id])
+    assert (model.name, model.source_run_id, model.status) == ("model", result.run_id,
+                                                               LoggedModelStatus.READY)
+    # The run's outputs: what the runs table's "Logged models" column shows.
+    assert [(o.model_id, o.step) for o in stored.outputs.model_outputs] == [(model.model_id, 3)]
+    datasets = {i.tags[0].value: i.dataset for i in stored.inputs.dataset_inputs}
+    assert set(datasets) == {"train", "val"}
+    assert {d.name for d in datasets.values()} == {"linear"}
+    assert json.loads(datasets["train"].profile)["features_shape"] == [100, 1]
+    assert json.loads(datasets["val"].profile)["features_shape"] == [100, 1]
+    assert datasets["train"].digest != datasets["val"].digest
+    tags = stored.data.tags
+    assert tags["mlflow.source.git.commit"] == commit
+    assert tags["mlflow.source.type"] == "LOCAL"
+    assert tags["mlflow.source.name"] == gradexp.tracking.entry_point()
+
+
+@pytest.mark.parametrize(("argv0", "shown"), [
+    ("/venv/lib/python3.11/site-packages/gradexp/__main__.py", "gradexp"),  # python -m gradexp
+    ("/venv/bin/gradexp", "gradexp"), ("train.py", "train.py")])
+def test_the_source_names_the_entry_point(monkeypatch, argv0, shown):
+    from gradexp.tracking import entry_point
+
+    monkeypatch.setattr(sys, "argv", [argv0])
+    assert entry_point() == shown
+
+
+LAYERS = '''
+import keras
+
+
+class Scale(keras.layers.Layer):  # not registered: found by the config's module and name
+    def __init__(self, factor=2.0, **kwargs):
+        super().__init__(**kwargs)
+        self.factor = factor
+
+    def call(self, x):
+        return x * self.factor
+
+    def get_config(self):
+        return {**super().get_config(), "factor": self.factor}
+
+
+@keras.saving.register_keras_serializable(package="serving_test")
+class Shift(keras.layers.Layer):
+    def build(self, input_shape):
+        self.offset = self.add_weight(shape=(input_shape[-1],), initializer="zeros")
+
+    def call(self, x):
+        return x + self.offset
+
+
+def build(n_features, n_outputs):
+    inputs = keras.Input((n_features,))
+    hidden = Shift()(Scale(0.5)(keras.layers.Dense(8, activation="tanh")(inputs)))
+    return keras.Model(inputs, keras.layers.Dense(n_outputs)(hidden))
+'''
+
+ELSEWHERE = '''
+import importlib.util, json, sys
+
+sys.modules["gradexp"] = None  # as where gradexp is not installed: importing it fails
+assert importlib.util.find_spec("serving_layers") is None  # nor is the person's module
+import mlflow
+import numpy as np
+
+model = mlflow.pyfunc.load_model(f"runs:/{sys.argv[1]}/model")
+x = np.array(json.loads(sys.argv[2]), dtype=np.float32)
+print(json.dumps(np.asarray(model.predict(x)).ravel().tolist()))
+'''
+
+
+@pytest.mark.slow
+def test_a_model_with_your_layers_loads_where_their_module_is_not_importable(tmp_path, store):
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    (project / "serving_layers.py").write_text(LAYERS)
+    (elsewhere / "load.py").write_text(ELSEWHERE)
+    result = run(store, "model=custom", "model._target_=serving_layers.build",
+                 "optimizer=adam", "trainer.epochs=20", launch_dir=project)
+    val = load_data(compose_config().data).val  # seed 004's line: not standardized
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "load.py", result.run_id, json.dumps(val.x.tolist())],
+                          cwd=elsewhere, env={**env, "MLFLOW_TRACKING_URI": store},
+                          capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    predicted = np.array(json.loads(done.stdout.strip().splitlines()[-1]))
+    mse = np.mean((predicted - val.y.ravel()) ** 2)
+    assert mse == pytest.approx(result.metrics["val/mse"], rel=1e-4)
