@@ -42,12 +42,11 @@ class Export:
 
     @property
     def metadata(self) -> dict[str, Any]:
-        """The model's MLflow metadata (mlflow.models.get_model_info(uri).metadata)."""
+        """The model's MLflow metadata (mlflow.models.get_model_info(uri).metadata): task,
+        labels, outputs, standardized."""
         values = {"task": self.task, "standardized": self.standardized,
                   "outputs": "probabilities" if self.task == "classification" else "values"}
-        if self.features is not None:
-            values["features"] = self.features
-        if self.labels is not None:
+        if self.labels is not None:  # the features' names are the signature's
             values["labels"] = self.labels
         return values
 
