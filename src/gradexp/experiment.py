@@ -337,6 +337,8 @@ class _Run:
         run still finishes."""
         from gradexp.export import export
 
+        if self.tracker.run_id is None:  # tracking=none: nowhere to log it
+            return
         try:
             served = export(self.model.network, self.data,
                             outputs_are_logits=bool(self.cfg.loss.get("from_logits", True)))
