@@ -220,3 +220,25 @@ def test_a_model_with_your_layers_loads_where_their_module_is_not_importable(tmp
     predicted = np.array(json.loads(done.stdout.strip().splitlines()[-1]))
     mse = np.mean((predicted - val.y.ravel()) ** 2)
     assert mse == pytest.approx(result.metrics["val/mse"], rel=1e-4)
+
+
+def test_a_classifications_labels_are_the_values_in_your_target_column(tmp_path, store, served):
+    import pandas as pd
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(90, 2))
+    grade = np.array([3, 5, 8])[(x[:, 0] > -0.4).astype(int) + (x[:, 0] > 0.4)]
+    pd.DataFrame({"a": x[:, 0], "b": x[:, 1], "grade": grade}).to_csv(tmp_path / "grades.csv",
+                                                                      index=False)
+    keys = ("data=csv", "data.path=grades.csv", "data.target=grade",
+            "data.task=classification")
+    result = run(store, *keys, "model=mlp", "optimizer=adam", "trainer.epochs=5",
+                 launch_dir=tmp_path)
+    model = served(result.run_id)
+    assert model.metadata.metadata["labels"] == [3, 5, 8]  # yours, not column indices
+    data = raw_rows(*keys, launch_dir=tmp_path)
+    probabilities = model.predict(frame(data.val.x, ["a", "b"]))
+    assert list(probabilities.columns) == [3, 5, 8]
+    predicted = probabilities.idxmax(axis=1).to_numpy()  # a label per row, as the README says
+    truth = np.array([3, 5, 8])[data.val.y.argmax(axis=1)]
+    assert np.mean(predicted == truth) == pytest.approx(result.metrics["val/accuracy"], abs=1e-6)
