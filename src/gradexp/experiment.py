@@ -36,8 +36,8 @@ from gradexp.tracking import (
     check_server,
     check_store_folder,
     config_params,
-    git_commit,
     resolve_uri,
+    source_tags,
 )
 from gradexp.validation import check_ranges
 
@@ -92,9 +92,8 @@ def open_tracker(cfg: DictConfig, run_name: str, launch_dir: Path,
     uri = resolve_uri(cfg.tracking.uri, launch_dir)
     if resume is not None:
         return MlflowTracker.reopen(uri, resume.run_id)
-    tags = {"mlflow.source.git.commit": git_commit(launch_dir)}
     return MlflowTracker(uri, cfg.tracking.experiment, run_name, parent_run_id=parent_run_id,
-                         tags=tags)
+                         tags=source_tags(launch_dir))
 
 
 def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: Path | None = None,
@@ -123,6 +122,8 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
             if resume is None:
                 tracker.log_params(params)
                 tracker.log_text(_config_yaml(cfg), "config.yaml")  # first: a resume reads it
+                tracker.log_datasets(data.name, data.splits(),
+                                     str(cfg.data.get("path") or cfg.data["_target_"]))
             result = run.execute()
         except KeyboardInterrupt:
             run.save_what_we_have("KILLED", "interrupted (Ctrl-C or SIGTERM)")
@@ -356,10 +357,18 @@ class _Run:
         return {key: values[-1][1] for key, values in self.evaluations.items()}
 
     def log_model(self) -> None:
-        """The trained Keras model as artifact `model`. A model Keras cannot save (a custom
-        layer without get_config, say) is said in one warning; the run still finishes."""
+        """The model as served (gradexp.export: raw features in, probabilities out) as the run's
+        LoggedModel `model`, with the weights the run reports (after restore_best). A model
+        Keras cannot save (a custom layer without get_config, say) is said in one warning; the
+        run still finishes."""
+        from gradexp.export import export
+
+        if self.tracker.run_id is None:  # tracking=none: nowhere to log it
+            return
         try:
-            self.tracker.log_keras_model(self.model.network, self.data.x[:5])
+            served = export(self.model.network, self.data,
+                            outputs_are_logits=bool(self.cfg.loss.get("from_logits", True)))
+            self.tracker.log_keras_model(served, step=self.trainer.epoch)
         except Exception as error:  # noqa: BLE001 - the run's results stand without the file
             self.tracker.set_tags({"gradexp.model_logged": "false"})
             if not self.quiet:
