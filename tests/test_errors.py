@@ -40,6 +40,9 @@ BAD_INPUTS = [
     (["gradcheck.method=exact"], 2, "gradcheck.method=exact: must be one of"),
     (["trainer.epochs=[1"], 2, "cannot read the override"),
     (["trainer.epochs=0"], 2, "trainer.epochs=0: must be an integer >= 1"),
+    (["model=custom", "model._target_=strayy.build"], 2,
+     "model._target_=strayy.build: no module named 'strayy'"),
+    (["loss._target_=mylossez.huber"], 2, "loss._target_=mylossez.huber: no module named"),
     (["optimizer.learning_rate=-0.1"], 2, "optimizer.learning_rate=-0.1: must be a number > 0"),
     (["trainer.batch_size=0"], 2, "trainer.batch_size=0: must be an integer >= 1"),
     (["gradcheck.probes=0"], 2, "gradcheck.probes=0: must be an integer >= 1"),
@@ -120,8 +123,10 @@ def test_bad_input_is_one_clear_line(workdir, args, code, message):
     args = [arg.replace("{free_port}", port) for arg in args]
     message = message.replace("{free_port}", port)
     runs_before = recorded_runs(workdir)
+    # GRADEXP_TF_CHATTER=1: TensorFlow's import is not hidden from stderr, so -X importtime's
+    # lines show it when it happens (gradexp.tensorflow_import otherwise silences them too)
     done = run_cli(*args, "gradcheck=off", cwd=workdir, timeout=120,
-                   python_args=("-X", "importtime"))
+                   python_args=("-X", "importtime"), env={"GRADEXP_TF_CHATTER": "1"})
     assert done.returncode == code, done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, done.stderr

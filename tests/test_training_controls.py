@@ -233,6 +233,7 @@ def test_a_sweep_job_that_was_killed_resumes_from_its_checkpoint(tmp_path):
 
     again = run_cli(*sweep, "sweep.resume_killed=true", cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
+    assert "[absl]" not in again.stdout  # no TensorFlow INFO lines around its checkpoints
     resumed = client.get_run(killed.info.run_id)
     assert resumed.info.status == "FINISHED"
     assert int(resumed.data.tags["gradexp.resumed_from_epoch"]) >= 5000

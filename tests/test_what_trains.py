@@ -240,3 +240,35 @@ def test_xla_and_mini_batches_train_the_same_regularized_loss(store, tmp_path, u
                   "optimizer.learning_rate=0.02")
     assert batches.scalars["W"] == pytest.approx(plain.scalars["W"], rel=2e-2)
     assert batches.scalars["W"] < 2.5
+
+
+# ---------------------------------------------------------------- the Python API
+def test_check_model_checks_a_keras_models_training_step(tmp_path, user_models):
+    import importlib
+    import sys
+
+    import keras
+
+    from gradexp.gradcheck import check_model
+
+    sys.path.insert(0, str(tmp_path))
+    module = importlib.import_module(user_models)
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(64, 3)), rng.normal(size=(64, 1))
+    mse = keras.losses.MeanSquaredError()
+    buggy = module.encoder_block_head(3, 1, buggy=True)
+    assert not check_model(buggy, x, y, loss=mse).passed  # train mode, the default
+    assert check_model(buggy, x, y, loss=mse, mode="inference").passed
+    correct = module.encoder_block_head(3, 1, buggy=False)
+    report = check_model(correct, x, y, loss=mse)
+    assert report.passed and report.dtype_used == "float64"
+    assert {e.name for e in report.entries} == {f"{layer}/{weight}" for layer in
+                                                ("encoder", "pre", "head")
+                                                for weight in ("kernel", "bias")}
+    dropout = module.dropout_mlp(3, 1, seed=0)
+    state = [v.numpy().copy() for v in dropout.non_trainable_variables]
+    assert check_model(dropout, x, y, loss=mse).passed
+    for old, new in zip(state, dropout.non_trainable_variables):
+        np.testing.assert_array_equal(old, new.numpy())
+    noisy = check_model(module.raw_noise_mlp(3, 1), x, y, loss=mse)
+    assert noisy.passed and "checked in inference mode" in noisy.notes[0]

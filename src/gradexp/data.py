@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
@@ -32,6 +33,16 @@ class Split:
 
 
 @dataclass
+class Standardization:
+    """What the features were standardized with: x_standardized = (x - mean) / scale, per
+    feature (scale is the training rows' std, 1 for a constant column). The logged model applies
+    it itself, so it takes the raw features (gradexp.export)."""
+
+    mean: np.ndarray
+    scale: np.ndarray
+
+
+@dataclass
 class Dataset:
     """The training rows (`x`, `y`) and the held-out splits the run is judged on.
 
@@ -45,6 +56,10 @@ class Dataset:
     y: np.ndarray
     val: Split | None = None
     test: Split | None = None
+    features: list[str] | None = None  # the columns' names (a csv's header, scikit-learn's)
+    integer_features: list[str] | None = None  # those whose values are all integers in the file
+    labels: list | None = None  # a classification: the class of each one-hot column, your values
+    standardization: Standardization | None = None  # None: x is as given
 
     @property
     def n_features(self) -> int:
@@ -168,25 +183,31 @@ def sklearn(*, name: str, val_fraction: float, test_fraction: float, split_seed:
     loader, own_task = SKLEARN_SETS[name]
     bunch = getattr(sklearn.datasets, loader)()
     return tabular(name, task or own_task, bunch.data, bunch.target[:, None], val_fraction,
-                   test_fraction, split_seed, standardize)
+                   test_fraction, split_seed, standardize,
+                   features=[str(name) for name in bunch.feature_names])
 
 
 def csv_table(*, path: str, target: str, task: str, val_fraction: float, test_fraction: float,
               split_seed: int, standardize: bool, name: str = "csv") -> Dataset:
     """Your own table: the `target` column is y, every other numeric column a feature."""
-    x, y = read_csv(path, target)
-    return tabular(Path(path).stem, task, x, y, val_fraction, test_fraction, split_seed,
-                   standardize)
+    table = read_csv(path, target)
+    data = tabular(Path(path).stem, task, table.x, table.y, val_fraction, test_fraction,
+                   split_seed, standardize, features=table.features)
+    data.integer_features = table.integer_features
+    return data
 
 
 def tabular(name: str, task: str, x: np.ndarray, y: np.ndarray, val_fraction: float,
-            test_fraction: float, split_seed: int, standardize: bool) -> Dataset:
+            test_fraction: float, split_seed: int, standardize: bool,
+            features: list[str] | None = None) -> Dataset:
     """Split rows into train / val / test (shuffled by split_seed), one-hot the labels of a
     classification, and standardize the features with the training rows' mean and std only, so
-    nothing of the held-out rows leaks into training."""
+    nothing of the held-out rows leaks into training. The Dataset records the classes and the
+    standardization, which the logged model carries (gradexp.export)."""
+    labels = None
     if task == "classification":
-        classes, labels = np.unique(y[:, 0], return_inverse=True)
-        y = np.eye(len(classes))[labels]
+        classes, index = np.unique(y[:, 0], return_inverse=True)
+        y, labels = np.eye(len(classes))[index], _plain(classes)
     n = len(x)
     n_test, n_val = _held_out(n, test_fraction), _held_out(n, val_fraction)
     if n - n_val - n_test < 1:
@@ -195,14 +216,25 @@ def tabular(name: str, task: str, x: np.ndarray, y: np.ndarray, val_fraction: fl
             f"they leave none of the {n} rows for training; make them smaller")
     test, val, train = np.split(np.random.default_rng(split_seed).permutation(n),
                                 [n_test, n_test + n_val])
+    standardization = None
     if standardize:
         mean, std = x[train].mean(axis=0), x[train].std(axis=0)
-        x = (x - mean) / np.where(std > 0, std, 1.0)  # a constant column becomes 0
+        standardization = Standardization(mean, np.where(std > 0, std, 1.0))
+        x = (x - mean) / standardization.scale  # a constant column becomes 0
 
     def rows(index: np.ndarray) -> Split | None:
         return Split(_float32(x[index]), _float32(y[index])) if len(index) else None
 
-    return Dataset(name, task, _float32(x[train]), _float32(y[train]), rows(val), rows(test))
+    return Dataset(name, task, _float32(x[train]), _float32(y[train]), rows(val), rows(test),
+                   features=features, labels=labels, standardization=standardization)
+
+
+def _plain(classes: np.ndarray) -> list:
+    """Class values as plain Python values for json: 1.0 read from a csv is the label 1."""
+    values = classes.tolist()
+    if all(isinstance(v, float) and v.is_integer() for v in values):
+        return [int(v) for v in values]
+    return values
 
 
 def from_user_loader(load, *, name: str, task: str, val_fraction: float, test_fraction: float,
@@ -221,12 +253,14 @@ def from_user_loader(load, *, name: str, task: str, val_fraction: float, test_fr
     pairs = isinstance(loaded, tuple | list) and len(loaded) == 2
     if pairs and all(isinstance(part, tuple | list) and len(part) == 2 for part in loaded):
         (x, y), (x_val, y_val) = (_columns(a) for a in loaded[0]), (_columns(a) for a in loaded[1])
+        labels = None
         if task == "classification":
             classes = np.unique(np.concatenate([y[:, 0], y_val[:, 0]]))
             y, y_val = (np.eye(len(classes))[np.searchsorted(classes, part[:, 0])]
                         for part in (y, y_val))
+            labels = _plain(classes)
         return Dataset(name, task, _float32(x), _float32(y),
-                       Split(_float32(x_val), _float32(y_val)))
+                       Split(_float32(x_val), _float32(y_val)), labels=labels)
     if pairs:
         x, y = (_columns(part) for part in loaded)
         return tabular(name, task, x, y, val_fraction, test_fraction, split_seed, standardize)
@@ -245,9 +279,18 @@ def _held_out(n: int, fraction: float) -> int:
     return max(1, round(fraction * n)) if fraction > 0 else 0
 
 
-def read_csv(path: str, target: str) -> tuple[np.ndarray, np.ndarray]:
-    """Read a csv with a header row: (x, y), the target column is y, every other numeric
-    column a feature.
+class CsvTable(NamedTuple):
+    x: np.ndarray
+    y: np.ndarray
+    features: list[str]  # x's columns
+    # Columns written as integers, which pandas.read_csv reads as int64: the logged model's
+    # signature says so, since MLflow refuses int64 for a float64 column (not a safe cast).
+    integer_features: list[str]
+
+
+def read_csv(path: str, target: str) -> CsvTable:
+    """Read a csv with a header row: the target column is y, every other numeric column a
+    feature.
 
     Every problem a person can cause (missing file, no such column, a non-numeric cell, NaN) is a
     ConfigError whose message names the path and, where there is one, the column and row.
@@ -283,7 +326,16 @@ def read_csv(path: str, target: str) -> tuple[np.ndarray, np.ndarray]:
         raise ConfigError(f"{where}: no numeric feature columns besides the target '{target}'")
     x = np.stack([_parse_column(name, numeric[name], where) for name in features], axis=1)
     y = _parse_column(target, numeric[target], where)[:, None]
-    return x, y
+    integers = [name for name in features if all(map(_is_integer, numeric[name]))]
+    return CsvTable(x, y, features, integers)
+
+
+def _is_integer(cell: str) -> bool:
+    try:
+        int(cell)
+    except ValueError:
+        return False
+    return True
 
 
 def _is_numeric(cell: str) -> bool:

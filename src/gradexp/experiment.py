@@ -29,8 +29,16 @@ from gradexp.endings import Diverged, GradientCheckFailed, RunFailed, Terminated
 from gradexp.objective import check_objective, metric_specs, objective
 from gradexp.resume import Resume, prepare_resume
 from gradexp.schema import ConfigError
-from gradexp.targets import importable, label_by_target, locate
-from gradexp.tracking import MlflowTracker, NullTracker, config_params, git_commit, resolve_uri
+from gradexp.targets import check_modules_exist, importable, label_by_target, locate
+from gradexp.tracking import (
+    MlflowTracker,
+    NullTracker,
+    check_server,
+    check_store_folder,
+    config_params,
+    resolve_uri,
+    source_tags,
+)
 from gradexp.validation import check_ranges
 
 __all__ = ["Diverged", "GradientCheckFailed", "RunFailed", "RunResult", "Terminated",
@@ -84,9 +92,8 @@ def open_tracker(cfg: DictConfig, run_name: str, launch_dir: Path,
     uri = resolve_uri(cfg.tracking.uri, launch_dir)
     if resume is not None:
         return MlflowTracker.reopen(uri, resume.run_id)
-    tags = {"mlflow.source.git.commit": git_commit(launch_dir)}
     return MlflowTracker(uri, cfg.tracking.experiment, run_name, parent_run_id=parent_run_id,
-                         tags=tags)
+                         tags=source_tags(launch_dir))
 
 
 def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: Path | None = None,
@@ -95,13 +102,15 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
     """Train and check one configuration; record it; return the final loss and where it is."""
     launch_dir = launch_dir or Path.cwd()
     check_ranges(cfg)  # before anything slow: a wrong value answers in about a second
+    check_modules_exist(cfg, launch_dir)  # a typo in a module's name too
+    check_store(cfg, launch_dir)  # and a store that cannot be reached, before TensorFlow loads
     resume = prepare_resume(cfg, launch_dir) if cfg.trainer.resume else None
     if resume is not None:
         cfg = resume.cfg  # the run's recorded config, trainer.epochs perhaps raised
     label_by_target(cfg)  # loss.name=mylosses.pseudo_huber, not the name of the option it replaced
     data = load_data(cfg.data, launch_dir)
     check_objective(cfg, data.task)
-    check_user_code(cfg, launch_dir)  # a bad loss._target_ ends here, before any MLflow run
+    check_user_code(cfg, launch_dir, data)  # a bad _target_ ends here, before any MLflow run
     params = config_params(cfg)
     if show_config and not quiet:
         console.print_config(cfg, params)
@@ -113,6 +122,8 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
             if resume is None:
                 tracker.log_params(params)
                 tracker.log_text(_config_yaml(cfg), "config.yaml")  # first: a resume reads it
+                tracker.log_datasets(data.name, data.splits(),
+                                     str(cfg.data.get("path") or cfg.data["_target_"]))
             result = run.execute()
         except KeyboardInterrupt:
             run.save_what_we_have("KILLED", "interrupted (Ctrl-C or SIGTERM)")
@@ -126,6 +137,16 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
             raise
     tracker.end("FINISHED")
     return result
+
+
+def check_store(cfg: DictConfig, launch_dir: Path) -> None:
+    """A tracking server that does not answer, or a sqlite store in a folder that does not
+    exist, is one line now; opening the run later checks again (a server can go away)."""
+    if getattr(cfg.tracking.name, "value", cfg.tracking.name) == "none":
+        return
+    uri = resolve_uri(cfg.tracking.uri, launch_dir)
+    check_server(uri)
+    check_store_folder(uri)
 
 
 def _checkpoint_dir(cfg: DictConfig, launch_dir: Path, tracker: NullTracker) -> Path | None:
@@ -144,8 +165,10 @@ def _config_yaml(cfg: DictConfig) -> str:
     return OmegaConf.to_yaml(cfg, resolve=True)
 
 
-def check_user_code(cfg: DictConfig, launch_dir: Path) -> None:
-    """Make the launch folder importable and check the `_target_`s that name code to call."""
+def check_user_code(cfg: DictConfig, launch_dir: Path, data=None) -> None:
+    """Make the launch folder importable and check the `_target_`s that name code to call: a
+    loss that cannot be called as one, a model builder that cannot take the data's sizes and
+    model.kwargs (its signature, when the data is given)."""
     from gradexp.losses import check_loss
     from gradexp.tensorflow_import import import_tensorflow
 
@@ -153,6 +176,10 @@ def check_user_code(cfg: DictConfig, launch_dir: Path) -> None:
     importable(launch_dir)
     check_loss(cfg.loss)
     locate("model._target_", cfg.model["_target_"])  # built later, once TensorFlow is set up
+    if data is not None:
+        from gradexp.models import check_builder
+
+        check_builder(cfg.model, data.n_features, data.n_outputs)
 
 
 class _Run:
@@ -330,10 +357,18 @@ class _Run:
         return {key: values[-1][1] for key, values in self.evaluations.items()}
 
     def log_model(self) -> None:
-        """The trained Keras model as artifact `model`. A model Keras cannot save (a custom
-        layer without get_config, say) is said in one warning; the run still finishes."""
+        """The model as served (gradexp.export: raw features in, probabilities out) as the run's
+        LoggedModel `model`, with the weights the run reports (after restore_best). A model
+        Keras cannot save (a custom layer without get_config, say) is said in one warning; the
+        run still finishes."""
+        from gradexp.export import export
+
+        if self.tracker.run_id is None:  # tracking=none: nowhere to log it
+            return
         try:
-            self.tracker.log_keras_model(self.model.network, self.data.x[:5])
+            served = export(self.model.network, self.data,
+                            outputs_are_logits=bool(self.cfg.loss.get("from_logits", True)))
+            self.tracker.log_keras_model(served, step=self.trainer.epoch)
         except Exception as error:  # noqa: BLE001 - the run's results stand without the file
             self.tracker.set_tags({"gradexp.model_logged": "false"})
             if not self.quiet:

@@ -244,6 +244,36 @@ def sequential(*, n_features: int, n_outputs: int, layers: list[Any], seed: int,
     return keras.Sequential(built, name="keras")
 
 
+def check_builder(cfg: DictConfig, n_features: int, n_outputs: int) -> None:
+    """Raise the ConfigError build_model would raise for a person's builder that cannot take
+    the sizes and model.kwargs (a misspelt keyword), from its signature alone: before any MLflow
+    run opens, and without building anything."""
+    import inspect
+
+    from gradexp.targets import locate
+
+    target = str(cfg["_target_"])
+    build = locate("model._target_", target)
+    if getattr(build, "__module__", None) == __name__:
+        return  # gradexp's own options: their keys are the schema's
+    kwargs = OmegaConf.to_container(cfg, resolve=True).get("kwargs") or {}
+    try:
+        signature = inspect.signature(build)
+    except (TypeError, ValueError):  # a builtin or C callable: build_model will tell
+        return
+    try:
+        signature.bind(n_features=n_features, n_outputs=n_outputs, **kwargs)
+    except TypeError as error:
+        raise _uncallable(target, n_features, n_outputs, kwargs, error) from None
+
+
+def _uncallable(target: str, n_features: int, n_outputs: int, kwargs: dict,
+                error: Exception) -> ConfigError:
+    return ConfigError(f"model._target_={target}: cannot be called with n_features="
+                       f"{n_features}, n_outputs={n_outputs}"
+                       + "".join(f", {k}={v!r}" for k, v in kwargs.items()) + f" ({error})")
+
+
 def build_model(cfg: DictConfig, n_features: int, n_outputs: int) -> Model:
     """The model `model._target_` names, sized for the data."""
     from gradexp.targets import locate
@@ -258,10 +288,7 @@ def build_model(cfg: DictConfig, n_features: int, n_outputs: int) -> Model:
         try:
             network = build(n_features=n_features, n_outputs=n_outputs, **kwargs)
         except TypeError as error:
-            raise ConfigError(f"model._target_={target}: cannot be called with n_features="
-                              f"{n_features}, n_outputs={n_outputs}"
-                              + "".join(f", {k}={v!r}" for k, v in kwargs.items())
-                              + f" ({error})") from None
+            raise _uncallable(target, n_features, n_outputs, kwargs, error) from None
         if not isinstance(network, keras.Model):
             raise ConfigError(f"model._target_={target}: returned a {type(network).__name__}, "
                               "not a keras.Model")

@@ -66,6 +66,23 @@ def locate(key: str, path: str) -> Any:
     return obj
 
 
+def check_modules_exist(cfg: DictConfig, launch_dir: Path,
+                        groups: tuple[str, ...] = LABELLED_GROUPS) -> None:
+    """Refuse a `_target_` whose top-level module exists neither in the launch folder nor among
+    the installed packages, in locate's words, without importing anything (a module that
+    imports TensorFlow takes seconds to load; a typo should answer in about one)."""
+    import importlib.util
+
+    importable(launch_dir)
+    for group in groups:
+        path = str(OmegaConf.select(cfg, f"{group}._target_", default="") or "")
+        top = path.split(".")[0]
+        if "." in path and top.isidentifier() and top not in sys.modules \
+                and importlib.util.find_spec(top) is None:
+            raise ConfigError(f"{group}._target_={path}: no module named '{top}' (looked in "
+                              "the launch folder and the installed packages)")
+
+
 class _NoSuchModule(Exception):
     pass
 

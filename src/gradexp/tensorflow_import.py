@@ -5,11 +5,16 @@ TF_CPP_MIN_LOG_LEVEL takes effect, and Keras' first import repeats them. They sa
 gradexp user can act on, so stderr's file descriptor is pointed at /dev/null during the import
 alone. Python errors raised by the import are not lost: they propagate after stderr is restored.
 Set GRADEXP_TF_CHATTER=1 to see the lines.
+
+Once loaded, TensorFlow's Python side logs through absl, whose logger feeds Python's root logger;
+under Hydra that prints INFO lines such as "Sharding callback duration: 9 microseconds" (at every
+checkpoint) on stdout. Only its warnings and errors are kept.
 """
 
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import sys
 from types import ModuleType
@@ -20,6 +25,7 @@ def import_tensorflow() -> ModuleType:
     if "tensorflow" in sys.modules or os.environ.get("GRADEXP_TF_CHATTER") == "1":
         import tensorflow as tf
 
+        _quiet_absl()  # however TensorFlow came in
         return tf
     sys.stderr.flush()
     saved = os.dup(2)
@@ -31,8 +37,14 @@ def import_tensorflow() -> ModuleType:
     finally:
         os.dup2(saved, 2)
         os.close(saved)
+    _quiet_absl()
     freeze_imported_objects()
     return tf
+
+
+def _quiet_absl() -> None:
+    """absl's logger at WARNING (after absl made it: created earlier, it would not be absl's)."""
+    logging.getLogger("absl").setLevel(logging.WARNING)
 
 
 def freeze_imported_objects() -> None:

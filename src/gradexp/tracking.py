@@ -17,11 +17,13 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -207,6 +209,23 @@ def git_commit(folder: Path) -> str | None:
     return result.stdout.strip() or None if result.returncode == 0 else None
 
 
+def entry_point() -> str:
+    """What started this process, for the run's Source: `gradexp` for the command line (python
+    -m gradexp, the gradexp script), else the script (or kernel) sys.argv[0] names."""
+    started = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path("python")
+    if started.name == "gradexp" or (started.name == "__main__.py"
+                                     and started.parent.name == "gradexp"):
+        return "gradexp"
+    return str(started)
+
+
+def source_tags(folder: Path) -> dict[str, str | None]:
+    """MLflow's own source tags (mlflow.utils.mlflow_tags), which the runs view's Source column
+    shows: the entry point, LOCAL, and the git commit of the launch folder (None: not in git)."""
+    return {"mlflow.source.name": entry_point(), "mlflow.source.type": "LOCAL",
+            "mlflow.source.git.commit": git_commit(folder)}
+
+
 def open_client(uri: str):
     """An MlflowClient for `uri`, after checking that a server URI answers."""
     check_server(uri)
@@ -271,6 +290,62 @@ def _no_requirement_check() -> Iterator[None]:
         environment.warn_dependency_requirement_mismatches = original
 
 
+def model_signature(served):
+    """Raw features in, by column name where the data has names (a csv's header, scikit-learn's
+    feature names: predict takes a DataFrame; a csv's integer columns are int64, as
+    pandas.read_csv reads them), else one float32 tensor of n_features columns;
+    one float32 output per class (probabilities) or per target."""
+    import numpy as np
+    from mlflow.models import ModelSignature
+    from mlflow.types import ColSpec, Schema, TensorSpec
+
+    if served.features is not None:
+        inputs = Schema([ColSpec("long" if name in served.integer_features else "double", name)
+                         for name in served.features])
+    else:
+        inputs = Schema([TensorSpec(np.dtype("float32"), (-1, served.n_features))])
+    outputs = Schema([TensorSpec(np.dtype("float32"), (-1, served.n_outputs))])
+    return ModelSignature(inputs, outputs)
+
+
+def _save_served_model(served, folder: Path, logged, run_id: str) -> Path:
+    """Write the MLflow model folder of `served` (gradexp.export.Export) under `folder`, as the
+    LoggedModel `logged`; returns the model folder."""
+    import shutil
+
+    import keras
+    import mlflow.pyfunc
+    import tensorflow as tf
+    from mlflow.models import Model
+
+    from gradexp import serving
+
+    data = folder / "keras"  # becomes the model's data/keras
+    data.mkdir()
+    served.network.save(data / serving.MODEL_FILE)
+    (data / serving.SPEC_FILE).write_text(json.dumps(
+        {"custom_objects": served.custom_objects, "features": served.features,
+         "labels": served.labels}), encoding="utf-8")
+    loader = folder / "gradexp_serving.py"  # the pyfunc loader, shipped as code/ (no gradexp)
+    shutil.copyfile(serving.__file__, loader)
+    mlflow_model = Model(artifact_path=logged.artifact_location, model_uuid=logged.model_id,
+                         run_id=run_id, model_id=logged.model_id, metadata=served.metadata)
+    mlflow_model.add_flavor("keras", data="data/keras", keras_version=keras.__version__,
+                            keras_backend=keras.backend.backend(), save_exported_model=False)
+    saved = folder / "model"
+    requirements = [f"tensorflow=={tf.__version__}", f"keras=={keras.__version__}"]
+    with _no_requirement_check(), warnings.catch_warnings():
+        # "An input example was not provided": the signature is given, an example would be
+        # a copy of someone's data in every model.
+        warnings.simplefilter("ignore", UserWarning)
+        mlflow.pyfunc.save_model(str(saved), loader_module="gradexp_serving",
+                                 data_path=str(data),
+                                 code_paths=[str(loader), *map(str, served.code_paths)],
+                                 mlflow_model=mlflow_model, signature=model_signature(served),
+                                 pip_requirements=requirements)
+    return saved
+
+
 # ---------------------------------------------------------------- trackers
 class NullTracker:
     """tracking=none: the same calls, nothing recorded."""
@@ -289,7 +364,8 @@ class NullTracker:
     def log_figure(self, figure, artifact_file: str) -> None: ...
     def log_folder(self, folder: Path, artifact_path: str) -> None: ...
     def log_file(self, path: Path, artifact_path: str | None = None) -> None: ...
-    def log_keras_model(self, network, x_example, artifact_path: str = "model") -> None: ...
+    def log_datasets(self, name: str, splits: Mapping[str, Any], source: str) -> None: ...
+    def log_keras_model(self, served, step: int = 0, name: str = "model") -> str | None: ...
     def flush(self) -> None: ...
     def wait(self) -> None: ...
     def end(self, status: str) -> None: ...
@@ -411,24 +487,52 @@ class MlflowTracker(NullTracker):
         """One local file as an artifact (under `artifact_path`); replaces one of its name."""
         retry_locked(lambda: self.client.log_artifact(self.run_id, str(path), artifact_path))
 
-    def log_keras_model(self, network, x_example, artifact_path: str = "model") -> None:
-        """The trained model in MLflow's Keras flavor, with its input/output signature, so
-        `mlflow.pyfunc.load_model("runs:/<run id>/model").predict(x)` gives its predictions.
-        The pip requirements are given, not inferred: inferring them took ~5 s a run here."""
+    def log_datasets(self, name: str, splits: Mapping[str, Any], source: str) -> None:
+        """Each split's rows as an MLflow dataset input of the run (one write): `name`, the
+        digest of its arrays, their shapes (rows) in its profile, the split as its context
+        (train, val, test), so the runs view shows which data each run saw."""
+        import mlflow.data
+        from mlflow.data.code_dataset_source import CodeDatasetSource
+        from mlflow.entities import DatasetInput, InputTag
+        from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+        # An explicit source: without one MLflow resolves the whole run context (git included).
+        origin = CodeDatasetSource(tags={"gradexp.data": source})
+        inputs = [DatasetInput(mlflow.data.from_numpy(split.x, targets=split.y, name=name,
+                                                      source=origin)._to_mlflow_entity(),
+                               [InputTag(MLFLOW_DATASET_CONTEXT, split_name)])
+                  for split_name, split in splits.items()]
+        retry_locked(lambda: self.client.log_inputs(self.run_id, datasets=inputs))
+
+    def log_keras_model(self, served, step: int = 0, name: str = "model") -> str:
+        """The served model (gradexp.export.Export) as an MLflow 3 LoggedModel linked to the run
+        (its "Logged models"), so `mlflow.pyfunc.load_model("runs:/RUN_ID/model")` loads it.
+
+        Written through the client, not mlflow.<flavor>.log_model (which needs a global active
+        run and tracking URI): the LoggedModel, its files, READY, the run's output. The files:
+        the Keras model, a keras flavor entry (mlflow.keras.load_model), and a pyfunc flavor
+        whose loader is gradexp/serving.py, bundled in code/ with your modules, so it loads
+        where neither gradexp nor your module is importable. The pip requirements are given,
+        not inferred: inferring them took ~5 s a run here. Returns the model's id."""
         import tempfile
 
-        import keras
-        import mlflow.keras
-        import tensorflow as tf
-        from mlflow.models import infer_signature
+        from mlflow.entities import LoggedModelOutput, LoggedModelStatus
 
-        signature = infer_signature(x_example, network(x_example, training=False).numpy())
-        requirements = [f"tensorflow=={tf.__version__}", f"keras=={keras.__version__}"]
-        with tempfile.TemporaryDirectory() as folder, _no_requirement_check():
-            saved = Path(folder) / artifact_path
-            mlflow.keras.save_model(network, str(saved), signature=signature,
-                                    pip_requirements=requirements)
-            self.log_folder(saved, artifact_path)
+        model = retry_locked(lambda: self.client.create_logged_model(
+            self.experiment_id, name=name, source_run_id=self.run_id, model_type="keras"))
+        try:
+            with tempfile.TemporaryDirectory() as folder:
+                saved = _save_served_model(served, Path(folder), model, self.run_id)
+                retry_locked(lambda: self.client.log_model_artifacts(model.model_id, str(saved)))
+        except BaseException:
+            retry_locked(lambda: self.client.finalize_logged_model(model.model_id,
+                                                                   LoggedModelStatus.FAILED))
+            raise
+        retry_locked(lambda: self.client.finalize_logged_model(model.model_id,
+                                                               LoggedModelStatus.READY))
+        retry_locked(lambda: self.client.log_outputs(
+            self.run_id, [LoggedModelOutput(model.model_id, step)]))
+        return model.model_id
 
     def end(self, status: str) -> None:
         """Store what is pending and mark the run FINISHED, FAILED or KILLED."""

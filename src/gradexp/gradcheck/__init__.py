@@ -62,12 +62,14 @@ The package, one module per part, imports flowing one way (each only from those 
     compiling.py compile=True: a plain callable probed as a tf.function, with an eager fallback
     api.py       check_gradients, check_variables
     joint.py     check_jointly: one probe set over several inputs (a run's checks use it)
+    keras_model.py  check_model: a Keras model's training loss, in training mode, as a run checks
     culprits.py  find_culprits: which layer of a Keras model is wrong, each checked alone
 
 TensorFlow is imported inside the functions that need it, so importing this package is cheap.
 """
 
 from gradexp.gradcheck.api import check_gradients, check_variables
+from gradexp.gradcheck.keras_model import check_model
 from gradexp.gradcheck.options import EVALUATION_DTYPES as EVALUATION_DTYPES  # public, as before
 from gradexp.gradcheck.options import METHODS as METHODS  # public, as before
 from gradexp.gradcheck.probe import miss_probability
@@ -77,6 +79,7 @@ __all__ = [
     "GradCheckEntry",
     "GradCheckReport",
     "check_gradients",
+    "check_model",
     "check_variables",
     "miss_probability",
 ]

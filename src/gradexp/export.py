@@ -1,0 +1,136 @@
+"""The model a run logs, built for the person who will call it on the raw features they have:
+
+    raw features ─> Normalization (the training rows' mean and variance, as gradexp.data
+    standardized them) ─> the trained network, as trained ─> softmax (sigmoid for one output)
+    for a classification, so predict() gives class probabilities as a Keras classifier does
+
+The trained network is not copied or changed: the served model calls it as a layer, so it holds
+the network's current weights (after early stopping's restore_best, the restored ones: the run
+logs its model after restoring). `export` also finds the classes of yours the network's config
+names (your layers, by module) and the files of their modules, which the tracker bundles with the
+model (gradexp.tracking, gradexp.serving loads them), so the model loads where your module is not
+importable. Plain values out; MLflow is the tracker's (gradexp.tracking).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gradexp.data import Dataset, Standardization
+
+# Packages whose classes Keras finds by itself (or that are installed, not yours to bundle).
+KERAS_PACKAGES = {"keras", "tensorflow", "tf_keras"}
+
+
+@dataclass
+class Export:
+    """The served network and what is recorded with it."""
+
+    network: Any  # keras.Model: raw features in, probabilities (or predicted values) out
+    task: str
+    n_features: int
+    n_outputs: int
+    features: list[str] | None = None  # the signature's column names, when the data has names
+    integer_features: list[str] = field(default_factory=list)  # int64 columns (a csv's)
+    labels: list | None = None  # a classification: the label of each output column
+    standardized: bool = False
+    custom_objects: dict[str, list[str]] = field(default_factory=dict)  # name -> [module, attr]
+    code_paths: list[Path] = field(default_factory=list)  # your modules' files, bundled
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The model's MLflow metadata (mlflow.models.get_model_info(uri).metadata): task,
+        labels, outputs, standardized."""
+        values = {"task": self.task, "standardized": self.standardized,
+                  "outputs": "probabilities" if self.task == "classification" else "values"}
+        if self.labels is not None:  # the features' names are the signature's
+            values["labels"] = self.labels
+        return values
+
+
+def export(network, data: Dataset, outputs_are_logits: bool = True) -> Export:
+    """The served model of `network` trained on `data`. `outputs_are_logits` (the loss's
+    from_logits; gradexp's models output logits) adds the softmax or sigmoid."""
+    classification = data.task == "classification"
+    activation = None
+    if classification and outputs_are_logits:
+        activation = "sigmoid" if data.n_outputs == 1 else "softmax"
+    served = served_network(network, data.n_features, data.standardization, activation)
+    labels = None
+    if classification:  # one output: its probability is that of labels[1]
+        labels = data.labels or list(range(max(data.n_outputs, 2)))
+    custom, code = user_code(served)
+    return Export(served, data.task, data.n_features, data.n_outputs, data.features,
+                  data.integer_features or [], labels, data.standardization is not None, custom,
+                  code)
+
+
+def served_network(network, n_features: int, standardization: Standardization | None,
+                   activation: str | None):
+    """A functional keras.Model: Normalization (when the features were standardized), then
+    `network` called as a layer, then `activation`."""
+    import keras
+
+    inputs = keras.Input((n_features,), name="features")
+    x = inputs
+    if standardization is not None:
+        x = keras.layers.Normalization(mean=standardization.mean,
+                                       variance=standardization.scale ** 2,
+                                       name="standardize")(x)
+    outputs = network(x)
+    if activation == "softmax":
+        outputs = keras.layers.Softmax(name="probabilities")(outputs)
+    elif activation is not None:
+        outputs = keras.layers.Activation(activation, name="probabilities")(outputs)
+    return keras.Model(inputs, outputs, name="served")
+
+
+def user_code(network) -> tuple[dict[str, list[str]], list[Path]]:
+    """What loading `network` needs beyond Keras: {registered name: [module, attribute]} of
+    every class or function its config names from another package, and the files of those
+    modules that are yours (not installed packages, not gradexp): a module's .py file, or a
+    package's whole folder."""
+    import keras
+
+    custom: dict[str, list[str]] = {}
+    for entry in _named_objects(keras.saving.serialize_keras_object(network)):
+        module = entry["module"]
+        if module.split(".")[0] in KERAS_PACKAGES:
+            continue
+        function = entry["class_name"] == "function"
+        attribute = entry["config"] if function else entry["class_name"]
+        custom[entry.get("registered_name") or attribute] = [module, attribute]
+    paths: list[Path] = []
+    for module, _ in custom.values():
+        path = _own_source(module)
+        if path is not None and path not in paths:
+            paths.append(path)
+    return custom, paths
+
+
+def _named_objects(node: Any):
+    """Every {"module": ..., "class_name": ...} entry of a serialized Keras config."""
+    if isinstance(node, dict):
+        if isinstance(node.get("module"), str) and "class_name" in node:
+            yield node
+        for value in node.values():
+            yield from _named_objects(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _named_objects(value)
+
+
+def _own_source(module: str) -> Path | None:
+    """The file (or package folder) to bundle for `module`: the person's own code only."""
+    top = module.split(".")[0]
+    loaded = sys.modules.get(top)
+    file = getattr(loaded, "__file__", None)
+    if top in ("__main__", "gradexp") or file is None:
+        return None  # a notebook's class cannot be bundled; gradexp's need gradexp installed
+    path = Path(file).resolve()
+    if {"site-packages", "dist-packages"} & set(path.parts):
+        return None  # an installed package: the environment provides it
+    return path.parent if path.name == "__init__.py" else path

@@ -1,0 +1,244 @@
+"""The model a run logs serves (issue 18, item 6): `mlflow.pyfunc.load_model("runs:/ID/model")`
+takes the raw features a person has (by column name where the data names them), gives class
+probabilities and records the labels, holds the weights the run reports, is a LoggedModel linked
+to its run beside the run's dataset inputs and source, and loads where the person's own layers'
+module is not importable."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import compose_config
+from gradexp.data import load_data
+from gradexp.experiment import run_experiment
+
+
+@pytest.fixture
+def served(store, monkeypatch):
+    """mlflow.pyfunc.load_model with runs:/ URIs of the test's store. The environment variable
+    (restored after the test), not mlflow.set_tracking_uri: that one stays set in the process."""
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    return lambda run_id: mlflow.pyfunc.load_model(f"runs:/{run_id}/model")
+
+
+def run(store: str, *overrides: str, launch_dir: Path | None = None):
+    cfg = compose_config(f"tracking.uri={store}", "gradcheck=off", *overrides)
+    return run_experiment(cfg, quiet=True, launch_dir=launch_dir)
+
+
+def raw_rows(*data_overrides: str, launch_dir: Path | None = None):
+    """The run's own split of the data, not standardized: the rows as the person has them."""
+    cfg = compose_config(*data_overrides, "data.standardize=false")
+    return load_data(cfg.data, launch_dir)
+
+
+def frame(x: np.ndarray, columns: list[str]):
+    import pandas as pd
+
+    return pd.DataFrame(x.astype(np.float64), columns=columns)
+
+
+WINE = ("data=sklearn", "data.name=wine")
+
+
+def test_wine_probabilities_from_raw_rows_reproduce_the_runs_val_accuracy(store, client,
+                                                                          served):
+    result = run(store, *WINE, "model=mlp", "trainer.epochs=8")
+    data = raw_rows(*WINE)
+    model = served(result.run_id)
+    probabilities = model.predict(frame(data.val.x, data.features))
+    info = model.metadata.metadata
+    assert info["labels"] == [0, 1, 2]  # wine's own target values, in the columns' order
+    assert list(probabilities.columns) == [0, 1, 2]
+    p = probabilities.to_numpy()
+    np.testing.assert_allclose(p.sum(axis=1), 1.0, rtol=1e-5)  # probabilities, not logits
+    truth = data.val.y.argmax(axis=1)
+    accuracy = np.mean(p.argmax(axis=1) == truth)
+    crossentropy = -np.mean(np.log(p[np.arange(len(truth)), truth]))
+    assert accuracy == pytest.approx(result.metrics["val/accuracy"], abs=1e-6)
+    assert crossentropy == pytest.approx(result.metrics["val/crossentropy"], rel=1e-4)
+    assert 0.4 < accuracy < 1.0  # 8 epochs: some rows wrong, so the match means something
+    # The signature is the raw features' schema by scikit-learn's column names.
+    assert model.metadata.signature.inputs.input_names() == data.features
+    assert "od280/od315_of_diluted_wines" in data.features
+    # The labels without loading the model: the MLmodel file's metadata.
+    import mlflow.models
+
+    assert mlflow.models.get_model_info(f"runs:/{result.run_id}/model").metadata["labels"] == \
+        [0, 1, 2]
+    # The Keras model itself: the standardization in front of the trained network.
+    assert "standardize" in [layer.name for layer in model.get_raw_model().layers]
+
+
+def write_houses(path: Path, n: int = 120) -> None:
+    """A csv as a person has one: integer and decimal columns, the price in thousands."""
+    rng = np.random.default_rng(3)
+    area, rooms = rng.integers(40, 200, n), rng.integers(1, 6, n)
+    age = rng.uniform(0, 50, n).round(1)
+    price = 1.0 + 0.02 * area + 0.3 * rooms - 0.01 * age + rng.normal(0, 0.1, n)
+    path.write_text("area,rooms,age,price\n" + "".join(
+        f"{a},{r},{g},{p:.3f}\n" for a, r, g, p in zip(area, rooms, age, price)))
+
+
+HOUSES = ("data=csv", "data.path=houses.csv", "data.target=price")
+
+
+def test_a_csv_regression_restored_by_early_stopping_reproduces_its_val_mse(tmp_path, store,
+                                                                            client, served):
+    import pandas as pd
+
+    write_houses(tmp_path / "houses.csv")
+    result = run(store, *HOUSES, "model=mlp", "optimizer=adam", "optimizer.learning_rate=0.05",
+                 "trainer.epochs=200", "eval.every=1", "trainer.early_stopping.enabled=true",
+                 "trainer.early_stopping.patience=5", launch_dir=tmp_path)
+    metrics = client.get_run(result.run_id).data.metrics
+    assert metrics["best_epoch"] < metrics["stopped_epoch"]  # the best weights were put back
+    rows = pd.read_csv(tmp_path / "houses.csv")  # integer columns, as pandas reads them
+    data = raw_rows(*HOUSES, launch_dir=tmp_path)
+    held_out = rows.drop(columns="price").iloc[_val_index(len(rows))]
+    np.testing.assert_allclose(held_out.to_numpy(np.float32), data.val.x)
+    predicted = served(result.run_id).predict(held_out).to_numpy()
+    mse = np.mean((predicted - data.val.y) ** 2)
+    assert mse == pytest.approx(result.metrics["val/mse"], rel=1e-4)
+
+
+def _val_index(n: int, val_fraction: float = 0.2, split_seed: int = 0) -> np.ndarray:
+    """gradexp.data.tabular's validation rows (no test split)."""
+    return np.random.default_rng(split_seed).permutation(n)[:max(1, round(val_fraction * n))]
+
+
+def test_the_model_is_a_logged_model_of_the_run_beside_its_data_and_source(tmp_path, store,
+                                                                           client):
+    from mlflow.entities import LoggedModelStatus
+
+    import gradexp.tracking
+
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                    "--allow-empty", "-m", "start"], cwd=tmp_path, check=True)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True,
+                            text=True, check=True).stdout.strip()
+    result = run(store, "trainer.epochs=3", launch_dir=tmp_path)
+    stored = client.get_run(result.run_id)
+    [model] = client.search_logged_models([result.experiment_id])
+    assert (model.name, model.source_run_id, model.status) == ("model", result.run_id,
+                                                               LoggedModelStatus.READY)
+    # The run's outputs: what the runs table's "Logged models" column shows.
+    assert [(o.model_id, o.step) for o in stored.outputs.model_outputs] == [(model.model_id, 3)]
+    datasets = {i.tags[0].value: i.dataset for i in stored.inputs.dataset_inputs}
+    assert set(datasets) == {"train", "val"}
+    assert {d.name for d in datasets.values()} == {"linear"}
+    assert json.loads(datasets["train"].profile)["features_shape"] == [100, 1]
+    assert json.loads(datasets["val"].profile)["features_shape"] == [100, 1]
+    assert datasets["train"].digest != datasets["val"].digest
+    tags = stored.data.tags
+    assert tags["mlflow.source.git.commit"] == commit
+    assert tags["mlflow.source.type"] == "LOCAL"
+    assert tags["mlflow.source.name"] == gradexp.tracking.entry_point()
+
+
+@pytest.mark.parametrize(("argv0", "shown"), [
+    ("/venv/lib/python3.11/site-packages/gradexp/__main__.py", "gradexp"),  # python -m gradexp
+    ("/venv/bin/gradexp", "gradexp"), ("train.py", "train.py")])
+def test_the_source_names_the_entry_point(monkeypatch, argv0, shown):
+    from gradexp.tracking import entry_point
+
+    monkeypatch.setattr(sys, "argv", [argv0])
+    assert entry_point() == shown
+
+
+LAYERS = '''
+import keras
+
+
+class Scale(keras.layers.Layer):  # not registered: found by the config's module and name
+    def __init__(self, factor=2.0, **kwargs):
+        super().__init__(**kwargs)
+        self.factor = factor
+
+    def call(self, x):
+        return x * self.factor
+
+    def get_config(self):
+        return {**super().get_config(), "factor": self.factor}
+
+
+@keras.saving.register_keras_serializable(package="serving_test")
+class Shift(keras.layers.Layer):
+    def build(self, input_shape):
+        self.offset = self.add_weight(shape=(input_shape[-1],), initializer="zeros")
+
+    def call(self, x):
+        return x + self.offset
+
+
+def build(n_features, n_outputs):
+    inputs = keras.Input((n_features,))
+    hidden = Shift()(Scale(0.5)(keras.layers.Dense(8, activation="tanh")(inputs)))
+    return keras.Model(inputs, keras.layers.Dense(n_outputs)(hidden))
+'''
+
+ELSEWHERE = '''
+import importlib.util, json, sys
+
+sys.modules["gradexp"] = None  # as where gradexp is not installed: importing it fails
+assert importlib.util.find_spec("serving_layers") is None  # nor is the person's module
+import mlflow
+import numpy as np
+
+model = mlflow.pyfunc.load_model(f"runs:/{sys.argv[1]}/model")
+x = np.array(json.loads(sys.argv[2]), dtype=np.float32)
+print(json.dumps(np.asarray(model.predict(x)).ravel().tolist()))
+'''
+
+
+@pytest.mark.slow
+def test_a_model_with_your_layers_loads_where_their_module_is_not_importable(tmp_path, store):
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    (project / "serving_layers.py").write_text(LAYERS)
+    (elsewhere / "load.py").write_text(ELSEWHERE)
+    result = run(store, "model=custom", "model._target_=serving_layers.build",
+                 "optimizer=adam", "trainer.epochs=20", launch_dir=project)
+    val = load_data(compose_config().data).val  # seed 004's line: not standardized
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "load.py", result.run_id, json.dumps(val.x.tolist())],
+                          cwd=elsewhere, env={**env, "MLFLOW_TRACKING_URI": store},
+                          capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    predicted = np.array(json.loads(done.stdout.strip().splitlines()[-1]))
+    mse = np.mean((predicted - val.y.ravel()) ** 2)
+    assert mse == pytest.approx(result.metrics["val/mse"], rel=1e-4)
+
+
+def test_a_classifications_labels_are_the_values_in_your_target_column(tmp_path, store, served):
+    import pandas as pd
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(90, 2))
+    grade = np.array([3, 5, 8])[(x[:, 0] > -0.4).astype(int) + (x[:, 0] > 0.4)]
+    pd.DataFrame({"a": x[:, 0], "b": x[:, 1], "grade": grade}).to_csv(tmp_path / "grades.csv",
+                                                                      index=False)
+    keys = ("data=csv", "data.path=grades.csv", "data.target=grade",
+            "data.task=classification")
+    result = run(store, *keys, "model=mlp", "optimizer=adam", "trainer.epochs=5",
+                 launch_dir=tmp_path)
+    model = served(result.run_id)
+    assert model.metadata.metadata["labels"] == [3, 5, 8]  # yours, not column indices
+    data = raw_rows(*keys, launch_dir=tmp_path)
+    probabilities = model.predict(frame(data.val.x, ["a", "b"]))
+    assert list(probabilities.columns) == [3, 5, 8]
+    predicted = probabilities.idxmax(axis=1).to_numpy()  # a label per row, as the README says
+    truth = np.array([3, 5, 8])[data.val.y.argmax(axis=1)]
+    assert np.mean(predicted == truth) == pytest.approx(result.metrics["val/accuracy"], abs=1e-6)
