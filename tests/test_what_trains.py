@@ -89,6 +89,22 @@ class RawNoise(keras.layers.Layer):
         return x + tf.random.normal(tf.shape(x), stddev=0.1, dtype=x.dtype) if training else x
 
 
+class PlainSubclassed(keras.Model):
+    """A subclassed model as many are written: not built, call(self, x) without training."""
+
+    def __init__(self, n_outputs, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden = keras.layers.Dense(8, activation="tanh")
+        self.out = keras.layers.Dense(n_outputs)
+
+    def call(self, x):
+        return self.out(self.hidden(x))
+
+
+def plain_subclassed(n_features, n_outputs):
+    return PlainSubclassed(n_outputs)
+
+
 def raw_noise_mlp(n_features, n_outputs):
     return keras.Sequential([keras.Input((n_features,)),
                              keras.layers.Dense(8, activation="tanh", name="dense0"),
@@ -272,3 +288,12 @@ def test_check_model_checks_a_keras_models_training_step(tmp_path, user_models):
         np.testing.assert_array_equal(old, new.numpy())
     noisy = check_model(module.raw_noise_mlp(3, 1), x, y, loss=mse)
     assert noisy.passed and "checked in inference mode" in noisy.notes[0]
+
+
+def test_a_subclassed_model_without_training_argument_trains_and_is_checked(store, tmp_path,
+                                                                          user_models):
+    result = run(store, tmp_path, "model=custom", f"model._target_={user_models}.plain_subclassed",
+                 "optimizer=adam", "optimizer.learning_rate=0.05", "trainer.epochs=200",
+                 "tracking.log_model=false")
+    assert result.metrics["val/r2"] > 0.9  # it learned seed 004's line: its variables exist
+    assert result.gradcheck_passed is True

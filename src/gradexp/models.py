@@ -58,8 +58,8 @@ class Model:
         from a call on `x` that changes nothing (no seed or statistics moves)."""
         network = self.network
         state = [tf.convert_to_tensor(v) for v in network.non_trainable_variables]
-        *_, losses = network.stateless_call(list(self.params), state, x, training=True,
-                                            return_losses=True)
+        *_, losses = network.stateless_call(list(self.params), state, x, return_losses=True,
+                                            **_training(network, True))
         return bool(losses)
 
     def apply(self, params: list[tf.Tensor], x: tf.Tensor, training: bool = False,
@@ -72,8 +72,8 @@ class Model:
         dtype = tf.as_dtype(params[0].dtype).name if params else "float32"
         network = self.network if dtype == self.network.dtype else self._twin(dtype)
         state = [tf.convert_to_tensor(v) for v in network.non_trainable_variables]
-        outputs, _, losses = network.stateless_call(list(params), state, x, training=training,
-                                                    return_losses=True)
+        outputs, _, losses = network.stateless_call(list(params), state, x, return_losses=True,
+                                                    **_training(network, training))
         return (outputs, _summed(losses, outputs.dtype)) if with_losses else outputs
 
     def sync_twins(self) -> None:
@@ -126,6 +126,12 @@ class Model:
         if set(found) == {"W", "b"} and tuple(found["W"].shape) == (1, 1):
             return {"W": found["W"][0, 0], "b": found["b"][0]}
         return {}
+
+
+def _training(network: keras.Model, training: bool) -> dict[str, bool]:
+    """`training=` for stateless_call, which passes it straight to `call`, unlike __call__,
+    which leaves it out for a model whose `call(self, x)` does not take it."""
+    return {"training": training} if getattr(network, "_call_has_training_arg", True) else {}
 
 
 def _summed(losses: list, dtype: tf.DType) -> tf.Tensor | None:
@@ -292,6 +298,6 @@ def build_model(cfg: DictConfig, n_features: int, n_outputs: int) -> Model:
         if not isinstance(network, keras.Model):
             raise ConfigError(f"model._target_={target}: returned a {type(network).__name__}, "
                               "not a keras.Model")
-    if not network.built:
-        network.build((None, n_features))
+    if not network.built:  # a subclassed model makes its variables at its first call
+        network(np.zeros((1, n_features), np.float32))
     return Model(network, n_features)
