@@ -130,10 +130,12 @@ def _probe_one(entry: GradCheckEntry, target: _Target, i: int, vs: list[np.ndarr
             if _crosses_kink(target, i, x, x64, directions[k], vs[k], gs[k], results[k]):
                 smaller = _measure(target, i, directions[k], pairs[k],
                                    results[k].step * shrink, vs[k], entry)
-                # Worth taking only while its noise stays within the tolerance it is judged
-                # by: past that, a wrong gradient hides in the rounding of a tiny step.
+                # Worth taking only while its noise stays below half the disagreement it is
+                # to explain (or within its nominal tolerance): past that, a wrong gradient
+                # hides in the rounding of a tiny float32 step.
                 nominal = entry.atol + entry.rtol * max(abs(smaller.numerical), rms)
-                if _noise(smaller) <= max(nominal, _noise(results[k])):
+                gap = abs(results[k].analytical - results[k].numerical)
+                if _noise(smaller) <= max(nominal, _noise(results[k]), 0.5 * gap):
                     retries[k] = kinks.count(k) + 1
                     kinks.append(k)
                     results[k] = smaller
