@@ -270,7 +270,8 @@ def test_the_checker_evaluates_in_float32_when_asked():
     x = np.random.default_rng(0).standard_normal(8)  # float64 inputs, checked in float32
     report = check_gradients(lambda x: tf.reduce_sum(tf.tanh(x)), [x], dtype="float32")
     assert report.passed and report.dtype_used == "float32" and report.dtype_requested == "float32"
-    assert report.entries[0].dtype == "float32" and report.entries[0].rtol == 3e-3
+    # float32's rtol for the probe method (3e-3 for the jacobian method): docs/gradcheck.md
+    assert report.entries[0].dtype == "float32" and report.entries[0].rtol == 3e-4
     with pytest.raises(ValueError, match="'float64' or 'float32'"):
         check_gradients(lambda x: tf.reduce_sum(x), [x], dtype="bfloat16")
 

@@ -76,18 +76,19 @@ def _shape_error(target: _Target, i: int, entry: GradCheckEntry) -> bool:
     return True
 
 
-def _errors(analytical: Any, numerical: Any, noise: Any, entry: GradCheckEntry
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _errors(analytical: Any, numerical: Any, noise: Any, entry: GradCheckEntry,
+            scale: Any = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Absolute error, relative error and error/tolerance ratio, elementwise.
 
-    Tolerance: atol + rtol·|numerical| + 2·noise (noise = estimated finite-difference error).
+    Tolerance: atol + rtol·max(|numerical|, scale) + 2·noise (noise = estimated
+    finite-difference error; scale = a magnitude below which an element is judged absolutely).
     A NaN anywhere gives ratio inf, i.e. a failure.
     """
     a, n = np.asarray(analytical, np.float64), np.asarray(numerical, np.float64)
     diff = np.abs(a - n)
     floor = entry.atol / entry.rtol if entry.rtol > 0 else 0.0
     rel = diff / np.maximum(np.maximum(np.abs(n), floor), np.finfo(np.float64).tiny)
-    tol = entry.atol + entry.rtol * np.abs(n) + 2.0 * noise
+    tol = entry.atol + entry.rtol * np.maximum(np.abs(n), scale) + 2.0 * noise
     ratio = np.where(np.isnan(diff), np.inf, diff / np.maximum(tol, np.finfo(np.float64).tiny))
     diff = np.where(np.isnan(diff), np.inf, diff)
     rel = np.where(np.isnan(rel), np.inf, rel)

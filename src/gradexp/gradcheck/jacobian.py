@@ -3,6 +3,8 @@
 Every (output, input) element is compared, then the VJP with a random cotangent c against
 cᵀ·J_numerical, which catches a backward that mishandles its upstream gradient. Exact, and it
 names the wrong element, but it costs 2·n function evaluations for an input of n elements.
+Each element has its own step; a column that disagrees is measured again at smaller steps
+(a kink or strong curvature inside the step, e.g. relu at 0, is not a wrong gradient).
 """
 
 from __future__ import annotations
@@ -10,9 +12,15 @@ from __future__ import annotations
 import numpy as np
 
 from gradexp.gradcheck.entries import _errors, _index, _linearity, _new_entry, _shape_error
-from gradexp.gradcheck.options import _EPS, _cotangent, _Options, _rounding
+from gradexp.gradcheck.options import _EPS, _cotangent, _element_steps, _Options, _rounding
 from gradexp.gradcheck.report import GradCheckEntry
 from gradexp.gradcheck.targets import _Target
+
+# A disagreeing column is measured again at up to this many smaller steps (as probe.py's kinks).
+_RETRIES = 3
+# More disagreeing columns than this: a wrong backward, not kinks (and not worth 6 evaluations
+# a column).
+_MAX_RETRIED_COLUMNS = 256
 
 
 def _jacobian_entries(target: _Target, opts: _Options, rng: np.random.Generator
@@ -26,27 +34,85 @@ def _jacobian_entries(target: _Target, opts: _Options, rng: np.random.Generator
         if not entry.checked or target.out0.size == 0 or _shape_error(target, i, entry):
             continue
         _linearity(entry, g[i], g_half[i])
-        analytical, numerical = target.jacobians(i, entry.delta)
+        steps = _element_steps(target.values[i], entry.precision, opts)
+        entry.delta = float(np.max(steps, initial=0.0))
+        analytical, numerical = target.jacobians(i, steps)
+        _retry_smaller(entry, target, i, analytical, numerical, steps)
         entry.analytical, entry.numerical = analytical, numerical
-        _compare_jacobian(entry, target, i, analytical, numerical, c.reshape(-1), g[i])
+        _compare_jacobian(entry, target, i, analytical, numerical, steps, c.reshape(-1), g[i])
     return entries
 
 
+def _judge_columns(entry: GradCheckEntry, target: _Target, analytical: np.ndarray,
+                   numerical: np.ndarray, steps: np.ndarray) -> tuple:
+    """(abs, rel, ratio) of every Jacobian element: the tolerance of _errors with the rounding
+    noise of each output turned into a derivative error by each column's step, and (float64)
+    an absolute term: rtol x the RMS of the element's output row, so an element where the
+    Jacobian is ~0 next to O(1) ones (or where the second derivative jumps, x = 0) is not
+    judged on a relative error of a tiny number."""
+    rounding = _rounding(target.out0.reshape(-1), _EPS[entry.precision])
+    noise = rounding[:, None] / steps[None, :]
+    scale = 0.0
+    if entry.precision == "float64" and numerical.size:
+        scale = np.sqrt(np.mean(numerical**2, axis=1, keepdims=True))
+    return _errors(analytical, numerical, noise, entry, scale)
+
+
+def _retry_smaller(entry: GradCheckEntry, target: _Target, i: int, analytical: np.ndarray,
+                   numerical: np.ndarray, steps: np.ndarray) -> None:
+    """Measure each disagreeing column again at smaller steps; keep the one that agrees.
+
+    A column is taken at a smaller step only if it agrees there (within that step's own,
+    larger rounding tolerance) and its error shrank to at most half: the error of a wrong
+    gradient does not depend on the step, that of a kink or curvature within it does. The
+    probe method does the same with its probes (probe.py). Updates numerical and steps.
+    """
+    _, _, ratio = _judge_columns(entry, target, analytical, numerical, steps)
+    failing = np.flatnonzero(np.any(~(ratio <= 1), axis=0))
+    if failing.size == 0 or failing.size > _MAX_RETRIED_COLUMNS:
+        return  # many columns off: a wrong backward, not kinks
+    shrink = 1 / 64 if _EPS[entry.precision] < 1e-10 else 1 / 8
+    smooth = 0
+    for j in failing:
+        error = float(np.max(np.abs(analytical[:, j] - numerical[:, j])))
+        step = float(steps[j])
+        for _ in range(_RETRIES):
+            step *= shrink
+            col = target.numerical_column(i, j, step)
+            _, _, r = _judge_columns(entry, target, analytical[:, j:j + 1], col[:, None],
+                                     np.array([step]))
+            if np.all(r <= 1) and np.max(np.abs(analytical[:, j] - col)) <= 0.5 * error:
+                numerical[:, j], steps[j] = col, step
+                smooth += 1
+                break
+    if smooth:
+        entry.notes.append(
+            f"{smooth} of {failing.size} disagreeing Jacobian column(s) agree at smaller steps "
+            f"(down to {float(np.min(steps)):.1e}): the function is not smooth within the step "
+            "there (a kink, e.g. relu at 0, or strong curvature), which is not a wrong "
+            "gradient.")
+
+
 def _compare_jacobian(entry: GradCheckEntry, target: _Target, i: int, analytical: np.ndarray,
-                      numerical: np.ndarray, c: np.ndarray, g: np.ndarray) -> None:
+                      numerical: np.ndarray, steps: np.ndarray, c: np.ndarray, g: np.ndarray
+                      ) -> None:
     """Every Jacobian element, then the VJP with the random cotangent c against cᵀ·J_numerical.
 
     The second comparison is what catches a backward that mishandles its upstream gradient:
     the Jacobian rows are built with one-hot cotangents, which such a backward can get right.
     """
     eps = _EPS[entry.precision]
-    # Rounding noise of each output, turned into a derivative error by the step.
-    row_noise = _rounding(target.out0.reshape(-1), eps) / entry.delta
-    j_abs, j_rel, j_ratio = _errors(analytical, numerical, row_noise[:, None], entry)
+    j_abs, j_rel, j_ratio = _judge_columns(entry, target, analytical, numerical, steps)
+    # The outputs' rounding noise, weighted by c, turned into a derivative error by each step.
+    rounding = _rounding(target.out0.reshape(-1), eps)
     c_norm = float(np.linalg.norm(c)) or 1.0
     row_n = c @ numerical
+    r_scale = 0.0  # float64: the same absolute term as the elements' (_judge_columns)
+    if entry.precision == "float64" and row_n.size:
+        r_scale = float(np.sqrt(np.mean((row_n / c_norm) ** 2)))
     r_abs, r_rel, r_ratio = _errors(g / c_norm, row_n / c_norm,
-                                    float(np.linalg.norm(c * row_noise)) / c_norm, entry)
+                                    float(np.linalg.norm(c * rounding)) / c_norm / steps, entry,
+                                    r_scale)
     entry.error_to_tolerance = max(float(np.max(j_ratio)), float(np.max(r_ratio)))
     entry.max_abs_error = max(float(np.max(j_abs)), float(np.max(r_abs)))
     entry.max_rel_error = max(float(np.max(j_rel)), float(np.max(r_rel)))

@@ -341,31 +341,37 @@ class _Target:
             return np.zeros(self.out0.size)
         return tf.convert_to_tensor(col).numpy().astype(np.float64).reshape(-1)
 
-    def jacobians(self, i: int, delta: float) -> tuple[np.ndarray, np.ndarray]:
+    def jacobians(self, i: int, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(analytical, numerical) Jacobians, output size x input size, by central differences.
 
-        Each element is perturbed by ±delta in the input's dtype; the difference is divided by
-        the step actually realised after rounding, which matters in float32.
+        Element j is perturbed by ±steps[j] (one step per element) in the input's dtype.
         """
         m, n = self.out0.size, self.values[i].size
         rows = [np.eye(1, m, r).reshape(self.out0.shape) for r in range(m)]
         analytical = np.stack([g[i] for g in self.vjps(rows)]) if m else np.zeros((0, n))
         numerical = np.zeros((m, n))
-        x = self.values[i]
-        work = x.copy().reshape(-1)
-        dt = x.dtype
+        work = self.values[i].copy().reshape(-1)
         for j in range(n):
-            orig = work[j]
-            plus = dt.type(float(orig) + delta)
-            minus = dt.type(float(orig) - delta)
-            step = float(plus) - float(minus)
-            work[j] = plus
-            fp = self.evaluate(i, work.reshape(x.shape))
-            work[j] = minus
-            fm = self.evaluate(i, work.reshape(x.shape))
-            work[j] = orig
-            numerical[:, j] = (fp - fm) / step if step else 0.0
+            numerical[:, j] = self.numerical_column(i, j, float(steps[j]), work)
         return analytical, numerical
+
+    def numerical_column(self, i: int, j: int, step: float, work: np.ndarray | None = None
+                         ) -> np.ndarray:
+        """Column j of input i's numerical Jacobian, central differences at ±step.
+
+        The difference is divided by the step actually realised after rounding, which matters
+        in float32. ``work``: a flat copy of the input to perturb (restored on return)."""
+        x = self.values[i]
+        work = x.copy().reshape(-1) if work is None else work
+        orig = work[j]
+        plus, minus = x.dtype.type(float(orig) + step), x.dtype.type(float(orig) - step)
+        realised = float(plus) - float(minus)
+        work[j] = plus
+        fp = self.evaluate(i, work.reshape(x.shape))
+        work[j] = minus
+        fm = self.evaluate(i, work.reshape(x.shape))
+        work[j] = orig
+        return (fp - fm) / realised if realised else np.zeros(self.out0.size)
 
 
 class _FunctionTarget(_Target):
@@ -453,9 +459,14 @@ class _FunctionTarget(_Target):
         self.evaluations += 2
         return float(step_dots.numpy()[0]), fps.numpy()[0], fms.numpy()[0]
 
-    def jacobians(self, i: int, delta: float) -> tuple[np.ndarray, np.ndarray]:
-        """TensorFlow's own full-Jacobian check, on input ``i`` with the others held fixed."""
+    def jacobians(self, i: int, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """TensorFlow's own full-Jacobian check, on input ``i`` with the others held fixed,
+        where one step serves every element (else one step per element, by columns)."""
         import tensorflow as tf
+
+        if steps.size and np.any(steps != steps.flat[0]):
+            return super().jacobians(i, steps)
+        delta = float(steps.flat[0]) if steps.size else 1.0
 
         def f_i(x: Any) -> Any:
             self.evaluations += 1
