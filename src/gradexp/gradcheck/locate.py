@@ -112,14 +112,7 @@ def _worst_in_block(entry: GradCheckEntry, target: _Target, i: int, v: np.ndarra
     for j in range(lo, hi):
         cols = []
         for step in (h, 2 * h):
-            orig = work[j]
-            plus, minus = x.dtype.type(float(orig) + step), x.dtype.type(float(orig) - step)
-            realised = float(plus) - float(minus)
-            work[j] = plus
-            fp = target.evaluate(i, work.reshape(x.shape))
-            work[j] = minus
-            fm = target.evaluate(i, work.reshape(x.shape))
-            work[j] = orig
+            fp, fm, realised = target.central_pair(i, j, step, work)
             rounding = (_rounding(fp, eps) + _rounding(fm, eps)) / realised
             cols.append(((fp - fm) / realised, rounding))
         (col, rounding), (col2, _) = cols

@@ -361,17 +361,24 @@ class _Target:
 
         The difference is divided by the step actually realised after rounding, which matters
         in float32. ``work``: a flat copy of the input to perturb (restored on return)."""
+        fp, fm, realised = self.central_pair(i, j, step, work)
+        return (fp - fm) / realised if realised else np.zeros(self.out0.size)
+
+    def central_pair(self, i: int, j: int, step: float, work: np.ndarray | None = None
+                     ) -> tuple[np.ndarray, np.ndarray, float]:
+        """f at element j of input i stepped by +step and by -step, and the distance between
+        the two points as rounded in the input's dtype. ``work``: a flat copy of the input to
+        perturb (restored on return)."""
         x = self.values[i]
         work = x.copy().reshape(-1) if work is None else work
         orig = work[j]
         plus, minus = x.dtype.type(float(orig) + step), x.dtype.type(float(orig) - step)
-        realised = float(plus) - float(minus)
         work[j] = plus
         fp = self.evaluate(i, work.reshape(x.shape))
         work[j] = minus
         fm = self.evaluate(i, work.reshape(x.shape))
         work[j] = orig
-        return (fp - fm) / realised if realised else np.zeros(self.out0.size)
+        return fp, fm, float(plus) - float(minus)
 
 
 class _FunctionTarget(_Target):
