@@ -97,8 +97,9 @@ def test_heat_maps_keep_the_variables_shape_and_mark_the_worst_element():
     from matplotlib.patches import Rectangle
 
     from gradexp.gradcheck import check_gradients
+    from gradexp.heatmaps import heatmaps
     from gradexp.plots import jacobian_heatmaps
-    from gradexp.verification import CheckResult, heatmaps
+    from gradexp.verification import CheckResult
 
     x = tf.constant(np.random.default_rng(0).normal(size=(5, 3)))
     mask = np.ones((3, 2))

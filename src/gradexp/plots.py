@@ -68,7 +68,7 @@ def jacobian_heatmaps(name: str, analytical: np.ndarray, numerical: np.ndarray,
     """A variable's gradient, analytical and numerical, and their difference, side by side.
 
     The arrays are in the variable's own shape (a kernel's rows and columns, a bias as one row;
-    gradexp.verification.heatmaps); `shape` is the variable's own, for the title (default: the
+    gradexp.heatmaps.heatmaps); `shape` is the variable's own, for the title (default: the
     arrays'). The first two panels share one colour scale centred on 0, the difference has its
     own; small maps print each value. `worst`, the (row, column) of the element that failed the
     check, is outlined in every panel and its two values are written below.

@@ -84,8 +84,8 @@ class GradientChecks(Callback):
 
     @staticmethod
     def log_heatmaps(run, result) -> None:
+        from gradexp.heatmaps import heatmaps
         from gradexp.plots import jacobian_heatmaps
-        from gradexp.verification import heatmaps
 
         for name, maps in heatmaps(result).items():
             safe = name.replace("/", "_")
