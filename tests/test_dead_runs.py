@@ -146,15 +146,16 @@ def test_a_resumed_run_says_where_it_resumes_and_counts_the_checks_of_both_parts
 
 
 # ---------------------------------------------------------------- kill -9, for real
-def wait_until_running(client, experiment: str, process, timeout: float = 180) -> str:
-    """The run id, once the child's run is in the store as RUNNING."""
+def wait_until_training(client, experiment: str, process, timeout: float = 180) -> str:
+    """The run id, once the child's run is in the store as RUNNING with loss points: it
+    trains (its config.yaml, which a restart reads, went in before)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = client.get_experiment_by_name(experiment)
         if found is not None:
             runs = client.search_runs([found.experiment_id],
                                       filter_string="attributes.status = 'RUNNING'")
-            if runs:
+            if runs and "loss" in runs[0].data.metrics:
                 return runs[0].info.run_id
         assert process.poll() is None, "the run ended before it was seen RUNNING"
         time.sleep(0.05)
@@ -169,7 +170,7 @@ def test_kill_9_before_the_first_checkpoint_is_found_marked_and_restarted(tmp_pa
     client = MlflowClient(store)
     crashed = spawn_cli("trainer.epochs=100000", "gradcheck=off", "tracking.log_model=false",
                         "trainer.checkpoint_every=99999", cwd=tmp_path)
-    killed = wait_until_running(client, "gradexp", crashed)
+    killed = wait_until_training(client, "gradexp", crashed)
     crashed.send_signal(signal.SIGKILL)
     finish(crashed, 30)
     assert status(client, killed) == "RUNNING"  # kill -9: nothing could end it
@@ -181,6 +182,7 @@ def test_kill_9_before_the_first_checkpoint_is_found_marked_and_restarted(tmp_pa
     assert status(client, killed) == "KILLED"
     assert client.get_run(killed).data.tags[REASON_TAG] == f"marked KILLED: {reason}"
     points = client.get_metric_history(killed, "loss")
+    assert points
 
     restarted = run(store, f"trainer.resume={killed}", tmp_path=tmp_path)
     err = capsys.readouterr().err
