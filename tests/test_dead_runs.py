@@ -100,12 +100,21 @@ def test_on_this_host_the_process_decides(store, client, tmp_path, capsys):
     group = running_run(client, host=here, pid=pid, minutes_ago=0)
     packed = [running_run(client, host=here, pid=pid, minutes_ago=0, parent=group)
               for _ in range(2)]
-    run(store, "trainer.epochs=3", tmp_path=tmp_path)
+    # a process killed but not yet reaped by its parent (a zombie) runs no more
+    zombie = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    zombie.kill()
+    os.waitid(os.P_PID, zombie.pid, os.WEXITED | os.WNOWAIT)  # it ended; not reaped
+    undead = running_run(client, host=here, pid=zombie.pid, minutes_ago=0)
+    try:
+        run(store, "trainer.epochs=3", tmp_path=tmp_path)
+    finally:
+        zombie.wait()
 
     err = capsys.readouterr().err
-    for run_id in (dead, group, *packed):
+    for run_id, gone in ((dead, pid), (group, pid), *((p, pid) for p in packed),
+                         (undead, zombie.pid)):
         assert status(client, run_id) == "KILLED", run_id
-        assert f"marked run {run_id} KILLED: its process {pid} on {here} is gone" in err
+        assert f"marked run {run_id} KILLED: its process {gone} on {here} is gone" in err
     for run_id in (mine, alive, parent, child):
         assert status(client, run_id) == "RUNNING", run_id
 

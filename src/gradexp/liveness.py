@@ -45,7 +45,10 @@ def process_tags() -> dict[str, str]:
 
 
 def process_exists(pid: int) -> bool:
-    """Whether a process of this id runs on this host (signal 0 checks, sends nothing)."""
+    """Whether a process of this id runs on this host (signal 0 checks, sends nothing); a
+    zombie (killed, not yet reaped by its parent) has stopped running."""
+    if pid <= 0:  # 0 and -1 would name process groups, not a process
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -54,7 +57,10 @@ def process_exists(pid: int) -> bool:
         return True
     except OSError:  # a pid the system does not accept: no such process
         return False
-    return True
+    try:  # Linux: the state follows the command's closing parenthesis
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def _heartbeat_seconds(tags: dict) -> float | None:
