@@ -129,6 +129,22 @@ def test_gradexp_compare_marks_dead_runs_too(store, client, tmp_path, capsys):
     assert f"marked run {stale} KILLED: no heartbeat for 11 minutes" in capsys.readouterr().err
 
 
+def test_the_heartbeat_is_refreshed_at_most_every_30_seconds(store, client):
+    from gradexp.tracking import MlflowTracker
+
+    tracker = MlflowTracker(store, "gradexp", "beating")
+    old = "2020-01-01T00:00:00+00:00"
+    client.set_tag(tracker.run_id, HEARTBEAT_TAG, old)
+    tracker.heartbeat()  # at a stretch end: less than 30 s since the last, nothing written
+    tracker.wait()
+    assert client.get_run(tracker.run_id).data.tags[HEARTBEAT_TAG] == old
+    tracker._last_heartbeat -= 30  # as if 30 s had passed
+    tracker.heartbeat()
+    tracker.end("FINISHED")
+    beat = datetime.fromisoformat(client.get_run(tracker.run_id).data.tags[HEARTBEAT_TAG])
+    assert beat > datetime.now(timezone.utc) - timedelta(minutes=5)
+
+
 def test_tracking_stale_after_must_be_positive(store, tmp_path):
     from gradexp.schema import ConfigError
 
