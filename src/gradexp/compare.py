@@ -8,7 +8,8 @@
 Runs are ranked best first by their sweep objective (the `gradexp.objective` tag each run carries,
 e.g. val/mse, the same yardstick whatever the training loss), or by --by METRIC. Only the params
 that differ between the runs shown become columns; the ones they share are counted, not listed.
-Reads the store (sqlite file or MLflow server) and never writes to it.
+Reads the store (sqlite file or MLflow server); its one write marks KILLED the RUNNING runs whose
+process died (gradexp.liveness), so the table shows what really happened to them.
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_args(args)
         client, uri = open_store(args.tracking_uri)
+        mark_dead(client)
         selection = select(client, args)
         metric = args.sort or shared_objective(selection.runs) or DEFAULT_SORT
         desc = args.desc or (metric != DEFAULT_SORT and direction_of(metric) == "maximize")
@@ -144,6 +146,17 @@ def open_store(uri_arg: str | None):
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise BadInput(f"{redact_uri(uri)}: not a readable MLflow store ({reason[:200]})") from None
     return client, uri
+
+
+def mark_dead(client) -> None:
+    """Mark KILLED, each in one line, the store's RUNNING runs whose process is gone or whose
+    heartbeat is older than tracking.stale_after's default (10 minutes)."""
+    from gradexp.console import note_line
+    from gradexp.liveness import mark_dead_runs
+    from gradexp.schema import TrackingConfig
+
+    active = [experiment.experiment_id for experiment in client.search_experiments()]
+    mark_dead_runs(client, active, TrackingConfig.stale_after, say=note_line)
 
 
 def find_experiment(client, name: str):

@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 
 from gradexp import console
 from gradexp.callbacks.tracking import MetricLogger
+from gradexp.console import note_line
 from gradexp.data import load_data
 from gradexp.devices import check_device
 from gradexp.endings import Diverged, GradientCheckFailed, RunFailed, Terminated
@@ -85,7 +86,8 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 
 def open_tracker(cfg: DictConfig, run_name: str, launch_dir: Path,
-                 parent_run_id: str | None, resume: Resume | None = None) -> NullTracker:
+                 parent_run_id: str | None, resume: Resume | None = None,
+                 tags: dict | None = None) -> NullTracker:
     """The MLflow run to record into (tracking=mlflow), or a tracker that records nothing."""
     if getattr(cfg.tracking.name, "value", cfg.tracking.name) == "none":
         return NullTracker()
@@ -93,7 +95,18 @@ def open_tracker(cfg: DictConfig, run_name: str, launch_dir: Path,
     if resume is not None:
         return MlflowTracker.reopen(uri, resume.run_id)
     return MlflowTracker(uri, cfg.tracking.experiment, run_name, parent_run_id=parent_run_id,
-                         tags=source_tags(launch_dir))
+                         tags={**source_tags(launch_dir), **(tags or {})})
+
+
+def mark_dead_runs(cfg: DictConfig, launch_dir: Path) -> None:
+    """Mark KILLED, each in one line, the experiment's RUNNING runs whose process is gone or
+    whose heartbeat is older than tracking.stale_after: one search of the store."""
+    from gradexp.liveness import mark_dead_in_experiment
+
+    if getattr(cfg.tracking.name, "value", cfg.tracking.name) == "none":
+        return
+    mark_dead_in_experiment(resolve_uri(cfg.tracking.uri, launch_dir), cfg.tracking.experiment,
+                            cfg.tracking.stale_after, say=note_line)
 
 
 def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: Path | None = None,
@@ -105,8 +118,11 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
     check_modules_exist(cfg, launch_dir)  # a typo in a module's name too
     check_store(cfg, launch_dir)  # and a store that cannot be reached, before TensorFlow loads
     resume = prepare_resume(cfg, launch_dir) if cfg.trainer.resume else None
+    restart_of = None
     if resume is not None:
         cfg = resume.cfg  # the run's recorded config, trainer.epochs perhaps raised
+        if resume.restart:  # killed before its first checkpoint: a new run from epoch 0
+            restart_of, run_name, resume = resume.run_id, resume.run_name or run_name, None
     label_by_target(cfg)  # loss.name=mylosses.pseudo_huber, not the name of the option it replaced
     data = load_data(cfg.data, launch_dir)
     check_objective(cfg, data.task)
@@ -115,7 +131,12 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
     if show_config and not quiet:
         console.print_config(cfg, params)
     check_device(getattr(cfg.device.name, "value", cfg.device.name), cfg.device.cpu_replicas)
-    tracker = open_tracker(cfg, run_name, launch_dir, parent_run_id, resume)
+    mark_dead_runs(cfg, launch_dir)  # RUNNING runs whose process died (gradexp.liveness)
+    tracker = open_tracker(cfg, run_name, launch_dir, parent_run_id, resume,
+                           {"gradexp.restart_of": restart_of})
+    if restart_of is not None:
+        note_line(f"run {restart_of} was killed before its first checkpoint: restarting it "
+                  f"from epoch 0 as run {tracker.run_id} (the killed run keeps its points)")
     run = _Run(cfg, data, tracker, hydra_dir, quiet, launch_dir, resume)
     with sigterm_as_interrupt():
         try:
@@ -197,6 +218,8 @@ class _Run:
         self.history: dict[str, list[np.ndarray]] = {}
         self.first_epochs: list[int] = []
         self.checks: list = []
+        # A resumed run's checks before its checkpoint (its first part's), counted in its summary
+        self.earlier_checks = resume.earlier_checks if resume is not None else 0
         self.evaluations: dict[str, list[tuple[int, float]]] = {}  # "val/mse" -> (step, value)
         self.objective, self.direction = objective(cfg, data.task)
         self.stop_training = False  # set by a callback (early stopping)
@@ -255,6 +278,10 @@ class _Run:
             if self.resume is not None:
                 self.resume.restore(self.trainer)
                 self.tracker.set_tags({"gradexp.resumed_from_epoch": self.trainer.epoch})
+                if not self.quiet:
+                    console.console().print(
+                        f"resuming run {self.resume.run_id} from epoch {self.trainer.epoch} "
+                        f"(checkpoint {self.resume.checkpoint})", highlight=False)
         with device.run_scope():
             self.callbacks = build_callbacks(self)
             stops = {epochs}  # and the host events the callbacks need; nothing else
@@ -440,10 +467,11 @@ class _Run:
             # The reported error (GradCheckEntry.reported_error), as the console and MLflow.
             worst = max(self.checks, key=lambda check: check.error_to_tolerance)
             error = worst.worst()
+            count = len(self.checks) + self.earlier_checks  # both parts of a resumed run
             verdict = (("passed" if not failed else
                         f"FAILED at epoch{'s' if len(failed) > 1 else ''} "
                         f"{', '.join(map(str, failed))}")
-                       + f" ({len(self.checks)} check{'s' if len(self.checks) > 1 else ''}"
+                       + f" ({count} check{'s' if count > 1 else ''}"
                        + ("" if error is None else
                           f"; worst at epoch {worst.epoch}: {error[1].describe()}")
                        + (f"; wrong layer: {', '.join(v.name for v in worst.culprits)}"

@@ -3,7 +3,9 @@
 The run's recorded config (its config.yaml artifact, written when the run started) is what runs
 again; from the command line only a larger `trainer.epochs` is taken, to train on. The
 checkpoint (model, optimizer state, epoch, shuffling generator) is in checkpoints/RUN_ID/ in the
-launch folder; metrics already recorded are not written twice (gradexp.tracking).
+launch folder; metrics already recorded are not written twice (gradexp.tracking). A run KILLED
+before its first checkpoint (kill -9: gradexp.liveness marks it) starts again from epoch 0 as a
+new run, tagged gradexp.restart_of=RUN_ID.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ class Resume:
     run_id: str
     cfg: DictConfig  # the recorded config, trainer.resume set, trainer.epochs perhaps raised
     folder: Path
+    checkpoint: str | None = None  # the checkpoint it continues from (its path prefix)
+    earlier_checks: int = 0  # gradient checks the run made up to its checkpoint
+    restart: bool = False  # KILLED before its first checkpoint: a new run from epoch 0
+    run_name: str | None = None  # the killed run's name, which its restart takes
 
     def restore(self, trainer) -> None:
         """Put the trainer back where the checkpoint left it."""
@@ -37,8 +43,9 @@ class Resume:
 
 
 def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
-    """The run to continue, checked before anything is built; ConfigError (one line) if it
-    cannot be: no such run, no checkpoint, nothing left to train."""
+    """The run to continue, checked before anything is built (restart=True: a killed run with
+    no checkpoint, to run again as a new run); ConfigError (one line) if it cannot be: no such
+    run, no checkpoint of a run that was not killed, nothing left to train."""
     import tensorflow as tf
 
     from gradexp.tracking import open_client, resolve_uri, retry_locked
@@ -50,7 +57,7 @@ def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
     uri = resolve_uri(cfg.tracking.uri, launch_dir)
     client = open_client(uri)
     try:
-        retry_locked(lambda: client.get_run(run_id))
+        run = retry_locked(lambda: client.get_run(run_id))
     except Exception:  # noqa: BLE001 - MLflow raises its own kinds for a missing run
         raise ConfigError(f"{key}: no such run in {uri}") from None
     try:
@@ -60,14 +67,35 @@ def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
     recorded = OmegaConf.create(text)
     folder = checkpoint_folder(launch_dir, run_id)
     latest = tf.train.latest_checkpoint(str(folder))
+    epochs = max(recorded.trainer.epochs, cfg.trainer.epochs)
     if latest is None:
+        if _killed(client, run, cfg.tracking.stale_after):
+            # Nothing to continue from: the same config again, as a new run (the killed one
+            # keeps its points); its recorded config has trainer.resume=null, so its params are
+            # the killed run's and sweep.skip_finished finds it once it finishes.
+            recorded.trainer.epochs = epochs
+            return Resume(run_id, recorded, folder, restart=True, run_name=run.info.run_name)
         raise ConfigError(f"{key}: no checkpoint in {folder} (trainer.checkpoint_every=0, or "
                           "the run stopped before its first checkpoint)")
     done = int(latest.rsplit("-", 1)[-1])
-    epochs = max(recorded.trainer.epochs, cfg.trainer.epochs)
     if done >= epochs:
         raise ConfigError(f"{key}: its checkpoint is at epoch {done} of {epochs}; raise "
                           f"trainer.epochs above {done} to train on")
     recorded.trainer.epochs = epochs
     recorded.trainer.resume = run_id
-    return Resume(run_id, recorded, folder)
+    # The checks made up to the checkpoint (gradcheck/passed, step = epoch) count in the run's
+    # summary; those after it are made again.
+    checks = retry_locked(lambda: client.get_metric_history(run_id, "gradcheck/passed"))
+    return Resume(run_id, recorded, folder, latest,
+                  earlier_checks=sum(1 for check in checks if check.step <= done))
+
+
+def _killed(client, run, stale_after: float) -> bool:
+    """KILLED, or RUNNING with its process dead (then marked KILLED here, said in one line)."""
+    from gradexp.console import note_line
+    from gradexp.liveness import mark_dead_runs, why_dead
+
+    if run.info.status == "RUNNING" and why_dead(run, stale_after) is not None:
+        mark_dead_runs(client, [run.info.experiment_id], stale_after, say=note_line)
+        run = client.get_run(run.info.run_id)
+    return run.info.status == "KILLED"

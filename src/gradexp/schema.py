@@ -323,6 +323,7 @@ class TrackingConfig:
     run_name: str | None = None
     max_points: int = 320  # what the MLflow UI's charts draw (conf/tracking/mlflow.yaml)
     log_model: bool = True
+    stale_after: float = 10.0  # minutes without a heartbeat: a run elsewhere is dead (liveness)
 
 
 @dataclass

@@ -29,6 +29,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from gradexp.liveness import HEARTBEAT_SECONDS, HEARTBEAT_TAG, now_utc, process_tags
 from gradexp.schema import ConfigError
 
 T = TypeVar("T")
@@ -367,6 +368,7 @@ class NullTracker:
     def log_datasets(self, name: str, splits: Mapping[str, Any], source: str) -> None: ...
     def log_keras_model(self, served, step: int = 0, name: str = "model") -> str | None: ...
     def flush(self) -> None: ...
+    def heartbeat(self) -> None: ...
     def wait(self) -> None: ...
     def end(self, status: str) -> None: ...
 
@@ -380,6 +382,7 @@ class MlflowTracker(NullTracker):
         self.client = open_client(uri)
         self.experiment_id = experiment_id(self.client, experiment)
         all_tags = {key: str(value) for key, value in (tags or {}).items() if value is not None}
+        all_tags.update(process_tags())  # host, process, first heartbeat (gradexp.liveness)
         if parent_run_id:
             all_tags["mlflow.parentRunId"] = parent_run_id
         run = retry_locked(lambda: self.client.create_run(
@@ -400,6 +403,7 @@ class MlflowTracker(NullTracker):
             history = retry_locked(lambda key=key: tracker.client.get_metric_history(run_id, key))
             tracker._logged_through[key] = max(m.step for m in history)
         retry_locked(lambda: tracker.client.update_run(run_id, "RUNNING"))
+        tracker.set_tags(process_tags())  # its new process now beats for it
         return tracker
 
     def _start(self, run_id: str) -> None:
@@ -411,6 +415,7 @@ class MlflowTracker(NullTracker):
         # overlaps training, gradient checks and plotting instead of adding to them.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow-metrics")
         self._writes: list[Future] = []
+        self._last_heartbeat = time.monotonic()  # process_tags() gave the first one
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         from mlflow.entities import Param
@@ -467,6 +472,17 @@ class MlflowTracker(NullTracker):
         for start in range(0, len(items), MAX_PARAMS_PER_BATCH):  # MLflow's limit: 100 tags
             batch = items[start:start + MAX_PARAMS_PER_BATCH]
             retry_locked(lambda batch=batch: self.client.log_batch(self.run_id, tags=batch))
+
+    def heartbeat(self) -> None:
+        """Refresh the run's heartbeat (gradexp.liveness) when HEARTBEAT_SECONDS have passed;
+        called at every stretch end, so the check is one clock read. The write goes through
+        the metric writer's thread: training does not wait on it."""
+        if time.monotonic() - self._last_heartbeat < HEARTBEAT_SECONDS:
+            return
+        self._last_heartbeat = time.monotonic()
+        tag = now_utc()
+        self._writes.append(self._writer.submit(
+            retry_locked, lambda: self.client.set_tag(self.run_id, HEARTBEAT_TAG, tag)))
 
     # Artifact calls look the run up in the store first, so they meet sqlite locks too.
     def log_dict(self, data: dict, artifact_file: str) -> None:

@@ -85,6 +85,7 @@ RANGE_RULES: list[tuple[str, Any, str]] = [
     ("optimizer.schedule.decay_epochs", _positive, "must be a number of epochs > 0"),
     ("optimizer.schedule.decay_rate", _positive, "must be a number > 0"),
     ("tracking.experiment", _non_empty, "must be a name (not empty)"),
+    ("tracking.stale_after", _positive, "must be a number of minutes > 0"),
 ]
 
 # What a gradient check may evaluate in. float16/bfloat16 are refused: their finite differences

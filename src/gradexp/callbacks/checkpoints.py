@@ -57,3 +57,4 @@ class Checkpoints(Callback):
         run.trainer.epoch_variable.assign(run.trainer.epoch)
         self.manager.save(checkpoint_number=run.trainer.epoch)
         self.last_save = time.monotonic()
+        run.tracker.heartbeat()

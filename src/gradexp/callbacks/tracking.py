@@ -45,6 +45,7 @@ class MetricLogger(Callback):
                                                    for key, values in stretch.values.items()})
         self.last = (int(epochs[-1]), {key: float(values[-1])
                                        for key, values in stretch.values.items()})
+        run.tracker.heartbeat()  # "still alive", at most every 30 s (gradexp.liveness)
 
     def on_train_end(self, run, status: str) -> None:
         # An early stop, an interrupt or a divergence ends between kept epochs: the last epoch
