@@ -13,6 +13,18 @@ import keras
 import tensorflow as tf
 
 
+def wrong_softplus(z, bug):
+    """softplus(z), its backward (1 + bug) times too large where z < 0."""
+    @tf.custom_gradient
+    def softplus(z):
+        def backward(upstream):
+            factor = tf.where(z < 0, tf.cast(1 + bug, z.dtype), tf.cast(1, z.dtype))
+            return upstream * tf.sigmoid(z) * factor
+        return tf.nn.softplus(z), backward
+
+    return softplus(z)
+
+
 @keras.saving.register_keras_serializable(package="culprit_models")
 class SoftplusBlock(keras.layers.Layer):
     """Dense then softplus; its backward is (1 + bug) times too large where the
@@ -27,16 +39,7 @@ class SoftplusBlock(keras.layers.Layer):
         self.bias = self.add_weight(shape=(self.units,), name="bias", initializer="zeros")
 
     def call(self, x):
-        bug = self.bug
-
-        @tf.custom_gradient
-        def softplus(z):
-            def backward(upstream):
-                factor = tf.where(z < 0, tf.cast(1 + bug, z.dtype), tf.cast(1, z.dtype))
-                return upstream * tf.sigmoid(z) * factor
-            return tf.nn.softplus(z), backward
-
-        return softplus(tf.matmul(x, self.kernel) + self.bias)
+        return wrong_softplus(tf.matmul(x, self.kernel) + self.bias, self.bug)
 
     def get_config(self):
         return {**super().get_config(), "units": self.units, "bug": self.bug}
@@ -109,16 +112,7 @@ class Inline(keras.Model):
         self.head = keras.layers.Dense(n_outputs, name="head")
 
     def call(self, x, training=None):
-        bug = self.bug
-
-        @tf.custom_gradient
-        def softplus(z):
-            def backward(upstream):
-                factor = tf.where(z < 0, tf.cast(1 + bug, z.dtype), tf.cast(1, z.dtype))
-                return upstream * tf.sigmoid(z) * factor
-            return tf.nn.softplus(z), backward
-
-        return self.head(softplus(self.encoder(x)))
+        return self.head(wrong_softplus(self.encoder(x), self.bug))
 
 
 @keras.saving.register_keras_serializable(package="culprit_models")
