@@ -61,6 +61,15 @@ def client(store: str):
     return MlflowClient(store)
 
 
+def read_report(client, run_id: str, epoch: int) -> dict:
+    """The gradient-check report a run logged for one epoch (gradcheck/report_epoch_NNNNN.json)."""
+    import json
+
+    path = client.download_artifacts(run_id, f"gradcheck/report_epoch_{epoch:05d}.json")
+    with open(path) as handle:
+        return json.load(handle)
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now (the OS picks it)."""
     with socket.socket() as sock:

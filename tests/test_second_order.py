@@ -4,14 +4,13 @@ variable that gets no gradient is named, and modes=("rev", "fwd") compares forwa
 
 from __future__ import annotations
 
-import json
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import compose_config
+from conftest import compose_config, read_report
 from gradexp.experiment import run_experiment
 from gradexp.gradcheck import check_gradients, check_variables
 
@@ -236,12 +235,6 @@ def launch(tmp_path, monkeypatch):
 def run(store, launch, *overrides, quiet=True):
     cfg = compose_config(f"tracking.uri={store}", *FAST, *overrides)
     return run_experiment(cfg, quiet=quiet, launch_dir=launch)
-
-
-def read_report(client, run_id: str, epoch: int) -> dict:
-    path = client.download_artifacts(run_id, f"gradcheck/report_epoch_{epoch:05d}.json")
-    with open(path) as handle:
-        return json.load(handle)
 
 
 @pytest.mark.parametrize(("kind", "passes"), [("stop_gradient", False), ("right", True)])

@@ -4,7 +4,6 @@ where the code allows it and in float32 (its own dtype) where it does not."""
 
 from __future__ import annotations
 
-import json
 import math
 import runpy
 import shutil
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, compose_config, run_cli
+from conftest import REPO, compose_config, read_report, run_cli
 from gradexp.experiment import GradientCheckFailed, run_experiment
 from gradexp.schema import ConfigError
 from gradexp.targets import label_by_target
@@ -70,12 +69,6 @@ def run(store, launch, *overrides):
     return run_experiment(cfg, quiet=True, launch_dir=launch)
 
 
-def report(client, run_id: str, epoch: int) -> dict:
-    path = client.download_artifacts(run_id, f"gradcheck/report_epoch_{epoch:05d}.json")
-    with open(path) as handle:
-        return json.load(handle)
-
-
 def test_the_x_squared_example_finds_6_both_ways(capsys):
     runpy.run_path(str(REPO / "examples" / "x_squared.py"), run_name="__main__")
     out = capsys.readouterr().out
@@ -114,7 +107,7 @@ def test_user_loss_trains_is_labelled_and_its_gradient_passes(store, client, lau
     assert math.isfinite(result.final_loss)
     assert result.history["loss"][-1] < result.history["loss"][0]  # it learned
     assert result.gradcheck_passed is True
-    first = report(client, result.run_id, 0)
+    first = read_report(client, result.run_id, 0)
     assert first["dtype"] == checked_in
     assert first["reports"]["variables/probe"]["dtype_used"] == checked_in
     if checked_in == "float32":  # the fallback is said, in the report and as a tag
@@ -143,16 +136,16 @@ def test_compiled_checks_find_a_float32_only_loss_and_say_so_as_eager_ones_do(st
     assert result.gradcheck_passed is True
     stored = client.get_run(result.run_id)
     for epoch in (0, 3, 5):
-        checked = report(client, result.run_id, epoch)
+        checked = read_report(client, result.run_id, epoch)
         assert checked["dtype"] == "float32" and checked["passed"] is True
         assert checked["reports"]["variables/probe"]["dtype_used"] == "float32"
-    assert "cannot run in float64" in report(client, result.run_id, 0)["notes"][0]
+    assert "cannot run in float64" in read_report(client, result.run_id, 0)["notes"][0]
     assert stored.data.tags["gradexp.gradcheck_dtype"] == "float32"
 
     result = run(store, launch, "model=buggy_linear", "gradcheck=probe",
                  "gradcheck.every_n_epochs=1")
     assert result.gradcheck_passed is False
-    first = report(client, result.run_id, 0)
+    first = read_report(client, result.run_id, 0)
     assert first["dtype"] == "float64" and first["notes"] == []
     (w_entry,) = [e for e in first["reports"]["variables/probe"]["entries"] if e["name"] == "W"]
     assert w_entry["passed"] is False and w_entry["worst_input_index"] == [0, 0]
@@ -188,7 +181,7 @@ def test_a_wrong_branch_of_the_backward_is_caught_and_located(store, client, lau
     stored = client.get_run(result.run_id)
     assert stored.info.status == "FINISHED"  # on_fail=warn
     assert stored.data.metrics["gradcheck/W/passed"] == 0.0
-    first = report(client, result.run_id, 0)
+    first = read_report(client, result.run_id, 0)
     assert first["dtype"] == checked_in and first["passed"] is False
     entries = {e["name"]: e for e in first["reports"]["variables/jacobian"]["entries"]}
     # At epoch 0 every residual is beyond delta, so every gradient is 10% too large.
@@ -245,7 +238,7 @@ def test_extra_keys_the_function_does_not_take_are_one_line(store, launch):
 def test_gradcheck_in_float32_passes_the_built_in_model_and_says_so(store, client, launch):
     result = run(store, launch, "gradcheck.dtype=float32")
     assert result.gradcheck_passed is True
-    first = report(client, result.run_id, 0)
+    first = read_report(client, result.run_id, 0)
     assert first["dtype"] == "float32" and first["notes"] == []
     probe = first["reports"]["variables/probe"]
     assert probe["dtype_used"] == probe["dtype_requested"] == "float32"
