@@ -30,6 +30,7 @@ from gradexp.endings import Diverged, GradientCheckFailed, RunFailed, Terminated
 from gradexp.objective import check_objective, metric_specs, objective
 from gradexp.resume import Resume, prepare_resume
 from gradexp.schema import ConfigError
+from gradexp.setup_checks import check_against_data, check_config
 from gradexp.targets import check_modules_exist, importable, label_by_target, locate
 from gradexp.tracking import (
     MlflowTracker,
@@ -116,6 +117,7 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
     launch_dir = launch_dir or Path.cwd()
     check_ranges(cfg)  # before anything slow: a wrong value answers in about a second
     check_modules_exist(cfg, launch_dir)  # a typo in a module's name too
+    check_config(cfg)  # a _target_ its option does not read (gradexp.setup_checks)
     check_store(cfg, launch_dir)  # and a store that cannot be reached, before TensorFlow loads
     resume = prepare_resume(cfg, launch_dir) if cfg.trainer.resume else None
     restart_of = None
@@ -201,6 +203,7 @@ def check_user_code(cfg: DictConfig, launch_dir: Path, data=None) -> None:
         from gradexp.models import check_builder
 
         check_builder(cfg.model, data.n_features, data.n_outputs)
+        check_against_data(cfg, data)  # loss vs task, your model vs the data's shapes
 
 
 class _Run:

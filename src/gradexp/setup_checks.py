@@ -1,0 +1,152 @@
+"""Setups that compose but cannot train what the person meant, said before any run opens.
+
+Each check either refuses in one line naming the keys (a ConfigError: the setup cannot work, or
+the config would record keys that did nothing) or, where the setup is legitimate but unusual
+(mse on one-hot classes trains, and is rarely what is meant), prints one warning line and lets
+the run go on. Nothing here is silent.
+
+    check_config(cfg)            the config alone, before TensorFlow loads (also per sweep job)
+    check_against_data(cfg, data)  the loss against the data's task, a person's model against
+                                 the data's features and targets (builds that model once)
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from gradexp.schema import ConfigError
+from gradexp.validation import NO_OPTION, shipped_target
+
+# Groups whose option's keys go to the option's own code only: a person's `_target_` in their
+# place is called with `kwargs` (model=custom, data=custom), never with the option's keys.
+BUILT_BY_OPTION = ("model", "data")
+# Keras' losses by the last part of their dotted path (class or function), lower-cased.
+REGRESSION_LOSSES = {"meansquarederror", "mean_squared_error", "mse", "meanabsoluteerror",
+                     "mean_absolute_error", "mae", "huber", "logcosh", "log_cosh",
+                     "meansquaredlogarithmicerror", "mean_squared_logarithmic_error",
+                     "meanabsolutepercentageerror", "mean_absolute_percentage_error"}
+CLASSIFICATION_LOSSES = {"binarycrossentropy", "binary_crossentropy",
+                         "categoricalcrossentropy", "categorical_crossentropy",
+                         "binaryfocalcrossentropy", "binary_focal_crossentropy",
+                         "categoricalfocalcrossentropy", "categorical_focal_crossentropy",
+                         "sparsecategoricalcrossentropy", "sparse_categorical_crossentropy",
+                         "categoricalhinge", "categorical_hinge", "hinge", "squaredhinge",
+                         "squared_hinge", "kldivergence", "kl_divergence", "poisson"}
+SPARSE = {"sparsecategoricalcrossentropy", "sparse_categorical_crossentropy"}
+
+
+def warning_line(message: str) -> None:
+    """One line about a setup that runs but is probably not what was meant."""
+    from rich.console import Console
+
+    Console(file=sys.stderr, soft_wrap=True, highlight=False).print(
+        f"[bold yellow]warning:[/bold yellow] {message}", markup=True)
+
+
+def check_config(cfg: DictConfig) -> None:
+    """What the config alone shows: a `_target_` set on a group option that does not read it."""
+    for group in BUILT_BY_OPTION:
+        check_target_is_read(cfg, group)
+
+
+def check_target_is_read(cfg: DictConfig, group: str) -> None:
+    """`model._target_=my.build` on model=linear: build_model calls my.build with the sizes and
+    model.kwargs only, so model.init_scale and model.seed would be recorded but never read.
+    Refused, naming those keys and the option that reads a person's code (GROUP=custom)."""
+    shipped = shipped_target(cfg, group)
+    node = OmegaConf.select(cfg, group, default=None)
+    if shipped is None or shipped is NO_OPTION or shipped == "???":
+        return  # no such option's file (a labelled run), or the option that takes your code
+    target = str(node["_target_"])
+    if target == shipped or target.startswith("gradexp."):
+        return  # the option's own code, or another of gradexp's (called with these keys)
+    # name and task are gradexp's (the run's label, the data's kind), read whatever the code
+    unread = [f"{group}.{key}" for key in node
+              if key not in ("_target_", "name", "kwargs", "task")]
+    keys = f" and would not read {', '.join(unread)}" if unread else ""
+    raise ConfigError(
+        f"{group}._target_={target}: {group}={node.name} builds with its own code "
+        f"({shipped}){keys}; for your code use {group}=custom {group}._target_={target} "
+        f"(its arguments as +{group}.kwargs.NAME=VALUE)")
+
+
+def check_against_data(cfg: DictConfig, data: Any, say=warning_line) -> None:
+    """The loss against the data's task, and a person's model against the data's shapes."""
+    check_loss_fits_task(cfg, data, say)
+    check_model_fits_data(cfg, data)
+
+
+def loss_kind(target: str) -> str | None:
+    """"regression", "classification", or None for a loss gradexp does not know (yours)."""
+    last = str(target).rsplit(".", 1)[-1].lower()
+    if last in REGRESSION_LOSSES:
+        return "regression"
+    if last in CLASSIFICATION_LOSSES:
+        return "classification"
+    return None
+
+
+def check_loss_fits_task(cfg: DictConfig, data: Any, say=warning_line) -> None:
+    """Crossentropy on a regression's real-valued targets cannot work: refused. A regression
+    loss on one-hot classes trains (Keras lets you compile it), but is rarely meant: a warning.
+    Categorical crossentropy over one output is 0 whatever the model does: refused."""
+    target = str(cfg.loss["_target_"])
+    kind, task = loss_kind(target), data.task
+    where = f"loss={cfg.loss.name} ({target})"
+    data_name = f"data={cfg.data.name}"
+    if kind == "classification" and task == "regression":
+        raise ConfigError(
+            f"{where} is a classification loss, but {data_name} is a regression (data.task="
+            "regression, real-valued targets): use loss=mse, mae, huber or log_cosh, or "
+            "data.task=classification if y holds class labels")
+    if kind == "regression" and task == "classification":
+        say(f"{where} is a regression loss on {data_name}'s one-hot classes (data.task="
+            "classification): it trains, but loss=categorical_crossentropy is the usual choice")
+    last = target.rsplit(".", 1)[-1].lower()
+    if task == "classification" and last in SPARSE:
+        raise ConfigError(
+            f"{where} takes class indices, but gradexp gives one-hot targets ({data_name}, "
+            f"{data.n_outputs} columns): use loss=categorical_crossentropy")
+    if last.startswith("categorical") and "crossentropy" in last and data.n_outputs == 1:
+        raise ConfigError(
+            f"{where} over one output column ({data_name}) is 0 whatever the model predicts: "
+            "use loss=binary_crossentropy, or give the targets one column per class")
+
+
+def check_model_fits_data(cfg: DictConfig, data: Any) -> None:
+    """Build a person's model once and call it on two rows of zeros: a model whose input does
+    not take the data's features, or whose output is not one column per target, is refused now
+    (a (rows, 3) output against (rows, 1) targets would broadcast in mse and train silently).
+    The built-in options are sized from the data and skipped; the model built here is dropped."""
+    from gradexp.models import build_model
+
+    target = str(cfg.model["_target_"])
+    if target.startswith("gradexp."):
+        return
+    model = build_model(cfg.model, data.n_features, data.n_outputs)  # its own one-line errors
+    import numpy as np
+
+    features = f"{data.n_features} feature{'s' if data.n_features != 1 else ''}"
+    declared = [tuple(tensor.shape) for tensor in getattr(model.network, "inputs", None) or []]
+    if len(declared) == 1 and declared[0][-1] not in (None, data.n_features):
+        raise ConfigError(
+            f"model._target_={target}: its input takes rows of {declared[0][-1]} features, but "
+            f"data={cfg.data.name} has {features}: build keras.Input((n_features,))")
+    rows = np.zeros((2, data.n_features), np.float32)
+    try:
+        out = model(rows)
+    except Exception as error:  # noqa: BLE001 - any failure here is the shapes' mismatch
+        first = (str(error).strip().splitlines() or [""])[0][:200]
+        raise ConfigError(
+            f"model._target_={target}: does not take data={cfg.data.name}'s rows of "
+            f"{features} ({type(error).__name__}: {first})") from None
+    shape = tuple(getattr(out, "shape", ()))
+    if len(shape) != 2 or shape[-1] != data.n_outputs:
+        raise ConfigError(
+            f"model._target_={target}: returns outputs of shape {shape} for 2 rows, but "
+            f"data={cfg.data.name} has {data.n_outputs} target column"
+            f"{'s' if data.n_outputs != 1 else ''} ({data.task}): build the last layer with "
+            "n_outputs units")
