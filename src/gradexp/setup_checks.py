@@ -12,7 +12,9 @@ the run go on. Nothing here is silent.
 
 from __future__ import annotations
 
+import re
 import sys
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -150,3 +152,34 @@ def check_model_fits_data(cfg: DictConfig, data: Any) -> None:
             f"data={cfg.data.name} has {data.n_outputs} target column"
             f"{'s' if data.n_outputs != 1 else ''} ({data.task}): build the last layer with "
             "n_outputs units")
+
+
+TENSORFLOW_IMPORT = re.compile(r"^\s*(?:import|from)\s+(?:tensorflow|keras|tf_keras)\b",
+                               re.MULTILINE)
+
+
+def before_importing(key: str, module_name: str) -> None:
+    """A person's module that imports TensorFlow takes seconds to load the first time: say what
+    is loading, in one line, and load TensorFlow first, quietly (gradexp.tensorflow_import), so
+    its start-up chatter does not follow the line. Read from the module's source, not imported."""
+    import importlib.util
+
+    if "tensorflow" in sys.modules or module_name in sys.modules or "." in module_name:
+        return
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        return
+    origin = getattr(spec, "origin", None) or ""
+    if not origin.endswith(".py") or not Path(origin).is_file():
+        return  # an installed package or an extension: not the person's file
+    try:
+        source = Path(origin).read_text(errors="replace")
+    except OSError:
+        return
+    if TENSORFLOW_IMPORT.search(source):
+        from gradexp.console import note_line
+        from gradexp.tensorflow_import import import_tensorflow
+
+        note_line(f"importing {module_name} ({key}), which loads TensorFlow: a few seconds")
+        import_tensorflow()

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from gradexp.objective import FALLBACK, objective
 
@@ -67,6 +67,7 @@ class MlflowSweepCallback(Callback):
             # sweeper told to optimize the objective the wrong way.
             check_ranges(config, missing_ok=True)
             check_sweeper_direction(config)
+            check_every_job(config)  # a sweep that does not all compose opens no parent
             if not _tracking_off(config):
                 self._open_parent(config)
 
@@ -153,6 +154,42 @@ def check_sweeper_direction(config: DictConfig) -> None:
         raise ConfigError(
             f"hydra.sweeper.direction={wanted}, but sweep.objective {metric} is to {direction}: "
             "set hydra.sweeper.direction='${gradexp.direction:}' (or sweep.direction)")
+
+
+def check_every_job(config: DictConfig) -> None:
+    """Compose each job of a basic sweep as Hydra will (its overrides and hydra.sweeper.params)
+    and check it as its run would before TensorFlow loads: `-m optimizer=sgd,adamm` ends here,
+    in one line, before the parent run or any child exists. Other sweepers (Optuna) choose their
+    jobs as they go; their first job checks itself."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from gradexp.errors import USER_ERRORS, one_line
+    from gradexp.schema import ConfigError
+    from gradexp.setup_checks import check_config
+    from gradexp.targets import check_modules_exist
+    from gradexp.validation import check_ranges
+
+    if _plugin_name(config.hydra.sweeper) != "BasicSweeper":
+        return
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
+    arguments = [f"{key}={value}" for key, value in params.items()]
+    loader = GlobalHydra.instance().config_loader()
+    parsed = OverridesParser.create(config_loader=loader).parse_overrides(
+        [*arguments, *config.hydra.overrides.task])
+    for batch in BasicSweeper.split_arguments(parsed, None):
+        for job in batch:
+            try:
+                job_cfg = loader.load_sweep_config(config, list(job))
+                with open_dict(job_cfg):
+                    del job_cfg["hydra"]  # the run's config, as the job's task sees it
+            except USER_ERRORS as error:
+                raise ConfigError(one_line(error)) from None
+            check_ranges(job_cfg)
+            check_modules_exist(job_cfg, Path.cwd())
+            check_config(job_cfg)
 
 
 def swept_keys(config: DictConfig) -> list[str]:

@@ -89,6 +89,9 @@ class _NoSuchModule(Exception):
 
 def _import(key: str, path: str, module_name: str) -> ModuleType:
     """Import one module; a missing top-level module is one line, a submodule is the caller's."""
+    from gradexp.setup_checks import before_importing
+
+    before_importing(key, module_name)  # a module that loads TensorFlow says so
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as error:
