@@ -1,0 +1,213 @@
+"""Every config or builder mistake a person can make is answered before anything is recorded
+(issue 21, items 2 and 3): one `error:` line naming the key, exit code 2, and no MLflow run,
+no sweep parent, no sweep folder left behind. Legitimate but unusual setups run with one warning.
+
+The single-run cases go through the command line's own job function (gradexp.app.task) in this
+process, on a config Hydra composed; the sweep cases through `python -m gradexp -m`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import open_dict
+
+from conftest import CONF, run_cli
+
+MY_MODELS = '''
+import keras
+
+def build(n_features, n_outputs, width=8):
+    inputs = keras.Input((n_features,))
+    hidden = keras.layers.Dense(width, activation="tanh")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(n_outputs)(hidden))
+
+def not_a_model(n_features, n_outputs):
+    return "a string"
+
+def three_features(n_features, n_outputs):
+    inputs = keras.Input((3,))
+    return keras.Model(inputs, keras.layers.Dense(n_outputs)(inputs))
+
+def three_outputs(n_features, n_outputs):
+    inputs = keras.Input((n_features,))
+    return keras.Model(inputs, keras.layers.Dense(3)(inputs))
+
+def one_argument_loss(y_true):
+    return y_true
+'''
+MY_DATA = '''
+import numpy as np
+
+def load(n=40):
+    x = np.linspace(0, 1, n)[:, None]
+    return x, 2 * x + 1
+'''
+BROKEN = "raise RuntimeError('my module is broken')\n"
+
+# (overrides, the error line's words). Each a mistake of the config, the command line or the
+# person's code that gradexp can know before it opens a run.
+MISTAKES = [
+    # a `_target_` for a group option that does not read it
+    (["model._target_=my_models.build"],
+     "model._target_=my_models.build: model=linear builds with its own code "
+     "(gradexp.models.linear) and would not read model.init_scale, model.seed; for your code "
+     "use model=custom model._target_=my_models.build"),
+    (["data._target_=my_data.load"],
+     "data._target_=my_data.load: data=linear builds with its own code (gradexp.data.linear) "
+     "and would not read data.n_samples"),
+    # the person's builder
+    (["model=custom", "model._target_=my_models.not_a_model"],
+     "model._target_=my_models.not_a_model: returned a str, not a keras.Model"),
+    (["model=custom", "model._target_=my_models.build", "+model.kwargs.widht=8"],
+     "model._target_=my_models.build: cannot be called with n_features=1, n_outputs=1, "
+     "widht=8"),
+    (["model=custom", "model._target_=my_models.three_features"],
+     "model._target_=my_models.three_features: its input takes rows of 3 features, but "
+     "data=linear has 1 feature"),
+    (["model=custom", "model._target_=my_models.three_outputs"],
+     "model._target_=my_models.three_outputs: returns outputs of shape (2, 3) for 2 rows, but "
+     "data=linear has 1 target column"),
+    (["model=custom", "model._target_=my_models.nope"],
+     "model._target_=my_models.nope: module my_models has no attribute 'nope'"),
+    (["model=custom", "model._target_=nowhere.build"],
+     "model._target_=nowhere.build: no module named 'nowhere'"),
+    (["model=custom", "model._target_=broken.build"],
+     "model._target_=broken.build: importing broken raised RuntimeError: my module is broken"),
+    (["model=custom"], "model._target_ is required here"),
+    # the loss against the task, and the person's loss
+    (["loss=categorical_crossentropy"],
+     "loss=categorical_crossentropy (keras.losses.CategoricalCrossentropy) is a classification "
+     "loss, but data=linear is a regression"),
+    (["loss=binary_crossentropy", "data=sine"],
+     "loss=binary_crossentropy (keras.losses.BinaryCrossentropy) is a classification loss, but "
+     "data=sine is a regression"),
+    (["data=blobs", "loss._target_=keras.losses.SparseCategoricalCrossentropy"],
+     "takes class indices, but gradexp gives one-hot targets (data=blobs, 3 columns)"),
+    (["loss._target_=my_models.one_argument_loss"],
+     "loss._target_=my_models.one_argument_loss: cannot be called as one_argument_loss(y_true, "
+     "y_pred)"),
+    # the person's loader, data files, values, resuming
+    (["data=custom", "data._target_=my_data.load", "+data.kwargs.rows=5"],
+     "data._target_=my_data.load: cannot be called with data.kwargs={'rows': 5}"),
+    (["data=csv", "data.path=missing.csv", "data.target=y"], "missing.csv"),
+    (["trainer.epochs=0"], "trainer.epochs=0: must be an integer >= 1"),
+    (["optimizer.learning_rate=-1"], "optimizer.learning_rate=-1"),
+    (["trainer.resume=0123456789abcdef"], "trainer.resume=0123456789abcdef"),
+]
+
+
+@pytest.fixture
+def launch(tmp_path: Path) -> Path:
+    """A launch folder with the person's modules beside it, and nothing recorded yet."""
+    (tmp_path / "my_models.py").write_text(MY_MODELS)
+    (tmp_path / "my_data.py").write_text(MY_DATA)
+    (tmp_path / "broken.py").write_text(BROKEN)
+    return tmp_path
+
+
+def run_as_command_line(launch: Path, overrides: list[str]) -> None:
+    """What `python -m gradexp OVERRIDES` does in `launch`, in this process: Hydra composes the
+    config (its hydra node too), then gradexp's job function runs it."""
+    from gradexp.app import task
+
+    store = f"sqlite:///{launch / 'mlflow.db'}"
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", return_hydra_config=True,
+                      overrides=[f"tracking.uri={store}", "gradcheck=off", "trainer.epochs=2",
+                                 *overrides])
+    with open_dict(cfg):  # what Hydra's run sets before it calls the job
+        cfg.hydra.runtime.cwd = str(launch)
+        cfg.hydra.runtime.output_dir = str(launch / "outputs")
+    HydraConfig.instance().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    task(cfg)
+
+
+def recorded_runs(folder: Path) -> list[tuple[str, str]]:
+    """(name, status) of every run in the folder's store; none when there is no store."""
+    db = folder / "mlflow.db"
+    if not db.exists():
+        return []
+    with sqlite3.connect(db) as connection:
+        return connection.execute("select name, status from runs").fetchall()
+
+
+@pytest.mark.parametrize(("overrides", "says"), MISTAKES,
+                         ids=[" ".join(overrides) for overrides, _ in MISTAKES])
+def test_a_mistake_is_one_line_exit_2_and_leaves_no_run(launch, capsys, overrides, says):
+    with pytest.raises(SystemExit) as exited:
+        run_as_command_line(launch, overrides)
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert exited.value.code == 2, err
+    assert len(errors) == 1, err
+    assert says in errors[0]
+    assert "Traceback" not in err
+    assert recorded_runs(launch) == []
+
+
+def test_mse_on_classes_runs_with_one_warning_naming_the_keys(launch, capsys):
+    run_as_command_line(launch, ["data=blobs", "loss=mse"])
+    err = capsys.readouterr().err
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        "warning: loss=mse (keras.losses.MeanSquaredError) is a regression loss on data=blobs's "
+        "one-hot classes (data.task=classification): it trains, but "
+        "loss=categorical_crossentropy is the usual choice"]
+    assert [status for _, status in recorded_runs(launch)] == ["FINISHED"]
+
+
+def test_the_matching_setups_say_nothing(launch, capsys):
+    run_as_command_line(launch, ["model=custom", "model._target_=my_models.build",
+                                 "+model.kwargs.width=4"])
+    run_as_command_line(launch, ["data=blobs", "loss=categorical_crossentropy"])
+    err = capsys.readouterr().err
+    assert "warning:" not in err and "error:" not in err
+    assert [status for _, status in recorded_runs(launch)] == ["FINISHED", "FINISHED"]
+
+
+def test_a_module_that_loads_tensorflow_says_so_while_it_loads(launch, capsys):
+    import sys
+
+    from gradexp.setup_checks import before_importing
+
+    (launch / "tf_models.py").write_text("import tensorflow as tf\n")
+    sys.path.insert(0, str(launch))
+    try:
+        loaded = "tensorflow" in sys.modules
+        before_importing("model._target_", "tf_models")
+        said = capsys.readouterr().err
+        if not loaded:  # the line only matters while TensorFlow is still to load
+            assert said.strip() == ("note: importing tf_models (model._target_), which loads "
+                                    "TensorFlow: a few seconds")
+        before_importing("model._target_", "my_data")  # numpy only: nothing to say
+        assert capsys.readouterr().err == ""
+    finally:
+        sys.path.remove(str(launch))
+
+
+SWEEP_MISTAKES = [
+    (["optimizer=sgd,adamm", "trainer.epochs=2"],
+     "optimizer=adamm: no such option; available: adagrad, adam,"),
+    (["trainer.epochs=2,0"], "trainer.epochs=0: must be an integer >= 1"),
+    (["model=linear,mlp", "model._target_=my_models.build", "trainer.epochs=2"],
+     "model._target_=my_models.build: model=linear builds with its own code"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("overrides", "says"), SWEEP_MISTAKES,
+                         ids=[" ".join(overrides) for overrides, _ in SWEEP_MISTAKES])
+def test_a_sweep_whose_jobs_do_not_all_compose_opens_no_parent(launch, overrides, says):
+    done = run_cli("-m", "gradcheck=off", *overrides, cwd=launch, timeout=120)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2, done.stderr
+    assert len(errors) == 1 and says in errors[0], done.stderr
+    assert recorded_runs(launch) == []  # no parent, no child: `gradexp compare` offers nothing
+    assert not (launch / "multirun").exists()
