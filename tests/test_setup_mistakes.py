@@ -9,6 +9,7 @@ process, on a config Hydra composed; the sweep cases through `python -m gradexp 
 from __future__ import annotations
 
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict
 
-from conftest import CONF, run_cli
+from conftest import CONF, compose_config, run_cli
 
 MY_MODELS = '''
 import keras
@@ -53,31 +54,32 @@ BROKEN = "raise RuntimeError('my module is broken')\n"
 # person's code that gradexp can know before it opens a run.
 MISTAKES = [
     # a `_target_` for a group option that does not read it
-    (["model._target_=my_models.build"],
-     "model._target_=my_models.build: model=linear builds with its own code "
+    (["model._target_=wrong_models.build"],
+     "model._target_=wrong_models.build: model=linear builds with its own code "
      "(gradexp.models.linear) and would not read model.init_scale, model.seed; for your code "
-     "use model=custom model._target_=my_models.build"),
-    (["data._target_=my_data.load"],
-     "data._target_=my_data.load: data=linear builds with its own code (gradexp.data.linear) "
+     "use model=custom model._target_=wrong_models.build"),
+    (["data._target_=wrong_data.load"],
+     "data._target_=wrong_data.load: data=linear builds with its own code (gradexp.data.linear) "
      "and would not read data.n_samples"),
     # the person's builder
-    (["model=custom", "model._target_=my_models.not_a_model"],
-     "model._target_=my_models.not_a_model: returned a str, not a keras.Model"),
-    (["model=custom", "model._target_=my_models.build", "+model.kwargs.widht=8"],
-     "model._target_=my_models.build: cannot be called with n_features=1, n_outputs=1, "
+    (["model=custom", "model._target_=wrong_models.not_a_model"],
+     "model._target_=wrong_models.not_a_model: returned a str, not a keras.Model"),
+    (["model=custom", "model._target_=wrong_models.build", "+model.kwargs.widht=8"],
+     "model._target_=wrong_models.build: cannot be called with n_features=1, n_outputs=1, "
      "widht=8"),
-    (["model=custom", "model._target_=my_models.three_features"],
-     "model._target_=my_models.three_features: its input takes rows of 3 features, but "
+    (["model=custom", "model._target_=wrong_models.three_features"],
+     "model._target_=wrong_models.three_features: its input takes rows of 3 features, but "
      "data=linear has 1 feature"),
-    (["model=custom", "model._target_=my_models.three_outputs"],
-     "model._target_=my_models.three_outputs: returns outputs of shape (2, 3) for 2 rows, but "
+    (["model=custom", "model._target_=wrong_models.three_outputs"],
+     "model._target_=wrong_models.three_outputs: returns outputs of shape (2, 3) for 2 rows, but "
      "data=linear has 1 target column"),
-    (["model=custom", "model._target_=my_models.nope"],
-     "model._target_=my_models.nope: module my_models has no attribute 'nope'"),
+    (["model=custom", "model._target_=wrong_models.nope"],
+     "model._target_=wrong_models.nope: module wrong_models has no attribute 'nope'"),
     (["model=custom", "model._target_=nowhere.build"],
      "model._target_=nowhere.build: no module named 'nowhere'"),
-    (["model=custom", "model._target_=broken.build"],
-     "model._target_=broken.build: importing broken raised RuntimeError: my module is broken"),
+    (["model=custom", "model._target_=broken_module.build"],
+     "model._target_=broken_module.build: importing broken_module raised RuntimeError: my "
+     "module is broken"),
     (["model=custom"], "model._target_ is required here"),
     # the loss against the task, and the person's loss
     (["loss=categorical_crossentropy"],
@@ -88,12 +90,12 @@ MISTAKES = [
      "data=sine is a regression"),
     (["data=blobs", "loss._target_=keras.losses.SparseCategoricalCrossentropy"],
      "takes class indices, but gradexp gives one-hot targets (data=blobs, 3 columns)"),
-    (["loss._target_=my_models.one_argument_loss"],
-     "loss._target_=my_models.one_argument_loss: cannot be called as one_argument_loss(y_true, "
+    (["loss._target_=wrong_models.one_argument_loss"],
+     "loss._target_=wrong_models.one_argument_loss: cannot be called as one_argument_loss(y_true, "
      "y_pred)"),
     # the person's loader, data files, values, resuming
-    (["data=custom", "data._target_=my_data.load", "+data.kwargs.rows=5"],
-     "data._target_=my_data.load: cannot be called with data.kwargs={'rows': 5}"),
+    (["data=custom", "data._target_=wrong_data.load", "+data.kwargs.rows=5"],
+     "data._target_=wrong_data.load: cannot be called with data.kwargs={'rows': 5}"),
     (["data=csv", "data.path=missing.csv", "data.target=y"], "missing.csv"),
     (["trainer.epochs=0"], "trainer.epochs=0: must be an integer >= 1"),
     (["optimizer.learning_rate=-1"], "optimizer.learning_rate=-1"),
@@ -101,13 +103,22 @@ MISTAKES = [
 ]
 
 
+MODULES = ("wrong_models", "wrong_data", "broken_module", "tf_models")
+
+
 @pytest.fixture
-def launch(tmp_path: Path) -> Path:
-    """A launch folder with the person's modules beside it, and nothing recorded yet."""
-    (tmp_path / "my_models.py").write_text(MY_MODELS)
-    (tmp_path / "my_data.py").write_text(MY_DATA)
-    (tmp_path / "broken.py").write_text(BROKEN)
-    return tmp_path
+def launch(tmp_path: Path, monkeypatch) -> Path:
+    """A launch folder with the person's modules beside it, and nothing recorded yet; the
+    modules imported from it are forgotten afterwards (another test's folder has its own)."""
+    (tmp_path / "wrong_models.py").write_text(MY_MODELS)
+    (tmp_path / "wrong_data.py").write_text(MY_DATA)
+    (tmp_path / "broken_module.py").write_text(BROKEN)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # gradexp puts the launch folder first
+    for name in MODULES:
+        sys.modules.pop(name, None)
+    yield tmp_path
+    for name in MODULES:
+        sys.modules.pop(name, None)
 
 
 def run_as_command_line(launch: Path, overrides: list[str]) -> None:
@@ -164,7 +175,7 @@ def test_mse_on_classes_runs_with_one_warning_naming_the_keys(launch, capsys):
 
 
 def test_the_matching_setups_say_nothing(launch, capsys):
-    run_as_command_line(launch, ["model=custom", "model._target_=my_models.build",
+    run_as_command_line(launch, ["model=custom", "model._target_=wrong_models.build",
                                  "+model.kwargs.width=4"])
     run_as_command_line(launch, ["data=blobs", "loss=categorical_crossentropy"])
     err = capsys.readouterr().err
@@ -172,32 +183,56 @@ def test_the_matching_setups_say_nothing(launch, capsys):
     assert [status for _, status in recorded_runs(launch)] == ["FINISHED", "FINISHED"]
 
 
-def test_a_module_that_loads_tensorflow_says_so_while_it_loads(launch, capsys):
-    import sys
+def test_which_modules_load_tensorflow_is_read_from_their_source(launch):
+    from gradexp.setup_checks import loads_tensorflow
 
-    from gradexp.setup_checks import before_importing
-
-    (launch / "tf_models.py").write_text("import tensorflow as tf\n")
+    (launch / "tf_models.py").write_text("import numpy as np\nfrom tensorflow import keras\n")
     sys.path.insert(0, str(launch))
-    try:
-        loaded = "tensorflow" in sys.modules
-        before_importing("model._target_", "tf_models")
-        said = capsys.readouterr().err
-        if not loaded:  # the line only matters while TensorFlow is still to load
-            assert said.strip() == ("note: importing tf_models (model._target_), which loads "
-                                    "TensorFlow: a few seconds")
-        before_importing("model._target_", "my_data")  # numpy only: nothing to say
-        assert capsys.readouterr().err == ""
-    finally:
-        sys.path.remove(str(launch))
+    assert loads_tensorflow("tf_models") is True
+    assert loads_tensorflow("wrong_data") is False  # numpy only
+    assert loads_tensorflow("yaml") is False  # installed: not the person's file
+    assert "tf_models" not in sys.modules  # known without importing it
+
+
+@pytest.mark.slow
+def test_a_module_that_loads_tensorflow_says_so_while_it_loads(launch):
+    (launch / "tf_data.py").write_text("import tensorflow as tf\n" + MY_DATA)
+    done = run_cli("data=custom", "data._target_=tf_data.load", "tracking=none",
+                   "gradcheck=off", "trainer.epochs=1", cwd=launch, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    said = "note: importing tf_data (data._target_), which loads TensorFlow: a few seconds"
+    assert said in lines
+    # TensorFlow's start-up chatter (its C++ log lines) does not follow the line
+    assert not [line for line in lines[lines.index(said):] if "cuda" in line.lower()
+                or "oneDNN" in line or "absl" in line]
+
+
+def test_checking_a_model_leaves_keras_layer_names_as_they_were(launch):
+    """The model built only to be checked takes no layer names: the trained one's variables (and
+    their names in the gradient checks and MLflow) are those a run without the check had."""
+    import keras
+
+    from gradexp.data import load_data
+    from gradexp.setup_checks import check_model_fits_data
+    from gradexp.targets import importable
+
+    importable(launch)
+    cfg = compose_config("model=custom", "model._target_=wrong_models.build")
+    data = load_data(cfg.data, launch)
+    before = keras.layers.Dense(1).name  # dense, or dense_N after other tests' models
+    check_model_fits_data(cfg, data)
+    after = keras.layers.Dense(1).name
+    count = int(before.rsplit("_", 1)[1]) if "_" in before else 0
+    assert after == f"dense_{count + 1}"
 
 
 SWEEP_MISTAKES = [
     (["optimizer=sgd,adamm", "trainer.epochs=2"],
      "optimizer=adamm: no such option; available: adagrad, adam,"),
     (["trainer.epochs=2,0"], "trainer.epochs=0: must be an integer >= 1"),
-    (["model=linear,mlp", "model._target_=my_models.build", "trainer.epochs=2"],
-     "model._target_=my_models.build: model=linear builds with its own code"),
+    (["model=linear,mlp", "model._target_=wrong_models.build", "trainer.epochs=2"],
+     "model._target_=wrong_models.build: model=linear builds with its own code"),
 ]
 
 

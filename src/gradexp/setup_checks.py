@@ -12,8 +12,11 @@ the run go on. Nothing here is silent.
 
 from __future__ import annotations
 
+import collections
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +121,24 @@ def check_loss_fits_task(cfg: DictConfig, data: Any, say=warning_line) -> None:
             "use loss=binary_crossentropy, or give the targets one column per class")
 
 
+@contextmanager
+def keras_names_kept() -> Iterator[None]:
+    """Keras names unnamed layers by a process-wide count (dense, dense_1, ...): the model built
+    only to be checked must not move it, or the trained model's variables (and so the gradient
+    checks' and MLflow's names for them) would differ from a run without the check."""
+    try:
+        from keras.src.backend.common import global_state
+    except ImportError:  # another Keras layout: names may move on by one model
+        yield
+        return
+    uids = global_state.get_global_attribute("object_name_uids")
+    saved = None if uids is None else collections.defaultdict(int, uids)
+    try:
+        yield
+    finally:
+        global_state.set_global_attribute("object_name_uids", saved)
+
+
 def check_model_fits_data(cfg: DictConfig, data: Any) -> None:
     """Build a person's model once and call it on two rows of zeros: a model whose input does
     not take the data's features, or whose output is not one column per target, is refused now
@@ -128,7 +149,12 @@ def check_model_fits_data(cfg: DictConfig, data: Any) -> None:
     target = str(cfg.model["_target_"])
     if target.startswith("gradexp."):
         return
-    model = build_model(cfg.model, data.n_features, data.n_outputs)  # its own one-line errors
+
+    with keras_names_kept():
+        _check_built(cfg, data, target, build_model(cfg.model, data.n_features, data.n_outputs))
+
+
+def _check_built(cfg: DictConfig, data: Any, target: str, model: Any) -> None:
     import numpy as np
 
     features = f"{data.n_features} feature{'s' if data.n_features != 1 else ''}"
@@ -161,25 +187,31 @@ TENSORFLOW_IMPORT = re.compile(r"^\s*(?:import|from)\s+(?:tensorflow|keras|tf_ke
 def before_importing(key: str, module_name: str) -> None:
     """A person's module that imports TensorFlow takes seconds to load the first time: say what
     is loading, in one line, and load TensorFlow first, quietly (gradexp.tensorflow_import), so
-    its start-up chatter does not follow the line. Read from the module's source, not imported."""
+    its start-up chatter does not follow the line."""
+    if "tensorflow" in sys.modules or not loads_tensorflow(module_name):
+        return
+    from gradexp.console import note_line
+    from gradexp.tensorflow_import import import_tensorflow
+
+    note_line(f"importing {module_name} ({key}), which loads TensorFlow: a few seconds")
+    import_tensorflow()
+
+
+def loads_tensorflow(module_name: str) -> bool:
+    """Whether a top-level module of the person's (a .py file, not yet imported) imports
+    TensorFlow or Keras, from its source: nothing is imported to know."""
     import importlib.util
 
-    if "tensorflow" in sys.modules or module_name in sys.modules or "." in module_name:
-        return
+    if module_name in sys.modules or "." in module_name:
+        return False
     try:
         spec = importlib.util.find_spec(module_name)
     except (ImportError, ValueError):
-        return
+        return False
     origin = getattr(spec, "origin", None) or ""
-    if not origin.endswith(".py") or not Path(origin).is_file():
-        return  # an installed package or an extension: not the person's file
+    if not origin.endswith(".py") or "site-packages" in origin or "dist-packages" in origin:
+        return False  # an installed package, an extension, a built-in: not the person's file
     try:
-        source = Path(origin).read_text(errors="replace")
+        return bool(TENSORFLOW_IMPORT.search(Path(origin).read_text(errors="replace")))
     except OSError:
-        return
-    if TENSORFLOW_IMPORT.search(source):
-        from gradexp.console import note_line
-        from gradexp.tensorflow_import import import_tensorflow
-
-        note_line(f"importing {module_name} ({key}), which loads TensorFlow: a few seconds")
-        import_tensorflow()
+        return False
