@@ -170,7 +170,8 @@ def check_every_job(config: DictConfig) -> None:
     from gradexp.targets import check_modules_exist
     from gradexp.validation import check_ranges
 
-    if _plugin_name(config.hydra.sweeper) != "BasicSweeper":
+    if _plugin_name(config.hydra.sweeper) != "BasicSweeper" \
+            or not GlobalHydra.instance().is_initialized():
         return
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
