@@ -39,7 +39,7 @@ CLASSIFICATION_LOSSES = {"binarycrossentropy", "binary_crossentropy",
                          "categoricalfocalcrossentropy", "categorical_focal_crossentropy",
                          "sparsecategoricalcrossentropy", "sparse_categorical_crossentropy",
                          "categoricalhinge", "categorical_hinge", "hinge", "squaredhinge",
-                         "squared_hinge", "kldivergence", "kl_divergence", "poisson"}
+                         "squared_hinge"}  # (poisson and KL divergence: either task)
 SPARSE = {"sparsecategoricalcrossentropy", "sparse_categorical_crossentropy"}
 
 
