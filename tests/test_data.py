@@ -46,8 +46,12 @@ def species(n=90):                       # text labels in a tf.string tensor
                                                             + (x[:, 0] > 0.4)]
     return tf.data.Dataset.from_tensor_slices((x, names))
 
-def forever():
-    return tf.data.Dataset.from_tensor_slices(_rows(10)).repeat()
+def forever():                           # infinite, batched: data.steps_per_epoch says an epoch
+    return tf.data.Dataset.from_tensor_slices(_rows(40)).shuffle(40, seed=0).repeat().batch(8)
+
+def big(n=1500):                         # larger than a small data.materialize_mb: streamed
+    train = tf.data.Dataset.from_tensor_slices(_rows(n))
+    return train, tf.data.Dataset.from_tensor_slices(_rows(20, seed=1))
 
 def text_labels():                       # numpy arrays, labels as Python strings
     x = np.random.default_rng(3).normal(size=(60, 2))
@@ -139,14 +143,79 @@ def test_named_features_of_a_dict_are_the_columns_of_the_logged_model(launch, st
     assert model.predict(pd.DataFrame({"rooms": [0.0], "area": [0.5]})).shape == (1, 1)
 
 
-def test_a_tf_data_set_that_cannot_be_read_into_memory_is_one_line(launch):
+STREAM = ("data.materialize_mb=0.01",)  # 10 kB: 1,500 rows of 2 features and 1 target stream
+
+
+def test_a_tf_data_set_larger_than_materialize_mb_is_streamed_standardized(launch):
+    data = loaded(launch, "big", *STREAM)
+    assert data.stream is not None and data.stream_rows == 1500 and len(data.x) == 1024
+    np.testing.assert_allclose(data.x, loaded(launch, "big", *STREAM).x)  # the first rows
+    streamed = np.concatenate([x for x, _ in data.stream.batch(500).as_numpy_iterator()])
+    assert streamed.shape == (1500, 2)
+    np.testing.assert_allclose(streamed.mean(0), 0, atol=1e-5)  # standardized on all rows
+    np.testing.assert_allclose(streamed.std(0), 1, atol=1e-4)
+    assert len(data.val) == 20  # its own validation set, in memory
+    np.testing.assert_allclose(data.x, streamed[:1024], rtol=1e-5)
+
+
+def test_a_streamed_run_trains_checks_its_sample_and_records_it(launch, store, client, capsys):
+    cfg = compose_config(f"tracking.uri={store}", "data=custom", "data._target_=my_data.big",
+                         *STREAM, "trainer.batch_size=100", "trainer.epochs=20",
+                         "optimizer.learning_rate=0.05", "gradcheck.every_n_epochs=10")
+    result = run_experiment(cfg, quiet=False, launch_dir=launch)
+    recorded = tags(client, result.run_id)
+    assert (recorded["gradexp.data.streamed"], recorded["gradexp.data.rows.train"],
+            recorded["gradexp.data.sample_rows"], recorded["gradexp.data.batch_size"]) == (
+        "true", "1500", "1024", "100")
+    assert "is streamed (1500 rows an epoch); gradient checks and train/ metrics use its " \
+           "first 1024 rows" in capsys.readouterr().err
+    assert result.gradcheck_passed is True and result.epochs == 20
+    assert result.metrics["val/r2"] > 0.95
+    losses = [m.value for m in client.get_metric_history(result.run_id, "loss")]
+    assert len(losses) == 20 and losses[-1] < losses[0] / 5
+
+
+def test_an_infinite_tf_data_set_streams_steps_per_epoch_batches(launch, store, client):
     with pytest.raises(ConfigError, match=re.escape(
-            "data._target_=my_data.forever: its training tf.data.Dataset is infinite (.repeat())")):
+            "data._target_=my_data.forever: its training tf.data.Dataset is infinite (.repeat()): "
+            "set data.steps_per_epoch")):
         loaded(launch, "forever")
+    result = run(store, launch, "data=custom", "data._target_=my_data.forever",
+                 "data.steps_per_epoch=5", "trainer.epochs=30", "optimizer.learning_rate=0.1")
+    recorded = tags(client, result.run_id)
+    assert recorded["gradexp.data.batch_size"] == "8" and recorded["gradexp.data.rows.val"] == "0"
+    assert result.final_loss < 0.05  # y = 3a - b + 1, exactly: a line fits it
+
+
+def test_a_stream_without_batches_needs_a_batch_size_and_a_large_val_set_is_refused(launch,
+                                                                                     store):
+    cfg = compose_config(f"tracking.uri={store}", "data=custom", "data._target_=my_data.big",
+                         *STREAM)
+    with pytest.raises(ConfigError, match="trainer.batch_size=null: a streamed tf.data.Dataset"):
+        run_experiment(cfg, quiet=True, launch_dir=launch)
     with pytest.raises(ConfigError, match=re.escape(
-            "data._target_=my_data.rows: its training tf.data.Dataset holds more than "
-            "data.materialize_mb=0.001 MB")):
-        loaded(launch, "rows", "+data.kwargs.n=1000", "data.materialize_mb=0.001")
+            "data._target_=my_data.big: its validation tf.data.Dataset holds more than "
+            "data.materialize_mb=0.0001 MB; a validation set must fit in memory")):
+        loaded(launch, "big", "data.materialize_mb=0.0001")
+
+
+def test_a_streamed_classification_maps_text_labels_as_in_memory(launch, store, client):
+    in_memory = loaded(launch, "species", "data.task=classification", "+data.kwargs.n=1200")
+    data = loaded(launch, "species", "data.task=classification", "+data.kwargs.n=1200",
+                  *STREAM)
+    assert data.stream is not None and data.labels == in_memory.labels == [
+        "setosa", "versicolor", "virginica"]
+    x, y = next(data.stream.batch(1200).as_numpy_iterator())
+    raw = np.random.default_rng(2).normal(size=(1200, 2)).astype("float32")
+    truth = (raw[:, 0] > -0.4).astype(int) + (raw[:, 0] > 0.4)
+    np.testing.assert_array_equal(y.argmax(1), truth)
+    np.testing.assert_array_equal(y.sum(1), 1)
+    result = run(store, launch, "data=custom", "data._target_=my_data.species",
+                 "data.task=classification", "+data.kwargs.n=1200", *STREAM,
+                 "trainer.batch_size=200", "model=mlp", "loss=categorical_crossentropy",
+                 "optimizer=adam", "optimizer.learning_rate=0.05", "trainer.epochs=10")
+    assert result.metrics["train/accuracy"] > 0.8  # on the recorded sample of 1024 rows
+    assert artifact_json(client, result.run_id, "data/labels.json")["labels"] == data.labels
 
 
 # ---------------------------------------------------------------- labels of any kind

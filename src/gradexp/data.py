@@ -60,6 +60,17 @@ class Dataset:
     labels: list | None = None  # a classification: the class of each one-hot column, your values
     standardization: Standardization | None = None  # None: x is as given
     batch_size: int | None = None  # a loader's tf.data batches: their rows (trainer's otherwise)
+    # A streamed tf.data training set (gradexp.tfdata): x, y are then its first rows (a sample)
+    stream: Any = None  # the tf.data.Dataset the trainer iterates: (x, y) float32, prepared
+    stream_rows: int | None = None  # rows per epoch, counted in the statistics pass
+    stream_steps: int | None = None  # data.steps_per_epoch; None: an epoch is one pass
+
+    def steps_per_epoch(self, batch_size: int | None) -> int:
+        """Optimizer steps in one epoch with batches of `batch_size` rows (None: full batch)."""
+        if self.stream is not None and self.stream_steps:
+            return self.stream_steps
+        rows = self.stream_rows or len(self.x)
+        return -(-rows // min(batch_size or rows, rows))
 
     @property
     def n_features(self) -> int:
@@ -119,10 +130,23 @@ def data_record(data: Dataset, trainer_batch_size: int | None) -> DataRecord:
     """The rows of each split, whether the features were standardized, who batched them (the
     loader's tf.data batches or trainer.batch_size) and the classes, for the run to record."""
     rows = {name: len(split) for name, split in data.splits().items()}
+    notes = []
+    if data.stream is not None:  # the trainer iterates it; x, y are its first rows
+        if data.batch_size is None and trainer_batch_size is None:
+            raise ConfigError("trainer.batch_size=null: a streamed tf.data.Dataset (larger than "
+                              "data.materialize_mb, or infinite) trains in batches: set "
+                              "trainer.batch_size, or batch the Dataset in your loader")
+        rows["train"] = data.stream_rows
+        notes.append(f"the training tf.data.Dataset is streamed ({data.stream_rows} rows an "
+                     f"epoch); gradient checks and train/ metrics use its first {len(data.x)} "
+                     "rows" + ("" if data.val is not None else
+                               "; it is not split (data.val_fraction): no validation rows"))
     tags = {f"gradexp.data.rows.{name}": str(rows.get(name, 0))
             for name in ("train", "val", "test")}
     tags["gradexp.data.standardized"] = str(data.standardization is not None).lower()
-    notes = []
+    if data.stream is not None:
+        tags["gradexp.data.streamed"] = "true"
+        tags["gradexp.data.sample_rows"] = str(len(data.x))
     if data.batch_size is not None:
         tags["gradexp.data.batched_by"] = "loader"
         ignored = (f"; trainer.batch_size={trainer_batch_size} is not used"
@@ -326,7 +350,8 @@ def _plain(classes: np.ndarray) -> list:
 
 def from_user_loader(load, *, name: str, task: str, val_fraction: float, test_fraction: float,
                      split_seed: int, standardize: bool, kwargs: dict,
-                     materialize_mb: float = 1024, target: str | None = None) -> Dataset:
+                     materialize_mb: float = 1024, steps_per_epoch: int | None = None,
+                     target: str | None = None) -> Dataset:
     """data=custom: call the person's `load(**data.kwargs)`. It may return a Dataset; arrays
     (x, y), which are split as a table (val_fraction, ...); its own splits
     ((x, y), (x_val, y_val)), used as they are; or a tf.data.Dataset of (x, y) (or a pair of
@@ -343,15 +368,18 @@ def from_user_loader(load, *, name: str, task: str, val_fraction: float, test_fr
                           ) from None
     if isinstance(loaded, Dataset):
         return standardized(loaded) if standardize else loaded
-    batch_size = None
+    batch_size = stream = None
     if tfdata.is_dataset(loaded) or (isinstance(loaded, tuple | list) and
                                      any(tfdata.is_dataset(part) for part in loaded)):
-        parts, batch_size = tfdata.read(loaded, where, materialize_mb * 2 ** 20)
+        parts, batch_size, stream = tfdata.read(loaded, where, materialize_mb * 2 ** 20,
+                                                steps_per_epoch)
     else:
         parts = _array_parts(loaded, where)
     if task != "classification":  # a regression's targets are numbers
         parts = [(x, _columns(y, f"{where}: the targets"), names) for x, y, names in parts]
-    if len(parts) == 1:
+    if stream is not None:
+        data = _streamed(name, task, stream, parts, standardize)
+    elif len(parts) == 1:
         (x, y, features), = parts
         data = tabular(name, task, x, y, val_fraction, test_fraction, split_seed, standardize,
                        features)
@@ -365,6 +393,35 @@ def from_user_loader(load, *, name: str, task: str, val_fraction: float, test_fr
                        labels=labels)
         data = standardized(data) if standardize else data
     data.batch_size = batch_size
+    return data
+
+
+def _streamed(name: str, task: str, stream, parts: list, standardize: bool) -> Dataset:
+    """A training stream (gradexp.tfdata): one pass for the features' statistics and the
+    classes, then the Dataset of its first rows (what checks and train/ metrics use), the
+    validation part if any, and the prepared stream the trainer iterates."""
+    from gradexp import tfdata
+
+    (x, y, features), *rest = parts
+    mean, std, classes, rows = tfdata.statistics(stream, task == "classification")
+    x_val, y_val = (rest[0][0], rest[0][1]) if rest else (None, None)
+    labels = None
+    if task == "classification":
+        given = [y] + ([y_val] if rest else [])
+        encoded, labels = encode_labels(*([classes] if classes is not None else []), *given)
+        y, y_val = encoded[-len(given)], (encoded[-1] if rest else None)
+    scaling = Standardization(mean, np.where(std > 0, std, 1.0)) if standardize else None
+
+    def scale(part: np.ndarray) -> np.ndarray:
+        return _float32(part if scaling is None else (part - scaling.mean) / scaling.scale)
+
+    val = Split(scale(x_val), _float32(y_val)) if rest else None
+    data = Dataset(name, task, scale(x), _float32(y), val, features=features, labels=labels,
+                   standardization=scaling)
+    data.stream = tfdata.prepared(stream, None if scaling is None else scaling.mean,
+                                  None if scaling is None else scaling.scale,
+                                  labels if classes is not None else None)
+    data.stream_rows, data.stream_steps = rows, stream.steps_per_epoch
     return data
 
 

@@ -271,8 +271,8 @@ class _Run:
                                        self.data.splits())
         with device.scope():
             batch_size = self.data.batch_size or cfg.trainer.batch_size  # a loader's batches win
-            batch = min(batch_size or len(self.data.x), len(self.data.x))
-            optimizer = build_optimizer(cfg.optimizer, -(-len(self.data.x) // batch), epochs)
+            optimizer = build_optimizer(cfg.optimizer, self.data.steps_per_epoch(batch_size),
+                                        epochs)
             schedule = getattr(cfg.optimizer.schedule.name, "value", cfg.optimizer.schedule.name)
             self.trainer = Trainer(
                 self.model, build_loss(cfg.loss), optimizer, self.data,

@@ -140,6 +140,7 @@ class CustomData(TabularData):
     name: str = "custom"
     kwargs: dict[str, Any] = field(default_factory=dict)  # passed to your loader
     materialize_mb: float = 1024  # a tf.data.Dataset is read into memory up to this size
+    steps_per_epoch: int | None = None  # batches per epoch of a streamed (infinite) tf.data.Dataset
 
 
 @dataclass

@@ -74,6 +74,7 @@ RANGE_RULES: list[tuple[str, Any, str]] = [
     ("data.spread", _positive, "must be a number > 0"),
     ("data.outliers", _fraction, "must be a fraction in [0, 1)"),
     ("data.materialize_mb", _positive, "must be a number of megabytes > 0"),
+    ("data.steps_per_epoch", _at_least(1), "must be an integer >= 1, or null for one pass"),
     ("data.features", lambda v: len(v) > 0 and all(isinstance(n, str) for n in v),
      "must be a list of column names, e.g. [area,rooms], or null for every other column"),
     ("model.hidden", _widths, "must be a list of integers >= 1, e.g. [32,32]"),
