@@ -49,6 +49,9 @@ def species(n=90):                       # text labels in a tf.string tensor
 def forever():                           # infinite, batched: data.steps_per_epoch says an epoch
     return tf.data.Dataset.from_tensor_slices(_rows(40)).shuffle(40, seed=0).repeat().batch(8)
 
+def forever_rows():
+    return tf.data.Dataset.from_tensor_slices(_rows(40)).repeat()
+
 def big(n=1500):                         # larger than a small data.materialize_mb: streamed
     train = tf.data.Dataset.from_tensor_slices(_rows(n))
     return train, tf.data.Dataset.from_tensor_slices(_rows(20, seed=1))
@@ -180,6 +183,9 @@ def test_an_infinite_tf_data_set_streams_steps_per_epoch_batches(launch, store, 
             "data._target_=my_data.forever: its training tf.data.Dataset is infinite (.repeat()): "
             "set data.steps_per_epoch")):
         loaded(launch, "forever")
+    with pytest.raises(ConfigError, match=re.escape(
+            "its training tf.data.Dataset is infinite and not batched: batch it (.batch(n))")):
+        loaded(launch, "forever_rows", "data.steps_per_epoch=5")
     result = run(store, launch, "data=custom", "data._target_=my_data.forever",
                  "data.steps_per_epoch=5", "trainer.epochs=30", "optimizer.learning_rate=0.1")
     recorded = tags(client, result.run_id)

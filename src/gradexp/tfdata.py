@@ -98,6 +98,9 @@ def _stream(dataset, where: str, steps_per_epoch: int | None) -> Stream:
                           "per epoch), or drop the .repeat() (trainer.epochs says how often the "
                           "data is seen)")
     x_spec, y_spec = dataset.element_spec
+    if infinite and not _batched(x_spec, y_spec):
+        raise ConfigError(f"{where} is infinite and not batched: batch it (.batch(n)), so "
+                          "data.steps_per_epoch counts its batches")
     return Stream(dataset, _batched(x_spec, y_spec),
                   list(x_spec) if isinstance(x_spec, dict) else None, steps_per_epoch)
 
