@@ -68,12 +68,12 @@ def own_splits():
 
 @pytest.fixture
 def launch(tmp_path):
-    (tmp_path / "my_data.py").write_text(LOADERS)
+    (tmp_path / "my_loaders.py").write_text(LOADERS)
     return tmp_path
 
 
 def loaded(launch, target: str, *overrides: str):
-    cfg = compose_config("data=custom", f"data._target_=my_data.{target}", *overrides)
+    cfg = compose_config("data=custom", f"data._target_=my_loaders.{target}", *overrides)
     return load_data(cfg.data, launch)
 
 
@@ -105,7 +105,7 @@ def test_a_batched_tf_data_set_keeps_its_batch_size_and_the_run_says_so(launch, 
                                                                         capsys):
     data = loaded(launch, "batched")
     assert data.batch_size == 16 and len(data.x) + len(data.val) == 60
-    result = run(store, launch, "data=custom", "data._target_=my_data.batched",
+    result = run(store, launch, "data=custom", "data._target_=my_loaders.batched",
                  "trainer.batch_size=5", "trainer.epochs=40", "optimizer.learning_rate=0.05",
                  quiet=False)
     recorded = tags(client, result.run_id)
@@ -122,7 +122,7 @@ def test_a_tf_data_set_with_its_own_validation_set_is_used_as_given(launch, stor
     np.testing.assert_allclose(data.val.y[:, 0], 3 * data.val.x[:, 0] - data.val.x[:, 1] + 1,
                                rtol=1e-5)
     assert data.batch_size == (batch or None)
-    result = run(store, launch, "data=custom", "data._target_=my_data.with_val",
+    result = run(store, launch, "data=custom", "data._target_=my_loaders.with_val",
                  f"+data.kwargs.batch={batch}", "trainer.epochs=60",
                  "optimizer.learning_rate=0.1")
     recorded = tags(client, result.run_id)
@@ -139,7 +139,8 @@ def test_named_features_of_a_dict_are_the_columns_of_the_logged_model(launch, st
 
     data = loaded(launch, "named")
     assert data.features == ["area", "rooms"] and data.batch_size == 8
-    result = run(store, launch, "data=custom", "data._target_=my_data.named", "trainer.epochs=30")
+    result = run(store, launch, "data=custom", "data._target_=my_loaders.named",
+                 "trainer.epochs=30")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
     model = mlflow.pyfunc.load_model(f"runs:/{result.run_id}/model")
     assert model.metadata.get_input_schema().input_names() == ["area", "rooms"]
@@ -162,7 +163,7 @@ def test_a_tf_data_set_larger_than_materialize_mb_is_streamed_standardized(launc
 
 
 def test_a_streamed_run_trains_checks_its_sample_and_records_it(launch, store, client, capsys):
-    cfg = compose_config(f"tracking.uri={store}", "data=custom", "data._target_=my_data.big",
+    cfg = compose_config(f"tracking.uri={store}", "data=custom", "data._target_=my_loaders.big",
                          *STREAM, "trainer.batch_size=100", "trainer.epochs=20",
                          "optimizer.learning_rate=0.05", "gradcheck.every_n_epochs=10")
     result = run_experiment(cfg, quiet=False, launch_dir=launch)
@@ -180,13 +181,13 @@ def test_a_streamed_run_trains_checks_its_sample_and_records_it(launch, store, c
 
 def test_an_infinite_tf_data_set_streams_steps_per_epoch_batches(launch, store, client):
     with pytest.raises(ConfigError, match=re.escape(
-            "data._target_=my_data.forever: its training tf.data.Dataset is infinite (.repeat()): "
-            "set data.steps_per_epoch")):
+            "data._target_=my_loaders.forever: its training tf.data.Dataset is infinite "
+            "(.repeat()): set data.steps_per_epoch")):
         loaded(launch, "forever")
     with pytest.raises(ConfigError, match=re.escape(
             "its training tf.data.Dataset is infinite and not batched: batch it (.batch(n))")):
         loaded(launch, "forever_rows", "data.steps_per_epoch=5")
-    result = run(store, launch, "data=custom", "data._target_=my_data.forever",
+    result = run(store, launch, "data=custom", "data._target_=my_loaders.forever",
                  "data.steps_per_epoch=5", "trainer.epochs=30", "optimizer.learning_rate=0.1")
     recorded = tags(client, result.run_id)
     assert recorded["gradexp.data.batch_size"] == "8" and recorded["gradexp.data.rows.val"] == "0"
@@ -195,12 +196,12 @@ def test_an_infinite_tf_data_set_streams_steps_per_epoch_batches(launch, store, 
 
 def test_a_stream_without_batches_needs_a_batch_size_and_a_large_val_set_is_refused(launch,
                                                                                      store):
-    cfg = compose_config(f"tracking.uri={store}", "data=custom", "data._target_=my_data.big",
+    cfg = compose_config(f"tracking.uri={store}", "data=custom", "data._target_=my_loaders.big",
                          *STREAM)
     with pytest.raises(ConfigError, match="trainer.batch_size=null: a streamed tf.data.Dataset"):
         run_experiment(cfg, quiet=True, launch_dir=launch)
     with pytest.raises(ConfigError, match=re.escape(
-            "data._target_=my_data.big: its validation tf.data.Dataset holds more than "
+            "data._target_=my_loaders.big: its validation tf.data.Dataset holds more than "
             "data.materialize_mb=0.0001 MB; a validation set must fit in memory")):
         loaded(launch, "big", "data.materialize_mb=0.0001")
 
@@ -216,7 +217,7 @@ def test_a_streamed_classification_maps_text_labels_as_in_memory(launch, store, 
     truth = (raw[:, 0] > -0.4).astype(int) + (raw[:, 0] > 0.4)
     np.testing.assert_array_equal(y.argmax(1), truth)
     np.testing.assert_array_equal(y.sum(1), 1)
-    result = run(store, launch, "data=custom", "data._target_=my_data.species",
+    result = run(store, launch, "data=custom", "data._target_=my_loaders.species",
                  "data.task=classification", "+data.kwargs.n=1200", *STREAM,
                  "trainer.batch_size=200", "model=mlp", "loss=categorical_crossentropy",
                  "optimizer=adam", "optimizer.learning_rate=0.05", "trainer.epochs=10")
@@ -230,7 +231,7 @@ def test_text_labels_from_a_tf_data_loader_are_sorted_into_columns_and_recorded(
     data = loaded(launch, "species", "data.task=classification")
     assert data.labels == ["setosa", "versicolor", "virginica"]
     assert data.y.shape[1] == 3 and set(data.y.sum(axis=1)) == {1.0}
-    result = run(store, launch, "data=custom", "data._target_=my_data.species",
+    result = run(store, launch, "data=custom", "data._target_=my_loaders.species",
                  "data.task=classification", "model=mlp", "loss=categorical_crossentropy",
                  "optimizer=adam", "optimizer.learning_rate=0.05", "trainer.epochs=40")
     assert result.metrics["val/accuracy"] > 0.7
@@ -309,14 +310,14 @@ def test_a_loaders_own_splits_are_standardized_as_the_config_says_and_recorded(l
     raw_val = np.linspace(0, 10, 30)[20:]
     np.testing.assert_allclose(data.val.x[:, 0] * data.standardization.scale[0]
                                + data.standardization.mean[0], raw_val, rtol=1e-5)
-    result = run(store, launch, "data=custom", "data._target_=my_data.own_splits",
+    result = run(store, launch, "data=custom", "data._target_=my_loaders.own_splits",
                  "trainer.epochs=50", "optimizer.learning_rate=0.1")
     recorded = tags(client, result.run_id)
     assert client.get_run(result.run_id).data.params["data.standardize"] == "True"
     assert recorded["gradexp.data.standardized"] == "true"
     assert (recorded["gradexp.data.rows.train"], recorded["gradexp.data.rows.val"]) == ("20",
                                                                                          "10")
-    off = run(store, launch, "data=custom", "data._target_=my_data.own_splits",
+    off = run(store, launch, "data=custom", "data._target_=my_loaders.own_splits",
               "data.standardize=false", "trainer.epochs=2")
     assert tags(client, off.run_id)["gradexp.data.standardized"] == "false"
 
