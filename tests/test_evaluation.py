@@ -305,8 +305,8 @@ def test_your_own_loader_from_the_launch_folder_is_split_like_a_table(tmp_path):
     assert (len(data.x), len(data.val)) == (48, 12)
     assert rows(np.hstack([data.x, data.y])) | rows(np.hstack([data.val.x, data.val.y])) == {
         (float(i), float(2 * i + 1)) for i in range(60)}
-    own = load_data(compose_config("data=custom", "data._target_=my_data.own_splits").data,
-                    tmp_path)
+    own = load_data(compose_config("data=custom", "data._target_=my_data.own_splits",
+                                   "data.standardize=false").data, tmp_path)
     assert (len(own.x), len(own.val)) == (20, 10)
     np.testing.assert_allclose(own.val.y[:, 0], 3 * own.val.x[:, 0])
     labelled = load_data(compose_config("data=custom", "data._target_=my_data.labels",

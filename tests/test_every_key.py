@@ -24,6 +24,7 @@ from gradexp.schema import ConfigError
 
 GROUPS = ["data", "model", "loss", "optimizer", "device", "trainer", "gradcheck", "tracking"]
 CSV = ("data.path=table.csv", "data.target=y")
+NEEDS = {("data", "csv"): CSV, ("data", "custom"): ("data._target_=my_data.load",)}
 BASE = ("trainer.epochs=2", "gradcheck.plots=false")  # what runs at all runs briefly
 
 
@@ -78,7 +79,7 @@ def _cases() -> list[tuple[tuple[str, ...], str, str]]:
     cases: list[tuple[tuple[str, ...], str, str]] = []
     for group in GROUPS:
         for option in sorted(p.stem for p in (CONF / group).glob("*.yaml")):
-            chosen = (f"{group}={option}", *(CSV if (group, option) == ("data", "csv") else ()))
+            chosen = (f"{group}={option}", *NEEDS.get((group, option), ()))
             node = compose_config(*chosen)[group]
             for name, kind in _schema_types(node).items():
                 key = f"{group}.{name}"

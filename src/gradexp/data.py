@@ -6,14 +6,13 @@ Plain numpy, no TensorFlow: the data is ready (and its errors reported) before T
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
@@ -60,6 +59,18 @@ class Dataset:
     integer_features: list[str] | None = None  # those whose values are all integers in the file
     labels: list | None = None  # a classification: the class of each one-hot column, your values
     standardization: Standardization | None = None  # None: x is as given
+    batch_size: int | None = None  # a loader's tf.data batches: their rows (trainer's otherwise)
+    # A streamed tf.data training set (gradexp.tfdata): x, y are then its first rows (a sample)
+    stream: Any = None  # the tf.data.Dataset the trainer iterates: (x, y) float32, prepared
+    stream_rows: int | None = None  # rows per epoch, counted in the statistics pass
+    stream_steps: int | None = None  # data.steps_per_epoch; None: an epoch is one pass
+
+    def steps_per_epoch(self, batch_size: int | None) -> int:
+        """Optimizer steps in one epoch with batches of `batch_size` rows (None: full batch)."""
+        if self.stream is not None and self.stream_steps:
+            return self.stream_steps
+        rows = self.stream_rows or len(self.x)
+        return -(-rows // min(batch_size or rows, rows))
 
     @property
     def n_features(self) -> int:
@@ -85,13 +96,68 @@ def load_data(cfg: DictConfig, base_dir: Path | None = None) -> Dataset:
 
     kwargs = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     importable(base_dir or Path.cwd())  # data._target_=my_data.load names my_data.py there
-    load = locate("data._target_", kwargs.pop("_target_"))
+    target = kwargs.pop("_target_")
+    load = locate("data._target_", target)
     # Called directly, not through hydra.utils.instantiate, which would wrap a ConfigError
     # (a bad csv cell, say) in its own exception and lose the one line meant for the person.
     with working_folder(base_dir or Path.cwd()):
         if getattr(load, "__module__", None) == __name__:  # gradexp's own loaders
             return load(**kwargs)
-        return from_user_loader(load, **kwargs)
+        return from_user_loader(load, **kwargs, target=target)
+
+
+@dataclass
+class DataRecord:
+    """What a run records about its data: what happened, not what was asked. Tags (MLflow params
+    are the config, which sweep.skip_finished matches on), the class labels as
+    data/labels.json, and the notes the console prints."""
+
+    tags: dict[str, str]
+    labels: list | None
+    notes: list[str]
+
+    def log(self, tracker) -> None:
+        import json
+
+        tracker.set_tags(self.tags)
+        if self.labels is not None:
+            tracker.log_text(json.dumps({"labels": self.labels, "index": {
+                str(label): column for column, label in enumerate(self.labels)}}, indent=1),
+                "data/labels.json")
+
+
+def data_record(data: Dataset, trainer_batch_size: int | None) -> DataRecord:
+    """The rows of each split, whether the features were standardized, who batched them (the
+    loader's tf.data batches or trainer.batch_size) and the classes, for the run to record."""
+    rows = {name: len(split) for name, split in data.splits().items()}
+    notes = []
+    if data.stream is not None:  # the trainer iterates it; x, y are its first rows
+        if data.batch_size is None and trainer_batch_size is None:
+            raise ConfigError("trainer.batch_size=null: a streamed tf.data.Dataset (larger than "
+                              "data.materialize_mb, or infinite) trains in batches: set "
+                              "trainer.batch_size, or batch the Dataset in your loader")
+        rows["train"] = data.stream_rows
+        notes.append(f"the training tf.data.Dataset is streamed ({data.stream_rows} rows an "
+                     f"epoch); gradient checks and train/ metrics use its first {len(data.x)} "
+                     "rows" + ("" if data.val is not None else
+                               "; it is not split (data.val_fraction): no validation rows"))
+    tags = {f"gradexp.data.rows.{name}": str(rows.get(name, 0))
+            for name in ("train", "val", "test")}
+    tags["gradexp.data.standardized"] = str(data.standardization is not None).lower()
+    if data.stream is not None:
+        tags["gradexp.data.streamed"] = "true"
+        tags["gradexp.data.sample_rows"] = str(len(data.x))
+    if data.batch_size is not None:
+        tags["gradexp.data.batched_by"] = "loader"
+        ignored = (f"; trainer.batch_size={trainer_batch_size} is not used"
+                   if trainer_batch_size not in (None, data.batch_size) else "")
+        notes.append(f"the loader's tf.data.Dataset is batched: batches of {data.batch_size} "
+                     f"rows train{ignored}")
+    batch = data.batch_size or trainer_batch_size or rows["train"]
+    tags["gradexp.data.batch_size"] = str(min(batch, rows["train"]))
+    if data.labels is not None:
+        tags["gradexp.data.classes"] = str(len(data.labels))
+    return DataRecord(tags, data.labels, notes)
 
 
 @contextmanager
@@ -188,9 +254,10 @@ def sklearn(*, name: str, val_fraction: float, test_fraction: float, split_seed:
 
 
 def csv_table(*, path: str, target: str, task: str, val_fraction: float, test_fraction: float,
-              split_seed: int, standardize: bool, name: str = "csv") -> Dataset:
-    """Your own table: the `target` column is y, every other numeric column a feature."""
-    table = read_csv(path, target)
+              split_seed: int, standardize: bool, features: list[str] | None = None,
+              name: str = "csv") -> Dataset:
+    """Your own table: the `target` column is y, every other column (or `features`) a feature."""
+    table = read_csv(path, target, task, features)
     data = tabular(Path(path).stem, task, table.x, table.y, val_fraction, test_fraction,
                    split_seed, standardize, features=table.features)
     data.integer_features = table.integer_features
@@ -206,8 +273,7 @@ def tabular(name: str, task: str, x: np.ndarray, y: np.ndarray, val_fraction: fl
     standardization, which the logged model carries (gradexp.export)."""
     labels = None
     if task == "classification":
-        classes, index = np.unique(y[:, 0], return_inverse=True)
-        y, labels = np.eye(len(classes))[index], _plain(classes)
+        (y,), labels = encode_labels(y)
     n = len(x)
     n_test, n_val = _held_out(n, test_fraction), _held_out(n, val_fraction)
     if n - n_val - n_test < 1:
@@ -217,7 +283,7 @@ def tabular(name: str, task: str, x: np.ndarray, y: np.ndarray, val_fraction: fl
     test, val, train = np.split(np.random.default_rng(split_seed).permutation(n),
                                 [n_test, n_test + n_val])
     standardization = None
-    if standardize:
+    if standardize:  # in float64, on the rows as read
         mean, std = x[train].mean(axis=0), x[train].std(axis=0)
         standardization = Standardization(mean, np.where(std > 0, std, 1.0))
         x = (x - mean) / standardization.scale  # a constant column becomes 0
@@ -229,49 +295,172 @@ def tabular(name: str, task: str, x: np.ndarray, y: np.ndarray, val_fraction: fl
                    features=features, labels=labels, standardization=standardization)
 
 
+def standardized(data: Dataset) -> Dataset:
+    """`data` with every split's features scaled by the training rows' mean and std (a constant
+    column's scale is 1, so it becomes 0), recorded in `data.standardization`. A data set
+    standardized already (a loader's own Dataset) is returned as it is."""
+    if data.standardization is not None:
+        return data
+    mean, std = data.x.astype(np.float64).mean(axis=0), data.x.astype(np.float64).std(axis=0)
+    scaling = Standardization(mean, np.where(std > 0, std, 1.0))
+
+    def scale(x: np.ndarray) -> np.ndarray:
+        return _float32((x - scaling.mean) / scaling.scale)
+
+    def split(part: Split | None) -> Split | None:
+        return None if part is None else Split(scale(part.x), part.y)
+
+    return replace(data, x=scale(data.x), val=split(data.val), test=split(data.test),
+                   standardization=scaling)
+
+
+def encode_labels(*parts: np.ndarray) -> tuple[list[np.ndarray], list]:
+    """One-hot targets of a classification and the label of each column: the sorted distinct
+    values of every part together (as scikit-learn's LabelEncoder sorts them), so 'setosa' is
+    column 0 of every split. Targets of more than one column are taken as one-hot (or class
+    probabilities) already, their labels the column numbers."""
+    if parts[0].ndim == 2 and parts[0].shape[1] > 1:
+        return [_float32(part) for part in parts], list(range(parts[0].shape[1]))
+    values = [np.asarray(part).reshape(-1) for part in parts]
+    values = [part.astype(str) if part.dtype.kind in "SO" and _texts(part) else part
+              for part in values]
+    try:
+        classes = np.unique(np.concatenate(values))
+    except TypeError as error:  # e.g. numbers and text mixed in an object array
+        raise ConfigError(f"the class labels cannot be sorted ({error}); give labels of one kind "
+                          "(all text or all numbers)") from None
+    eye = np.eye(len(classes), dtype=np.float32)
+    return [eye[np.searchsorted(classes, part)] for part in values], _plain(classes)
+
+
+def _texts(values: np.ndarray) -> bool:
+    """Whether an object or bytes array holds text (bytes from tf.data are decoded)."""
+    return all(isinstance(value, str | bytes | np.str_ | np.bytes_) for value in values.tolist())
+
+
 def _plain(classes: np.ndarray) -> list:
-    """Class values as plain Python values for json: 1.0 read from a csv is the label 1."""
-    values = classes.tolist()
+    """Class values as plain Python values for json: 1.0 read from a csv is the label 1, b'cat'
+    from a tf.data string tensor the label 'cat'."""
+    values = [value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+              for value in classes.tolist()]
     if all(isinstance(v, float) and v.is_integer() for v in values):
         return [int(v) for v in values]
     return values
 
 
 def from_user_loader(load, *, name: str, task: str, val_fraction: float, test_fraction: float,
-                     split_seed: int, standardize: bool, kwargs: dict) -> Dataset:
+                     split_seed: int, standardize: bool, kwargs: dict,
+                     materialize_mb: float = 1024, steps_per_epoch: int | None = None,
+                     target: str | None = None) -> Dataset:
     """data=custom: call the person's `load(**data.kwargs)`. It may return a Dataset; arrays
-    (x, y), which are split as a table (val_fraction, ...); or its own splits
-    ((x, y), (x_val, y_val)), used as they are. A classification's y holds class labels."""
-    where = f"data._target_={name}"
+    (x, y), which are split as a table (val_fraction, ...); its own splits
+    ((x, y), (x_val, y_val)), used as they are; or a tf.data.Dataset of (x, y) (or a pair of
+    them: training, validation), read as gradexp.tfdata says. A classification's y holds class
+    labels of any kind. data.standardize applies to every form but a Dataset that has its own
+    standardization: what the run records is what was done."""
+    from gradexp import tfdata
+
+    where = f"data._target_={target or name}"
     try:
         loaded = load(**kwargs)
     except TypeError as error:
         raise ConfigError(f"{where}: cannot be called with data.kwargs={kwargs} ({error})"
                           ) from None
     if isinstance(loaded, Dataset):
-        return loaded
-    pairs = isinstance(loaded, tuple | list) and len(loaded) == 2
-    if pairs and all(isinstance(part, tuple | list) and len(part) == 2 for part in loaded):
-        (x, y), (x_val, y_val) = (_columns(a) for a in loaded[0]), (_columns(a) for a in loaded[1])
+        return standardized(loaded) if standardize else loaded
+    batch_size = stream = None
+    if tfdata.is_dataset(loaded) or (isinstance(loaded, tuple | list) and
+                                     any(tfdata.is_dataset(part) for part in loaded)):
+        parts, batch_size, stream = tfdata.read(loaded, where, materialize_mb * 2 ** 20,
+                                                steps_per_epoch)
+    else:
+        parts = _array_parts(loaded, where)
+    if task != "classification":  # a regression's targets are numbers
+        parts = [(x, _columns(y, f"{where}: the targets"), names) for x, y, names in parts]
+    if stream is not None:
+        data = _streamed(name, task, stream, parts, standardize)
+    elif len(parts) == 1:
+        (x, y, features), = parts
+        data = tabular(name, task, x, y, val_fraction, test_fraction, split_seed, standardize,
+                       features)
+    else:
+        (x, y, features), (x_val, y_val, _) = parts
         labels = None
         if task == "classification":
-            classes = np.unique(np.concatenate([y[:, 0], y_val[:, 0]]))
-            y, y_val = (np.eye(len(classes))[np.searchsorted(classes, part[:, 0])]
-                        for part in (y, y_val))
-            labels = _plain(classes)
-        return Dataset(name, task, _float32(x), _float32(y),
-                       Split(_float32(x_val), _float32(y_val)), labels=labels)
+            (y, y_val), labels = encode_labels(y, y_val)
+        data = Dataset(name, task, _float32(x), _float32(y),
+                       Split(_float32(x_val), _float32(y_val)), features=features,
+                       labels=labels)
+        data = standardized(data) if standardize else data
+    data.batch_size = batch_size
+    return data
+
+
+def _streamed(name: str, task: str, stream, parts: list, standardize: bool) -> Dataset:
+    """A training stream (gradexp.tfdata): one pass for the features' statistics and the
+    classes, then the Dataset of its first rows (what checks and train/ metrics use), the
+    validation part if any, and the prepared stream the trainer iterates."""
+    from gradexp import tfdata
+
+    (x, y, features), *rest = parts
+    mean, std, classes, rows = tfdata.statistics(stream, task == "classification")
+    x_val, y_val = (rest[0][0], rest[0][1]) if rest else (None, None)
+    labels = None
+    if task == "classification":
+        given = [y] + ([y_val] if rest else [])
+        encoded, labels = encode_labels(*([classes] if classes is not None else []), *given)
+        y, y_val = encoded[-len(given)], (encoded[-1] if rest else None)
+    scaling = Standardization(mean, np.where(std > 0, std, 1.0)) if standardize else None
+
+    def scale(part: np.ndarray) -> np.ndarray:
+        return _float32(part if scaling is None else (part - scaling.mean) / scaling.scale)
+
+    val = Split(scale(x_val), _float32(y_val)) if rest else None
+    data = Dataset(name, task, scale(x), _float32(y), val, features=features, labels=labels,
+                   standardization=scaling)
+    data.stream = tfdata.prepared(stream, None if scaling is None else scaling.mean,
+                                  None if scaling is None else scaling.scale,
+                                  labels if classes is not None else None)
+    data.stream_rows, data.stream_steps = rows, stream.steps_per_epoch
+    return data
+
+
+def _array_parts(loaded: Any, where: str) -> list[tuple[np.ndarray, np.ndarray, list | None]]:
+    """(x, y) -> one part; ((x, y), (x_val, y_val)) -> two: features as float64 columns, y as
+    given (a classification's labels may be text), the features' names of a DataFrame's x."""
+    pairs = isinstance(loaded, tuple | list) and len(loaded) == 2
+    if pairs and all(isinstance(part, tuple | list) and len(part) == 2 for part in loaded):
+        return [(_columns(x, f"{where}: the features"), _targets(y), _names(x))
+                for x, y in loaded]
     if pairs:
-        x, y = (_columns(part) for part in loaded)
-        return tabular(name, task, x, y, val_fraction, test_fraction, split_seed, standardize)
+        x, y = loaded
+        return [(_columns(x, f"{where}: the features"), _targets(y), _names(x))]
     raise ConfigError(f"{where}: returned a {type(loaded).__name__}; a data loader returns "
-                      "(x, y) arrays, ((x, y), (x_val, y_val)) or a gradexp.data.Dataset")
+                      "(x, y) arrays, ((x, y), (x_val, y_val)), a tf.data.Dataset of (x, y) "
+                      "(or two: training, validation) or a gradexp.data.Dataset")
 
 
-def _columns(array) -> np.ndarray:
+def _columns(array, where: str = "data") -> np.ndarray:
     """Rows x columns as float64: a 1-D array is one column."""
-    array = np.asarray(array, dtype=np.float64)
+    try:
+        array = np.asarray(array, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"{where} must be numbers ({error})") from None
     return array.reshape(len(array), -1)
+
+
+def _targets(array) -> np.ndarray:
+    """Rows x columns, the values as given: numbers or class labels (text, say)."""
+    array = np.asarray(array)
+    if array.dtype.kind not in "SUO":
+        array = array.astype(np.float64)
+    return array.reshape(len(array), -1)
+
+
+def _names(x: Any) -> list[str] | None:
+    """The columns' names of a pandas DataFrame (x as a table), else None."""
+    columns = getattr(x, "columns", None)
+    return None if columns is None else [str(column) for column in columns]
 
 
 def _held_out(n: int, fraction: float) -> int:
@@ -281,84 +470,120 @@ def _held_out(n: int, fraction: float) -> int:
 
 class CsvTable(NamedTuple):
     x: np.ndarray
-    y: np.ndarray
+    y: np.ndarray  # float64 for a regression; the target's own values for a classification
     features: list[str]  # x's columns
     # Columns written as integers, which pandas.read_csv reads as int64: the logged model's
     # signature says so, since MLflow refuses int64 for a float64 column (not a safe cast).
     integer_features: list[str]
 
 
-def read_csv(path: str, target: str) -> CsvTable:
-    """Read a csv with a header row: the target column is y, every other numeric column a
-    feature.
+def read_csv(path: str, target: str, task: str = "regression",
+             features: list[str] | None = None) -> CsvTable:
+    """Read a csv with a header row (pyarrow.csv): the target column is y, every other column
+    (or those `features` names) a numeric feature. A classification's target may hold any
+    values (class names such as 'setosa', numbers); a regression's must be numbers.
 
     Every problem a person can cause (missing file, no such column, a non-numeric cell, NaN) is a
-    ConfigError whose message names the path and, where there is one, the column and row.
+    ConfigError whose message names the path and, where there is one, the column and line.
     """
-    file = Path(path)
+    import pyarrow as pa
+
     where = f"data.path={path}"
-    if not file.is_file():
-        raise ConfigError(f"{where}: no such file ({file})")
-    try:
-        with file.open(newline="", encoding="utf-8") as handle:
-            rows = list(csv.reader(handle))
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{where}: cannot read it ({error})") from None
-    rows = [row for row in rows if any(cell.strip() for cell in row)]
-    if len(rows) < 2:
-        raise ConfigError(f"{where}: the file is empty (want a header row and a data row at least)")
-    header = [name.strip() for name in rows[0]]
+    table = _read_table(Path(path), where)
+    header = [name.strip() for name in table.column_names]
+    table = table.rename_columns(header)
     if target not in header:
         raise ConfigError(
-            f"data.target={target}: no such column in {path} (columns: {', '.join(header)})"
-        )
-    for line, row in enumerate(rows[1:], start=2):
-        if len(row) != len(header):
-            raise ConfigError(
-                f"{where}: line {line} has {len(row)} fields, the header has {len(header)}"
-            )
-    columns = {name: [row[i].strip() for row in rows[1:]] for i, name in enumerate(header)}
-    numeric = {name: cells for name, cells in columns.items() if _is_numeric(cells[0])}
-    if target not in numeric:
-        raise ConfigError(f"{where}: the target column '{target}' is not numeric")
-    features = [name for name in header if name in numeric and name != target]
-    if not features:
-        raise ConfigError(f"{where}: no numeric feature columns besides the target '{target}'")
-    x = np.stack([_parse_column(name, numeric[name], where) for name in features], axis=1)
-    y = _parse_column(target, numeric[target], where)[:, None]
-    integers = [name for name in features if all(map(_is_integer, numeric[name]))]
-    return CsvTable(x, y, features, integers)
+            f"data.target={target}: no such column in {path} (columns: {', '.join(header)})")
+    for name in features or ():
+        if name not in header:
+            raise ConfigError(f"data.features: no such column {name!r} in {path} "
+                              f"(columns: {', '.join(header)})")
+    chosen = list(features) if features else [name for name in header if name != target]
+    if target in chosen:
+        raise ConfigError(f"data.features: the target column '{target}' cannot be a feature")
+    if not chosen:
+        raise ConfigError(f"{where}: no feature columns besides the target '{target}'")
+    # A text column (an id, a name) is not silently dropped: the person chooses the features.
+    hint = " (features must be numbers: choose them with data.features=[...])"
+    x = np.stack([_numbers(table.column(name), name, where, hint) for name in chosen], axis=1)
+    column = table.column(target)
+    if task == "classification":
+        y = np.asarray(_labels_of(column, target, where), dtype=object)[:, None]
+    else:
+        y = _numbers(column, target, where, " (class labels? data.task=classification)")[:, None]
+    integers = [name for name in chosen if pa.types.is_integer(table.column(name).type)]
+    return CsvTable(x, y, chosen, integers)
 
 
-def _is_integer(cell: str) -> bool:
-    try:
-        int(cell)
-    except ValueError:
-        return False
-    return True
+def _read_table(file: Path, where: str):
+    """The file as a pyarrow Table: only empty cells are missing ("nan" is a number, refused
+    later by name), and a row with the wrong number of fields names its line."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    if not file.is_file():
+        raise ConfigError(f"{where}: no such file ({file})")
+    ragged = []
+
+    def wrong_row(row) -> str:
+        ragged.append(row)
+        return "error"
+
+    try:  # one thread: pyarrow then knows the line of a ragged row
+        table = pacsv.read_csv(
+            file, read_options=pacsv.ReadOptions(use_threads=False),
+            parse_options=pacsv.ParseOptions(invalid_row_handler=wrong_row),
+            convert_options=pacsv.ConvertOptions(null_values=[""], strings_can_be_null=True))
+    except (OSError, pa.ArrowInvalid) as error:
+        if ragged:
+            row = ragged[0]
+            line = f"line {row.number}" if row.number is not None else f"the row {row.text!r}"
+            raise ConfigError(f"{where}: {line} has {row.actual_columns} fields, the header has "
+                              f"{row.expected_columns}") from None
+        if "Empty CSV file" in str(error):
+            table = None
+        else:
+            raise ConfigError(f"{where}: cannot read it ({error})") from None
+    if table is None or table.num_rows == 0:
+        raise ConfigError(f"{where}: the file is empty (want a header row and a data row at least)")
+    if any(pa.types.is_binary(field.type) for field in table.schema):
+        raise ConfigError(f"{where}: cannot read it (not UTF-8 text)")
+    return table
 
 
-def _is_numeric(cell: str) -> bool:
-    """A column whose first cell is a number is numeric; text columns (ids, names) are skipped."""
-    try:
-        float(cell)
-    except ValueError:
-        return cell == ""
-    return True
+def _numbers(column, name: str, where: str, hint: str = "") -> np.ndarray:
+    """A column as float64; the first empty, non-numeric, NaN or infinite cell is one line."""
+    import pyarrow as pa
 
-
-def _parse_column(name: str, cells: list[str], where: str) -> np.ndarray:
+    kind = column.type
+    if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
+        cells = column.to_pylist()
+    else:  # text (pyarrow found a cell that is not a number) or dates: say which cell
+        cells = [None if cell is None else str(cell) for cell in column.to_pylist()]
     values = np.empty(len(cells), dtype=np.float64)
     for row, cell in enumerate(cells):
         line = row + 2  # the header is line 1
         try:
-            values[row] = float(cell)
-        except ValueError:
-            shown = "empty" if cell == "" else f"not a number: {cell!r}"
+            values[row] = float(cell.strip() if isinstance(cell, str) else cell)
+        except (TypeError, ValueError):
+            empty = cell is None or not str(cell).strip()
+            shown = "empty" if empty else f"not a number: {cell!r}{hint}"
             raise ConfigError(f"{where}: column '{name}' line {line} is {shown}") from None
         if not math.isfinite(values[row]):
-            raise ConfigError(
-                f"{where}: column '{name}' line {line} is {cell} "
-                "(NaN or infinite values cannot be trained on)"
-            )
+            raise ConfigError(f"{where}: column '{name}' line {line} is {cell} "
+                              "(NaN or infinite values cannot be trained on)")
     return values
+
+
+def _labels_of(column, name: str, where: str) -> list:
+    """A classification target's cells as labels: numbers, text (class names), true/false."""
+    cells = column.to_pylist()
+    for row, cell in enumerate(cells):
+        if cell is None or (isinstance(cell, float) and not math.isfinite(cell)):
+            shown = "empty" if cell is None else str(cell)
+            raise ConfigError(f"{where}: column '{name}' line {row + 2} is {shown} (every row "
+                              "needs a class label)")
+    if not all(isinstance(cell, str | int | float | bool) for cell in cells):
+        cells = [str(cell) for cell in cells]  # dates, say: their text is the label
+    return cells

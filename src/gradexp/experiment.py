@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 from gradexp import console
 from gradexp.callbacks.tracking import MetricLogger
 from gradexp.console import note_line
-from gradexp.data import load_data
+from gradexp.data import data_record, load_data
 from gradexp.devices import check_device
 from gradexp.endings import Diverged, GradientCheckFailed, RunFailed, Terminated
 from gradexp.objective import check_objective, metric_specs, objective
@@ -127,6 +127,7 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
             restart_of, run_name, resume = resume.run_id, resume.run_name or run_name, None
     label_by_target(cfg)  # loss.name=mylosses.pseudo_huber, not the name of the option it replaced
     data = load_data(cfg.data, launch_dir)
+    recorded = data_record(data, cfg.trainer.batch_size)  # rows, standardized, batches, labels
     check_objective(cfg, data.task)
     check_user_code(cfg, launch_dir, data)  # a bad _target_ ends here, before any MLflow run
     params = config_params(cfg)
@@ -136,6 +137,8 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
     mark_dead_runs(cfg, launch_dir)  # RUNNING runs whose process died (gradexp.liveness)
     tracker = open_tracker(cfg, run_name, launch_dir, parent_run_id, resume,
                            {"gradexp.restart_of": restart_of})
+    for note in [] if quiet else recorded.notes:
+        note_line(note)
     if restart_of is not None:
         note_line(f"run {restart_of} was killed before its first checkpoint: restarting it "
                   f"from epoch 0 as run {tracker.run_id} (the killed run keeps its points)")
@@ -147,6 +150,7 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
                 tracker.log_text(_config_yaml(cfg), "config.yaml")  # first: a resume reads it
                 tracker.log_datasets(data.name, data.splits(),
                                      str(cfg.data.get("path") or cfg.data["_target_"]))
+                recorded.log(tracker)
             result = run.execute()
         except KeyboardInterrupt:
             run.save_what_we_have("KILLED", "interrupted (Ctrl-C or SIGTERM)")
@@ -269,12 +273,13 @@ class _Run:
             self.evaluator = Evaluator(self.model, metric_specs(cfg, self.data.task),
                                        self.data.splits())
         with device.scope():
-            batch = min(cfg.trainer.batch_size or len(self.data.x), len(self.data.x))
-            optimizer = build_optimizer(cfg.optimizer, -(-len(self.data.x) // batch), epochs)
+            batch_size = self.data.batch_size or cfg.trainer.batch_size  # a loader's batches win
+            optimizer = build_optimizer(cfg.optimizer, self.data.steps_per_epoch(batch_size),
+                                        epochs)
             schedule = getattr(cfg.optimizer.schedule.name, "value", cfg.optimizer.schedule.name)
             self.trainer = Trainer(
                 self.model, build_loss(cfg.loss), optimizer, self.data,
-                batch_size=cfg.trainer.batch_size, seed=cfg.trainer.seed,
+                batch_size=batch_size, seed=cfg.trainer.seed,
                 compile=cfg.trainer.compile, jit_compile=cfg.trainer.jit_compile,
                 log_lr=schedule != "none", strategy=device.strategy,
                 evaluator=self.evaluator, eval_epochs=eval_epochs(cfg))

@@ -131,6 +131,7 @@ class CsvData(TabularData):
     name: str = "csv"
     path: str = MISSING
     target: str = MISSING
+    features: Any = None  # null = every column but the target; else a list of column names
 
 
 @dataclass
@@ -138,6 +139,8 @@ class CustomData(TabularData):
     _target_: str = MISSING  # your loader, e.g. my_data.load (a module in the launch folder)
     name: str = "custom"
     kwargs: dict[str, Any] = field(default_factory=dict)  # passed to your loader
+    materialize_mb: float = 1024  # a tf.data.Dataset is read into memory up to this size
+    steps_per_epoch: int | None = None  # batches per epoch of a streamed (infinite) tf.data.Dataset
 
 
 @dataclass

@@ -109,6 +109,17 @@ class Trainer:
         # Known before tracing: the per-epoch arrays are laid out before the first step runs.
         self.own_losses = model.has_own_losses(self.x[:2])
         self.loss_keys = ["loss", *(PARTS if self.own_losses else ())]
+        # A streamed tf.data training set (gradexp.tfdata): epochs iterate it on the host, one
+        # compiled step per batch; self.x, self.y are its first rows only.
+        self.stream = None
+        if data.stream is not None:
+            self.stream = data.stream if data.batch_size else data.stream.batch(batch_size)
+            self.stream_steps = data.stream_steps
+            self._batches = None  # with stream_steps: one iterator, epochs go on where it was
+            spec = [tf.TensorSpec([None, data.x.shape[1]], tf.float32),
+                    tf.TensorSpec([None, data.y.shape[1]], tf.float32)]
+            self._stream_step = tf.function(self._step, input_signature=spec,
+                                            autograph=False) if compile else self._step
         run = self._run_epochs
         if compile:
             signature = [tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.bool)]
@@ -119,12 +130,23 @@ class Trainer:
     def evaluate(self) -> float:
         """The loss on the whole training set with the current parameters, as Keras'
         `evaluate` reports it: in inference mode, the model's own losses included."""
+        if self.stream is not None:  # a streamed set: the row-weighted mean over an epoch
+            total = rows = 0.0
+            for x, y in self._epoch_batches():
+                outputs = self.model(x)
+                n = float(x.shape[0])
+                total += n * float(_total(self.loss(y, outputs), self.model.own_loss(outputs)))
+                rows += n
+            return total / rows
         outputs = self.model(self.x)
         return float(_total(self.loss(self.y, outputs), self.model.own_loss(outputs)))
 
     def train(self, stops: Iterable[int]) -> Iterator[EpochMetrics]:
         """Train until each epoch count in `stops`, yielding the metrics of each compiled call
         (several per stop when the epochs to it take longer than about STRETCH_SECONDS)."""
+        if self.stream is not None:
+            yield from self._train_streamed(stops)
+            return
         for stop in sorted(stops):
             while self.epoch < stop:
                 count = min(stop - self.epoch, self._next_count())
@@ -141,6 +163,55 @@ class Trainer:
                                for s in np.flatnonzero(evaluate)}
                 self.epoch = first + count
                 yield EpochMetrics(first, values, evaluations)
+
+    # ---------------------------------------------------------------- a streamed data set
+    def _train_streamed(self, stops: Iterable[int]) -> Iterator[EpochMetrics]:
+        """As `train`, for a streamed set: epochs on the host, a stretch ending at each stop or
+        after about STRETCH_SECONDS; held-out metrics after the evaluation epochs."""
+        keys = (["lr"] if self.log_lr else []) + [*self.loss_keys, "grad_norm",
+                                                   *self.model.scalars()]
+        for stop in sorted(stops):
+            while self.epoch < stop:
+                first, started = self.epoch, time.perf_counter()
+                values: dict[str, list[float]] = {key: [] for key in keys}
+                evaluations = {}
+                while self.epoch < stop:
+                    epoch = {"lr": float(self.optimizer.learning_rate)} if self.log_lr else {}
+                    epoch.update(self._streamed_epoch())
+                    epoch.update({k: float(v) for k, v in self.model.scalars().items()})
+                    for key in keys:
+                        values[key].append(epoch[key])
+                    self.epoch += 1
+                    if self.eval_keys and self.epoch in self.eval_epochs:
+                        evaluations[self.epoch] = self.evaluator(("train", "val"))
+                    if time.perf_counter() - started > self.stretch_seconds:
+                        break
+                self.calls += 1
+                yield EpochMetrics(first, {key: np.asarray(v, np.float32)
+                                           for key, v in values.items()}, evaluations)
+
+    def _streamed_epoch(self) -> dict[str, float]:
+        """One epoch of a streamed set: the mean batch losses and gradient norm."""
+        totals: dict[str, tf.Tensor] = {}
+        batches = 0
+        for x, y in self._epoch_batches():
+            for key, value in self._stream_step(x, y).items():
+                totals[key] = totals[key] + value if key in totals else value
+            batches += 1
+        if not batches:
+            raise ValueError("the streamed tf.data.Dataset gave no batch this epoch")
+        return {key: float(total) / batches for key, total in totals.items()}
+
+    def _epoch_batches(self):
+        """An epoch's batches: one pass, or data.steps_per_epoch batches of one iterator that
+        goes on across epochs (an infinite .repeat() Dataset)."""
+        if not self.stream_steps:
+            yield from self.stream
+            return
+        if self._batches is None:
+            self._batches = iter(self.stream.repeat())
+        for _ in range(self.stream_steps):
+            yield next(self._batches)
 
     def _segments(self, first: int, count: int) -> tuple[list[int], list[bool]]:
         """Epochs first+1 .. first+count cut after each evaluation epoch: the segments' lengths,

@@ -1,0 +1,335 @@
+"""Data as people bring it (issue 21, item 1): a loader's tf.data.Dataset (batched or not, with its
+own validation set or split here), class labels of any kind (a csv's 'species' column, a loader's
+text labels) mapped to columns and recorded, and a run that records what happened to its data
+(rows per split, standardization, who batched). Real TensorFlow, real Hydra compose, a real
+sqlite MLflow store."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from conftest import compose_config
+from gradexp.data import load_data, read_csv
+from gradexp.experiment import run_experiment
+from gradexp.schema import ConfigError
+
+LOADERS = '''
+import numpy as np
+import tensorflow as tf
+
+def _rows(n, seed=0):
+    x = np.random.default_rng(seed).uniform(-1, 1, size=(n, 2)).astype("float32")
+    return x, (3 * x[:, :1] - x[:, 1:] + 1).astype("float32")
+
+def rows(n=60):                          # unbatched (x, y) elements: split here like a table
+    return tf.data.Dataset.from_tensor_slices(_rows(n))
+
+def batched(n=60, batch=16):             # the loader batched it: its batches train
+    return tf.data.Dataset.from_tensor_slices(_rows(n)).batch(batch)
+
+def with_val(batch=0):                   # its own validation set, used as given
+    train, val = (tf.data.Dataset.from_tensor_slices(_rows(n, seed)) for n, seed in ((50, 0),
+                                                                                     (20, 1)))
+    return (train.batch(batch), val.batch(7)) if batch else (train, val)
+
+def named(n=40):                         # dict elements: the features' names are the keys
+    x, y = _rows(n)
+    return tf.data.Dataset.from_tensor_slices(({"area": x[:, 0], "rooms": x[:, 1]}, y)).batch(8)
+
+def species(n=90):                       # text labels in a tf.string tensor
+    x = np.random.default_rng(2).normal(size=(n, 2)).astype("float32")
+    names = np.array(["setosa", "versicolor", "virginica"])[(x[:, 0] > -0.4).astype(int)
+                                                            + (x[:, 0] > 0.4)]
+    return tf.data.Dataset.from_tensor_slices((x, names))
+
+def forever():                           # infinite, batched: data.steps_per_epoch says an epoch
+    return tf.data.Dataset.from_tensor_slices(_rows(40)).shuffle(40, seed=0).repeat().batch(8)
+
+def forever_rows():
+    return tf.data.Dataset.from_tensor_slices(_rows(40)).repeat()
+
+def big(n=1500):                         # larger than a small data.materialize_mb: streamed
+    train = tf.data.Dataset.from_tensor_slices(_rows(n))
+    return train, tf.data.Dataset.from_tensor_slices(_rows(20, seed=1))
+
+def text_labels():                       # numpy arrays, labels as Python strings
+    x = np.random.default_rng(3).normal(size=(60, 2))
+    return x, np.where(x[:, 1] > 0, "up", "down")
+
+def own_splits():
+    x = np.linspace(0, 10, 30)
+    return (x[:20], 3 * x[:20]), (x[20:], 3 * x[20:])
+'''
+
+
+@pytest.fixture
+def launch(tmp_path):
+    (tmp_path / "my_loaders.py").write_text(LOADERS)
+    return tmp_path
+
+
+def loaded(launch, target: str, *overrides: str):
+    cfg = compose_config("data=custom", f"data._target_=my_loaders.{target}", *overrides)
+    return load_data(cfg.data, launch)
+
+
+def run(store: str, launch, *overrides: str, quiet: bool = True):
+    cfg = compose_config(f"tracking.uri={store}", "gradcheck=off", *overrides)
+    return run_experiment(cfg, quiet=quiet, launch_dir=launch)
+
+
+def tags(client, run_id: str) -> dict[str, str]:
+    return client.get_run(run_id).data.tags
+
+
+def artifact_json(client, run_id: str, path: str):
+    with open(client.download_artifacts(run_id, path), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+# ---------------------------------------------------------------- tf.data loaders
+def test_an_unbatched_tf_data_set_is_split_like_a_table_and_batched_by_the_trainer(launch):
+    data = loaded(launch, "rows", "data.standardize=false")
+    assert (len(data.x), len(data.val)) == (48, 12) and data.batch_size is None
+    everything = np.vstack([np.hstack([data.x, data.y]), np.hstack([data.val.x, data.val.y])])
+    x = np.random.default_rng(0).uniform(-1, 1, size=(60, 2)).astype("float32")
+    assert {tuple(r) for r in everything} == {tuple(r) for r in np.hstack(
+        [x, 3 * x[:, :1] - x[:, 1:] + 1])}
+
+
+def test_a_batched_tf_data_set_keeps_its_batch_size_and_the_run_says_so(launch, store, client,
+                                                                        capsys):
+    data = loaded(launch, "batched")
+    assert data.batch_size == 16 and len(data.x) + len(data.val) == 60
+    result = run(store, launch, "data=custom", "data._target_=my_loaders.batched",
+                 "trainer.batch_size=5", "trainer.epochs=40", "optimizer.learning_rate=0.05",
+                 quiet=False)
+    recorded = tags(client, result.run_id)
+    assert recorded["gradexp.data.batched_by"] == "loader"
+    assert recorded["gradexp.data.batch_size"] == "16"
+    assert "batches of 16 rows train; trainer.batch_size=5 is not used" in capsys.readouterr().err
+    assert result.metrics["val/r2"] > 0.9  # it trained on them
+
+
+@pytest.mark.parametrize("batch", [0, 10])
+def test_a_tf_data_set_with_its_own_validation_set_is_used_as_given(launch, store, client, batch):
+    data = loaded(launch, "with_val", f"+data.kwargs.batch={batch}", "data.standardize=false")
+    assert (len(data.x), len(data.val), data.test) == (50, 20, None)
+    np.testing.assert_allclose(data.val.y[:, 0], 3 * data.val.x[:, 0] - data.val.x[:, 1] + 1,
+                               rtol=1e-5)
+    assert data.batch_size == (batch or None)
+    result = run(store, launch, "data=custom", "data._target_=my_loaders.with_val",
+                 f"+data.kwargs.batch={batch}", "trainer.epochs=60",
+                 "optimizer.learning_rate=0.1")
+    recorded = tags(client, result.run_id)
+    assert (recorded["gradexp.data.rows.train"], recorded["gradexp.data.rows.val"],
+            recorded["gradexp.data.rows.test"]) == ("50", "20", "0")
+    assert recorded["gradexp.data.batch_size"] == str(batch or 50)
+    assert result.metrics["val/r2"] > 0.9
+
+
+def test_named_features_of_a_dict_are_the_columns_of_the_logged_model(launch, store, client,
+                                                                      monkeypatch):
+    import mlflow
+    import pandas as pd
+
+    data = loaded(launch, "named")
+    assert data.features == ["area", "rooms"] and data.batch_size == 8
+    result = run(store, launch, "data=custom", "data._target_=my_loaders.named",
+                 "trainer.epochs=30")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    model = mlflow.pyfunc.load_model(f"runs:/{result.run_id}/model")
+    assert model.metadata.get_input_schema().input_names() == ["area", "rooms"]
+    assert model.predict(pd.DataFrame({"rooms": [0.0], "area": [0.5]})).shape == (1, 1)
+
+
+STREAM = ("data.materialize_mb=0.01",)  # 10 kB: 1,500 rows of 2 features and 1 target stream
+
+
+def test_a_tf_data_set_larger_than_materialize_mb_is_streamed_standardized(launch):
+    data = loaded(launch, "big", *STREAM)
+    assert data.stream is not None and data.stream_rows == 1500 and len(data.x) == 1024
+    np.testing.assert_allclose(data.x, loaded(launch, "big", *STREAM).x)  # the first rows
+    streamed = np.concatenate([x for x, _ in data.stream.batch(500).as_numpy_iterator()])
+    assert streamed.shape == (1500, 2)
+    np.testing.assert_allclose(streamed.mean(0), 0, atol=1e-5)  # standardized on all rows
+    np.testing.assert_allclose(streamed.std(0), 1, atol=1e-4)
+    assert len(data.val) == 20  # its own validation set, in memory
+    np.testing.assert_allclose(data.x, streamed[:1024], rtol=1e-5)
+
+
+def test_a_streamed_run_trains_checks_its_sample_and_records_it(launch, store, client, capsys):
+    cfg = compose_config(f"tracking.uri={store}", "data=custom", "data._target_=my_loaders.big",
+                         *STREAM, "trainer.batch_size=100", "trainer.epochs=20",
+                         "optimizer.learning_rate=0.05", "gradcheck.every_n_epochs=10")
+    result = run_experiment(cfg, quiet=False, launch_dir=launch)
+    recorded = tags(client, result.run_id)
+    assert (recorded["gradexp.data.streamed"], recorded["gradexp.data.rows.train"],
+            recorded["gradexp.data.sample_rows"], recorded["gradexp.data.batch_size"]) == (
+        "true", "1500", "1024", "100")
+    assert "is streamed (1500 rows an epoch); gradient checks and train/ metrics use its " \
+           "first 1024 rows" in capsys.readouterr().err
+    assert result.gradcheck_passed is True and result.epochs == 20
+    assert result.metrics["val/r2"] > 0.95
+    losses = [m.value for m in client.get_metric_history(result.run_id, "loss")]
+    assert len(losses) == 20 and losses[-1] < losses[0] / 5
+
+
+def test_an_infinite_tf_data_set_streams_steps_per_epoch_batches(launch, store, client):
+    with pytest.raises(ConfigError, match=re.escape(
+            "data._target_=my_loaders.forever: its training tf.data.Dataset is infinite "
+            "(.repeat()): set data.steps_per_epoch")):
+        loaded(launch, "forever")
+    with pytest.raises(ConfigError, match=re.escape(
+            "its training tf.data.Dataset is infinite and not batched: batch it (.batch(n))")):
+        loaded(launch, "forever_rows", "data.steps_per_epoch=5")
+    result = run(store, launch, "data=custom", "data._target_=my_loaders.forever",
+                 "data.steps_per_epoch=5", "trainer.epochs=30", "optimizer.learning_rate=0.1")
+    recorded = tags(client, result.run_id)
+    assert recorded["gradexp.data.batch_size"] == "8" and recorded["gradexp.data.rows.val"] == "0"
+    assert result.final_loss < 0.05  # y = 3a - b + 1, exactly: a line fits it
+
+
+def test_a_stream_without_batches_needs_a_batch_size_and_a_large_val_set_is_refused(launch,
+                                                                                     store):
+    cfg = compose_config(f"tracking.uri={store}", "data=custom", "data._target_=my_loaders.big",
+                         *STREAM)
+    with pytest.raises(ConfigError, match="trainer.batch_size=null: a streamed tf.data.Dataset"):
+        run_experiment(cfg, quiet=True, launch_dir=launch)
+    with pytest.raises(ConfigError, match=re.escape(
+            "data._target_=my_loaders.big: its validation tf.data.Dataset holds more than "
+            "data.materialize_mb=0.0001 MB; a validation set must fit in memory")):
+        loaded(launch, "big", "data.materialize_mb=0.0001")
+
+
+def test_a_streamed_classification_maps_text_labels_as_in_memory(launch, store, client):
+    in_memory = loaded(launch, "species", "data.task=classification", "+data.kwargs.n=1200")
+    data = loaded(launch, "species", "data.task=classification", "+data.kwargs.n=1200",
+                  *STREAM)
+    assert data.stream is not None and data.labels == in_memory.labels == [
+        "setosa", "versicolor", "virginica"]
+    x, y = next(data.stream.batch(1200).as_numpy_iterator())
+    raw = np.random.default_rng(2).normal(size=(1200, 2)).astype("float32")
+    truth = (raw[:, 0] > -0.4).astype(int) + (raw[:, 0] > 0.4)
+    np.testing.assert_array_equal(y.argmax(1), truth)
+    np.testing.assert_array_equal(y.sum(1), 1)
+    result = run(store, launch, "data=custom", "data._target_=my_loaders.species",
+                 "data.task=classification", "+data.kwargs.n=1200", *STREAM,
+                 "trainer.batch_size=200", "model=mlp", "loss=categorical_crossentropy",
+                 "optimizer=adam", "optimizer.learning_rate=0.05", "trainer.epochs=10")
+    assert result.metrics["train/accuracy"] > 0.8  # on the recorded sample of 1024 rows
+    assert artifact_json(client, result.run_id, "data/labels.json")["labels"] == data.labels
+
+
+# ---------------------------------------------------------------- labels of any kind
+def test_text_labels_from_a_tf_data_loader_are_sorted_into_columns_and_recorded(launch, store,
+                                                                                 client):
+    data = loaded(launch, "species", "data.task=classification")
+    assert data.labels == ["setosa", "versicolor", "virginica"]
+    assert data.y.shape[1] == 3 and set(data.y.sum(axis=1)) == {1.0}
+    result = run(store, launch, "data=custom", "data._target_=my_loaders.species",
+                 "data.task=classification", "model=mlp", "loss=categorical_crossentropy",
+                 "optimizer=adam", "optimizer.learning_rate=0.05", "trainer.epochs=40")
+    assert result.metrics["val/accuracy"] > 0.7
+    assert artifact_json(client, result.run_id, "data/labels.json") == {
+        "labels": ["setosa", "versicolor", "virginica"],
+        "index": {"setosa": 0, "versicolor": 1, "virginica": 2}}
+    assert tags(client, result.run_id)["gradexp.data.classes"] == "3"
+
+
+def test_text_labels_from_numpy_arrays_train(launch):
+    data = loaded(launch, "text_labels", "data.task=classification")
+    assert data.labels == ["down", "up"]
+    raw = np.random.default_rng(3).normal(size=(60, 2))
+    standardized_up = data.x[:, 1] * data.standardization.scale[1] + data.standardization.mean[1]
+    assert set(np.round(standardized_up, 4)) <= set(np.round(raw[:, 1], 4))
+    up = data.y[:, 1] == 1
+    assert (standardized_up[up] > 0).all() and (standardized_up[~up] <= 0).all()
+
+
+SPECIES = "a,b,species\n" + "".join(
+    f"{a:.3f},{b:.3f},{name}\n" for a, b, name in zip(
+        np.random.default_rng(4).normal(size=120), np.random.default_rng(5).normal(size=120),
+        np.array(["virginica", "setosa", "versicolor"] * 40)))
+
+
+def test_a_csv_of_species_names_trains_and_its_logged_model_predicts_the_names(tmp_path, store,
+                                                                               client,
+                                                                               monkeypatch):
+    import mlflow
+    import pandas as pd
+
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(150, 2))
+    names = np.array(["setosa", "versicolor", "virginica"])[(x[:, 0] > -0.4).astype(int)
+                                                            + (x[:, 0] > 0.4)]
+    pd.DataFrame({"petal": x[:, 0], "sepal": x[:, 1], "species": names}).to_csv(
+        tmp_path / "iris.csv", index=False)
+    keys = ("data=csv", "data.path=iris.csv", "data.target=species", "data.task=classification")
+    result = run(store, tmp_path, *keys, "model=mlp", "loss=categorical_crossentropy",
+                 "optimizer=adam", "optimizer.learning_rate=0.05", "trainer.epochs=60")
+    assert result.metrics["val/accuracy"] > 0.8
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    model = mlflow.pyfunc.load_model(f"runs:/{result.run_id}/model")
+    assert model.metadata.metadata["labels"] == ["setosa", "versicolor", "virginica"]
+    rows = pd.DataFrame({"petal": [-2.0, 0.0, 2.0], "sepal": [0.0, 0.0, 0.0]})
+    predicted = model.predict(rows).idxmax(axis=1).tolist()  # the documented way to labels
+    assert predicted == ["setosa", "versicolor", "virginica"]
+    assert artifact_json(client, result.run_id, "data/labels.json")["index"]["virginica"] == 2
+
+
+def test_a_text_target_of_a_regression_or_a_text_feature_is_one_line(tmp_path):
+    (tmp_path / "iris.csv").write_text(SPECIES)
+    with pytest.raises(ConfigError, match=re.escape(
+            "column 'species' line 2 is not a number: 'virginica' (class labels? "
+            "data.task=classification)")):
+        read_csv(str(tmp_path / "iris.csv"), "species")
+    (tmp_path / "ids.csv").write_text("id,x,y\nr1,1,2\nr2,2,4\nr3,3,6\n")
+    with pytest.raises(ConfigError, match=re.escape(
+            "column 'id' line 2 is not a number: 'r1' (features must be numbers: choose them "
+            "with data.features=[...])")):
+        read_csv(str(tmp_path / "ids.csv"), "y")
+    table = read_csv(str(tmp_path / "ids.csv"), "y", features=["x"])
+    assert table.features == ["x"] and table.x[:, 0].tolist() == [1, 2, 3]
+    cfg = compose_config("data=csv", f"data.path={tmp_path / 'ids.csv'}", "data.target=y",
+                         "data.features=[x]", "data.val_fraction=0")
+    assert load_data(cfg.data).features == ["x"]
+    with pytest.raises(ConfigError, match="data.features: no such column 'z'"):
+        read_csv(str(tmp_path / "ids.csv"), "y", features=["x", "z"])
+
+
+# ---------------------------------------------------------------- what the run records
+def test_a_loaders_own_splits_are_standardized_as_the_config_says_and_recorded(launch, store,
+                                                                                client):
+    data = loaded(launch, "own_splits")  # data.standardize=true, the default
+    assert abs(data.x.mean()) < 1e-5 and abs(data.x.std() - 1) < 1e-5
+    raw_val = np.linspace(0, 10, 30)[20:]
+    np.testing.assert_allclose(data.val.x[:, 0] * data.standardization.scale[0]
+                               + data.standardization.mean[0], raw_val, rtol=1e-5)
+    result = run(store, launch, "data=custom", "data._target_=my_loaders.own_splits",
+                 "trainer.epochs=50", "optimizer.learning_rate=0.1")
+    recorded = tags(client, result.run_id)
+    assert client.get_run(result.run_id).data.params["data.standardize"] == "True"
+    assert recorded["gradexp.data.standardized"] == "true"
+    assert (recorded["gradexp.data.rows.train"], recorded["gradexp.data.rows.val"]) == ("20",
+                                                                                         "10")
+    off = run(store, launch, "data=custom", "data._target_=my_loaders.own_splits",
+              "data.standardize=false", "trainer.epochs=2")
+    assert tags(client, off.run_id)["gradexp.data.standardized"] == "false"
+
+
+def test_rows_per_split_and_standardization_are_recorded_for_the_built_in_sets(store, client,
+                                                                               launch):
+    result = run(store, launch, "data=sklearn", "data.name=iris", "data.test_fraction=0.1",
+                 "trainer.epochs=2")
+    recorded = tags(client, result.run_id)
+    assert [recorded[f"gradexp.data.rows.{split}"] for split in ("train", "val", "test")] == [
+        "105", "30", "15"]
+    assert recorded["gradexp.data.standardized"] == "true"
+    assert recorded["gradexp.data.batch_size"] == "105"  # full batch: trainer.batch_size=null
+    linear = run(store, launch, "trainer.epochs=2")
+    assert tags(client, linear.run_id)["gradexp.data.standardized"] == "false"
