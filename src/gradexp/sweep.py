@@ -35,7 +35,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from gradexp.objective import FALLBACK, objective
 
 SUMMARY_FILE = "sweep_summary.json"
-OPTUNA_RESULTS_FILE = "optimization_results.yaml"  # what hydra-optuna-sweeper writes at the end
+OPTUNA_RESULTS_FILE = "optimization_results.yaml"  # what hydra/sweeper=optuna writes at the end
 REUSED_TAG = "gradexp.reused."  # + job number, on the parent: the FINISHED run a job reused
 PARENT_TAG = "mlflow.parentRunId"
 
@@ -322,9 +322,13 @@ def record_optimization(tracker, results_file: Path) -> None:
     if not results_file.is_file():
         return  # the sweeper stopped before its end (then Hydra does not reach here either)
     results = OmegaConf.to_container(OmegaConf.load(results_file))
-    if "best_params" in results:  # one objective (gradexp's: the final loss, minimized)
+    if "best_params" in results:  # the best trial of the study (this sweep's or earlier ones)
         tracker.log_params({f"best.{key}": value for key, value in results["best_params"].items()})
         tracker.log_metric("best_value", float(results["best_value"]), 0)
+        tracker.set_tags({"gradexp.optuna.best_trial": results["best_trial"]})
+    if "study_name" in results:
+        tracker.set_tags({"gradexp.optuna.study": results["study_name"],
+                          "gradexp.optuna.storage": results["storage"]})
     tracker.log_text(results_file.read_text(), OPTUNA_RESULTS_FILE)
 
 

@@ -1,0 +1,219 @@
+"""`hydra/sweeper=optuna`: Optuna's ask-and-tell loop over Hydra's launcher.
+
+Each batch of `n_jobs` trials is asked of the study, launched as Hydra jobs (any launcher: basic,
+joblib, Ray, SLURM), and told back: the job's returned objective for a job that finished, FAIL
+for one that failed or returned no finite value (so samplers learn nothing from it). The study is
+stored by default in a journal file beside the MLflow store, named from the experiment and the
+search space, so running the same search again continues it with `n_trials` more."""
+
+
+# No `from __future__ import annotations`: Hydra loads plugins without registering the module,
+# and dataclasses then cannot resolve string annotations.
+import hashlib
+import json
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.utils import JobStatus
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from .search_space import grid, search_space
+
+log = logging.getLogger(__name__)
+
+RESULTS_FILE = "optimization_results.yaml"  # read by gradexp.sweep for the parent run
+JOURNAL_FILE = "optuna.journal"  # the default storage, beside mlflow.db
+
+
+@dataclass
+class OptunaSweeperConf:
+    _target_: str = "hydra_plugins.gradexp_optuna.optuna_sweeper.OptunaSweeper"
+    defaults: list[Any] = field(default_factory=lambda: [{"sampler": "tpe"}])
+    sampler: Any = MISSING          # hydra/sweeper/sampler=tpe|random|cmaes|grid|nsgaii
+    direction: Any = "${gradexp.direction:}"  # the sweep objective's own direction
+    storage: Any = None             # an Optuna storage URL; null = a journal file beside mlflow.db
+    study_name: Any = None          # null = the experiment and a digest of the search space
+    n_trials: int = 20              # trials this sweep runs (a continued study runs this many more)
+    n_jobs: int = 1                 # trials asked and launched at once (for a parallel launcher)
+    params: Any = None              # the search space: key -> choice(...)|range(...)|interval(...)
+
+
+# Built when the sweep starts (`_partial_`), so that a continued study's seeded sampler does not
+# draw again the startup trials it already ran.
+SAMPLERS = {
+    "tpe": {"_target_": "optuna.samplers.TPESampler", "seed": None, "n_startup_trials": 10,
+            "multivariate": False},
+    "random": {"_target_": "optuna.samplers.RandomSampler", "seed": None},
+    "cmaes": {"_target_": "optuna.samplers.CmaEsSampler", "seed": None},
+    "nsgaii": {"_target_": "optuna.samplers.NSGAIISampler", "seed": None, "population_size": 50},
+    "grid": {"_target_": "optuna.samplers.GridSampler", "seed": None},
+}
+for _node in SAMPLERS.values():
+    _node["_partial_"] = True
+
+ConfigStore.instance().store(group="hydra/sweeper", name="optuna", node=OptunaSweeperConf,
+                             provider="gradexp")
+for _name, _node in SAMPLERS.items():
+    ConfigStore.instance().store(group="hydra/sweeper/sampler", name=_name, node=_node,
+                                 provider="gradexp")
+
+
+class OptunaSweeper(Sweeper):
+    def __init__(self, sampler: Any, direction: Any, storage: Any, study_name: Any,
+                 n_trials: int, n_jobs: int, params: Any) -> None:
+        self.sampler = sampler
+        self.direction = str(getattr(direction, "name", direction))
+        self.storage = storage
+        self.study_name = study_name
+        self.n_trials = n_trials
+        self.n_jobs = max(1, n_jobs)
+        self.params = params or {}
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
+              config: DictConfig) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.config = config
+        self.job_idx = 0
+        self.launcher = Plugins.instance().instantiate_launcher(
+            config=config, hydra_context=hydra_context, task_function=task_function)
+
+    def sweep(self, arguments: list[str]) -> None:
+        import optuna
+
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        _optuna_logs_to(sweep_dir / "optuna.log")
+        distributions, fixed = search_space(
+            [f"{key}={value}" for key, value in self.params.items()] + list(arguments))
+        for key in fixed:
+            distributions.pop(key, None)  # a value on the command line fixes a searched key
+        name = self.study_name or default_study_name(self.config, distributions, fixed,
+                                                     self.direction)
+        storage, where = self._storage()
+        before = _trials_so_far(storage, name)
+        sampler, n_trials = self._sampler(distributions, before)
+        if isinstance(sampler, optuna.samplers.GridSampler):
+            n_trials = min(n_trials, math.prod(len(v) for v in grid(distributions).values()))
+        study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
+                                    direction=self.direction, load_if_exists=True)
+        log.info(f"Optuna study {name} in {where}: {before} trials so far, {n_trials} to run "
+                 f"({self.direction} the objective)")
+        while n_trials > 0:
+            batch = [study.ask(distributions) for _ in range(min(self.n_jobs, n_trials))]
+            overrides = [tuple(f"{key}={value}" for key, value in trial.params.items())
+                         + tuple(f"{key}={value}" for key, value in fixed.items())
+                         for trial in batch]
+            returns = self.launcher.launch(overrides, initial_job_idx=self.job_idx)
+            self.job_idx += len(returns)
+            for trial, ret in zip(batch, returns):
+                value = _objective(ret)
+                try:
+                    if value is None:
+                        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                    else:
+                        study.tell(trial, value)
+                except RuntimeError as error:
+                    # A GridSampler that has run its grid calls study.stop(), which only works
+                    # inside study.optimize; the trial is told by then.
+                    if "Study.stop" not in str(error):
+                        raise
+            n_trials -= len(batch)
+        self._save_results(study, where, sweep_dir)
+
+    def _sampler(self, distributions: dict[str, Any], before: int) -> tuple[Any, int]:
+        """The sampler, its seed moved on by the trials a continued study already has."""
+        import optuna
+
+        build = self.sampler  # a functools.partial (`_partial_: True`)
+        keywords = dict(build.keywords)
+        if keywords.get("seed") is not None:
+            keywords["seed"] += before
+        if build.func is optuna.samplers.GridSampler:
+            return build.func(grid(distributions), **keywords), self.n_trials
+        return build.func(*build.args, **keywords), self.n_trials
+
+    def _storage(self) -> tuple[Any, str]:
+        """(the storage Optuna opens, how to name it in one line)."""
+        if self.storage:
+            return self.storage, str(self.storage)
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+
+        path = store_folder(self.config) / JOURNAL_FILE
+        return JournalStorage(JournalFileBackend(str(path))), str(path)
+
+    def _save_results(self, study: Any, where: str, sweep_dir: Path) -> None:
+        results: dict[str, Any] = {"name": "optuna", "study_name": study.study_name,
+                                   "storage": where, "n_trials": len(study.trials)}
+        try:
+            best = study.best_trial
+        except ValueError:  # no trial finished
+            log.warning(f"Optuna study {study.study_name}: no trial finished, so no best one")
+        else:
+            results |= {"best_params": best.params, "best_value": best.value,
+                        "best_trial": best.number}
+            log.info(f"Best parameters: {best.params}")
+            log.info(f"Best value: {best.value} (trial {best.number} of the study)")
+        OmegaConf.save(OmegaConf.create(results), sweep_dir / RESULTS_FILE)
+
+
+def _trials_so_far(storage: Any, name: str) -> int:
+    import optuna
+
+    try:
+        return len(optuna.load_study(study_name=name, storage=storage).trials)
+    except KeyError:  # no such study yet
+        return 0
+
+
+def _objective(ret: Any) -> float | None:
+    """A finished job's finite objective, else None (Optuna is told the trial failed)."""
+    if ret.status != JobStatus.COMPLETED:
+        return None
+    try:
+        value = float(ret.return_value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def store_folder(config: DictConfig) -> Path:
+    """The folder of the run's sqlite MLflow store; the launch folder for a server."""
+    uri = OmegaConf.select(config, "tracking.uri", default=None)
+    launch = Path(config.hydra.runtime.cwd)
+    if uri and str(uri).startswith("sqlite:///"):
+        return (launch / str(uri)[len("sqlite:///"):]).parent
+    return launch
+
+
+def default_study_name(config: DictConfig, distributions: dict[str, Any], fixed: dict[str, str],
+                       direction: str) -> str:
+    """The experiment, then a digest of what is searched: the same search continues its study,
+    another search (other keys, ranges, fixed values or direction) starts its own."""
+    from optuna.distributions import distribution_to_json
+
+    space = {"search": {key: distribution_to_json(d) for key, d in sorted(distributions.items())},
+             "fixed": dict(sorted(fixed.items())), "direction": direction,
+             "overrides": sorted(OmegaConf.select(config, "hydra.overrides.task", default=[]))}
+    digest = hashlib.sha1(json.dumps(space, sort_keys=True).encode()).hexdigest()[:10]
+    experiment = OmegaConf.select(config, "tracking.experiment", default="gradexp")
+    return f"{experiment}-{digest}"
+
+
+def _optuna_logs_to(path: Path) -> None:
+    """Optuna's INFO lines (one per trial) go to the sweep's folder, not the console."""
+    import optuna
+
+    optuna.logging.disable_default_handler()
+    logger = logging.getLogger("optuna")
+    logger.propagate = False
+    if not any(getattr(h, "baseFilename", None) == str(path) for h in logger.handlers):
+        logger.addHandler(logging.FileHandler(path))
+    logger.setLevel(logging.INFO)

@@ -1,0 +1,96 @@
+"""gradexp's Optuna sweeper (`hydra/sweeper=optuna`, src/hydra_plugins/gradexp_optuna): Hydra's
+search-space syntax, the objective's own direction, failed trials told as failed, and a study
+that a second run of the same search continues."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import optuna
+import pytest
+from omegaconf import OmegaConf
+
+from conftest import run_cli
+from hydra_plugins.gradexp_optuna.search_space import grid, search_space
+
+TINY = ("trainer.epochs=5", "gradcheck=off", "tracking.log_model=false")
+
+
+def test_hydras_sweep_syntax_becomes_optunas_distributions():
+    found, fixed = search_space([
+        "optimizer=choice(sgd,adam)", "loss=mse,mae", "model.seed=range(0,3)",
+        "optimizer.learning_rate=tag(log, interval(0.0001, 0.5))", "data.noise=interval(0.1,1)",
+        "trainer.batch_size=range(8,64,8)", "data.outliers=range(0.1,0.4,0.1)",
+        "trainer.epochs=7"])
+    assert found["optimizer"] == optuna.distributions.CategoricalDistribution(["sgd", "adam"])
+    assert found["loss"].choices == ("mse", "mae")
+    assert found["model.seed"] == optuna.distributions.IntDistribution(0, 2)
+    assert found["optimizer.learning_rate"] == optuna.distributions.FloatDistribution(
+        0.0001, 0.5, log=True)
+    assert found["data.noise"] == optuna.distributions.FloatDistribution(0.1, 1.0)
+    assert found["trainer.batch_size"] == optuna.distributions.IntDistribution(8, 56, step=8)
+    assert fixed == {"trainer.epochs": "7"}
+    discrete = {key: found[key] for key in ("model.seed", "trainer.batch_size", "data.outliers")}
+    values = grid(discrete)
+    assert values["model.seed"] == [0, 1, 2] and values["trainer.batch_size"][-1] == 56
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    (outliers,) = OverridesParser.create().parse_overrides(["data.outliers=range(0.1,0.4,0.1)"])
+    hydras = list(outliers.sweep_iterator())  # what Hydra's basic sweeper would run
+    assert values["data.outliers"] == pytest.approx(hydras) and len(hydras) >= 3
+    with pytest.raises(ValueError, match="optimizer.learning_rate is continuous"):
+        grid({"optimizer.learning_rate": found["optimizer.learning_rate"]})
+
+
+def study_in(folder: Path) -> optuna.Study:
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(folder / "optuna.journal")))
+    (summary,) = optuna.get_all_study_summaries(storage)
+    return optuna.load_study(study_name=summary.study_name, storage=storage)
+
+
+@pytest.mark.slow
+def test_a_search_maximizes_r2_unasked_and_a_diverging_trial_is_told_failed(tmp_path):
+    # No direction given: val/r2 is maximized. The grid runs both rates; 1000 diverges.
+    done = run_cli("-m", "hydra/sweeper=optuna", "hydra/sweeper/sampler=grid",
+                   "sweep.objective=val/r2", "optimizer.learning_rate=choice(0.1,1000)", *TINY,
+                   "trainer.epochs=10", cwd=tmp_path)
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out[-3000:]  # a failed job fails the sweep, after every job ran
+    assert "2 to run (maximize the objective)" in out
+    study = study_in(tmp_path)
+    states = {t.params["optimizer.learning_rate"]: t.state.name for t in study.trials}
+    assert states == {0.1: "COMPLETE", 1000: "FAIL"}
+    assert study.direction == optuna.study.StudyDirection.MAXIMIZE
+    results = OmegaConf.load(next(tmp_path.glob("multirun/*/*/optimization_results.yaml")))
+    assert results.best_params == {"optimizer.learning_rate": 0.1}
+    assert 0.5 < results.best_value <= 1  # an r2
+    # Optuna's INFO lines go to the sweep's optuna.log, not the console.
+    assert "A new study created" not in out
+    assert "A new study created" in next(tmp_path.glob("multirun/*/*/optuna.log")).read_text()
+
+
+@pytest.mark.slow
+def test_the_same_search_run_again_continues_its_study(tmp_path):
+    search = ("-m", "hydra/sweeper=optuna", "hydra.sweeper.sampler.seed=0",
+              "hydra.sweeper.n_trials=2", "optimizer.learning_rate=interval(0.01,0.5)", *TINY)
+    first = run_cli(*search, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "0 trials so far, 2 to run (minimize the objective)" in first.stdout
+    second = run_cli(*search, cwd=tmp_path)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "2 trials so far, 2 to run" in second.stdout
+    study = study_in(tmp_path)
+    rates = [t.params["optimizer.learning_rate"] for t in study.trials]
+    assert len(rates) == 4 and len(set(rates)) == 4  # the seeded sampler moved on
+    assert all(t.state.name == "COMPLETE" and math.isfinite(t.value) for t in study.trials)
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("gradexp").experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert len(parents) == 2
+    newest = max(parents, key=lambda r: r.info.start_time)
+    assert newest.data.tags["gradexp.optuna.study"] == study.study_name
+    assert int(newest.data.tags["gradexp.optuna.best_trial"]) == study.best_trial.number
