@@ -206,7 +206,7 @@ def test_an_interrupted_run_keeps_its_history_and_last_epoch(store, client, tmp_
                                                              monkeypatch):
     from gradexp.callbacks.evaluation import HeldOutEvaluation
 
-    def interrupt(self, run, stretch):  # Ctrl-C after epoch 35, between two kept epochs
+    def interrupt(self, run, stretch, logs):  # Ctrl-C after epoch 35, between two kept epochs
         if run.trainer.epoch >= 35:
             raise KeyboardInterrupt
 

@@ -270,6 +270,23 @@ def experiment_id(client, name: str) -> str:
     return retry_locked(get_or_create)
 
 
+def tag_run(client, run_id: str, tags: Mapping[str, Any]) -> None:
+    """Tags on a run other than the one a tracker records (a sweep marks its best child and
+    notes on its parent the runs its jobs reused): one write, retried on a locked store."""
+    from mlflow.entities import RunTag
+
+    items = [RunTag(key, str(value)) for key, value in tags.items() if value is not None]
+    retry_locked(lambda: client.log_batch(run_id, tags=items))
+
+
+def mark_killed(client, run_id: str, reason: str, end_time_ms: int) -> None:
+    """End a dead run (its process is gone, gradexp.liveness) KILLED, saying why."""
+    from gradexp.liveness import REASON_TAG
+
+    retry_locked(lambda: client.set_tag(run_id, REASON_TAG, reason))
+    retry_locked(lambda: client.set_terminated(run_id, "KILLED", end_time=end_time_ms))
+
+
 def runs_view_link(uri: str, exp_id: str) -> str:
     """Where the runs of an experiment show (MLflow 3's UI opens in its GenAI view otherwise)."""
     base = redact_uri(uri).rstrip("/") if uri.startswith("http") else "http://127.0.0.1:5000"
