@@ -113,7 +113,8 @@ PARTS = [
     ("figure: loss curve", "gradexp.plots", "loss_curves"),
     ("figure: heat map", "gradexp.plots", "jacobian_heatmaps"),
     ("run: on_train_end (final eval .. end)", "gradexp.loop", "Loop.end"),
-    ("run: artifacts (.hydra, loss curve)", "gradexp.callbacks.artifacts", "Artifacts.on_train_end"),
+    ("run: artifacts (.hydra, loss curve)", "gradexp.callbacks.artifacts",
+     "Artifacts.on_train_end"),
     ("summary print", "gradexp.callbacks.summary", "print_summary"),
 ]
 
