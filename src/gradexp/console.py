@@ -13,7 +13,6 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
-from rich.tree import Tree
 
 GROUPS = ("data", "model", "loss", "optimizer", "device", "trainer", "gradcheck", "tracking")
 
@@ -48,14 +47,20 @@ def note_line(message: str) -> None:
 
 
 def print_config(cfg: DictConfig, masked: Mapping[str, Any]) -> None:
-    """The composed config as a tree, one branch per group (secrets already masked)."""
-    tree = Tree("[bold]config[/bold]")
-    for group in GROUPS:
-        branch = tree.add(f"[bold cyan]{group}[/bold cyan]")
-        for key, value in masked.items():
-            if key.startswith(group + "."):
-                branch.add(f"{key[len(group) + 1:]}: {value}")
-    console().print(tree)
+    """One line: the option of each group and the command line's overrides. The whole config
+    (~80 keys) is `--cfg job` away and in the run's config.yaml; printing it before every run
+    pushed the run's own lines off the screen."""
+    from hydra.core.hydra_config import HydraConfig
+
+    chosen = " ".join(f"{group}={masked[group + '.name']}" for group in GROUPS
+                      if group + ".name" in masked)
+    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    # An override is shown with its value as logged: secrets masked, credentials cut out.
+    overrides = [f"{key}={masked[key.lstrip('+~')]}" if key.lstrip("+~") in masked else item
+                 for item in overrides for key in [item.split("=", 1)[0]]]
+    changed = f" · overrides: {' '.join(overrides)}" if overrides else ""
+    console().print(f"config: {chosen}{changed} (every key: --cfg job)", highlight=False,
+                    soft_wrap=True)
 
 
 def progress(total: int, completed: int = 0) -> Progress:
