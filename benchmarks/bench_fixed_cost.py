@@ -87,10 +87,10 @@ PARTS = [
     ("Hydra: run the job (its own set-up + ours)", "hydra._internal.hydra", "run_job"),
     ("gradexp task", "gradexp.app", "task"),
     ("print the config", "gradexp.console", "print_config"),
-    ("data", "gradexp.experiment", "load_data"),
-    ("check user code (TF import: floor)", "gradexp.experiment", "check_user_code"),
+    ("data", "gradexp.loop", "load_data"),
+    ("check user code (TF import: floor)", "gradexp.loop", "check_user_code"),
     ("git commit", "gradexp.tracking", "git_commit"),
-    ("MLflow: open store, create run", "gradexp.experiment", "open_tracker"),
+    ("MLflow: open store, create run", "gradexp.callbacks.recorder", "MlflowRecorder.on_run_begin"),
     ("MLflow: client / store open", "gradexp.tracking", "open_client"),
     ("MLflow: experiment id", "gradexp.tracking", "experiment_id"),
     ("MLflow: log params", "gradexp.tracking", "MlflowTracker.log_params"),
@@ -103,7 +103,7 @@ PARTS = [
     ("MLflow: log_model (LoggedModel)", "gradexp.tracking", "MlflowTracker.log_keras_model"),
     ("MLflow: wait for metric writes", "gradexp.tracking", "MlflowTracker.wait"),
     ("MLflow: end run", "gradexp.tracking", "MlflowTracker.end"),
-    ("run: execute (model .. finish)", "gradexp.experiment", "_Run.execute"),
+    ("run: train (model .. on_train_end)", "gradexp.loop", "Loop.train"),
     ("model build", "gradexp.models", "build_model"),
     ("Trainer() (optimizer build)", "gradexp.trainer", "Trainer.__init__"),
     ("evaluator: calls (first traces)", "gradexp.evaluation", "Evaluator.__call__"),
@@ -112,9 +112,10 @@ PARTS = [
     ("gradient-check heat maps", "gradexp.callbacks.checks", "GradientChecks.log_heatmaps"),
     ("figure: loss curve", "gradexp.plots", "loss_curves"),
     ("figure: heat map", "gradexp.plots", "jacobian_heatmaps"),
-    ("run: finish", "gradexp.experiment", "_Run.finish"),
-    ("run: artifacts (.hydra, loss curve)", "gradexp.experiment", "_Run.save_artifacts"),
-    ("summary print", "gradexp.experiment", "_Run.print_summary"),
+    ("run: on_train_end (final eval .. end)", "gradexp.loop", "Loop.end"),
+    ("run: artifacts (.hydra, loss curve)", "gradexp.callbacks.artifacts",
+     "Artifacts.on_train_end"),
+    ("summary print", "gradexp.callbacks.summary", "print_summary"),
 ]
 
 
@@ -161,7 +162,7 @@ def profile_child(out: Path) -> None:
             return clocked(lambda: function(*args, **kwargs))
         return timed_call
 
-    import gradexp.experiment  # noqa: F401  (so its names can be wrapped)
+    import gradexp.loop  # noqa: F401  (so its names can be wrapped)
     import gradexp.trainer  # noqa: F401
     for label, module_name, path in PARTS:
         module = importlib.import_module(module_name)

@@ -118,7 +118,7 @@ def test_tracking_none_records_nothing(tmp_path):
 def test_divergence_stops_fails_the_run_and_keeps_the_metrics_so_far(store, client, tmp_path):
     import pyarrow.parquet as pq
 
-    from gradexp.callbacks.tracking import kept_epochs
+    from gradexp.callbacks.epoch_history import kept_epochs
 
     with pytest.raises(Diverged, match=r"epoch \d+.*learning rate.*optimizer.learning_rate=50"):
         run(store, "gradcheck=off", "optimizer.learning_rate=50", "trainer.epochs=500")

@@ -102,7 +102,7 @@ def history_artifact(client, run_id: str, tmp_path) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize(("start", "end", "budget"), [
     (0, 20_000, 320), (0, 1000, 7), (0, 50, 320), (4_950, 20_000, 200), (0, 10, 1)])
 def test_kept_epochs_are_evenly_spaced_with_the_first_and_last(start, end, budget):
-    from gradexp.callbacks.tracking import kept_epochs
+    from gradexp.callbacks.epoch_history import kept_epochs
 
     kept = kept_epochs(start, end, budget)
     assert len(kept) <= budget and kept[-1] == end
@@ -114,7 +114,7 @@ def test_kept_epochs_are_evenly_spaced_with_the_first_and_last(start, end, budge
 
 def test_a_run_longer_than_max_points_is_thinned_in_mlflow_and_whole_in_its_artifact(
         store, client, tmp_path):
-    from gradexp.callbacks.tracking import kept_epochs
+    from gradexp.callbacks.epoch_history import kept_epochs
 
     # 200 epochs in compiled calls cut at every 7th (checkpoints are host events): the kept
     # epochs do not follow them.
@@ -163,7 +163,7 @@ def test_an_early_stop_between_logged_evaluations_still_logs_its_last(store, cli
 
 
 def test_an_early_stop_still_logs_the_last_epoch_it_ran(store, client, tmp_path):
-    from gradexp.callbacks.tracking import kept_epochs
+    from gradexp.callbacks.epoch_history import kept_epochs
 
     cfg = compose_config(f"tracking.uri={store}", "gradcheck=off", "optimizer=adam",
                          "optimizer.learning_rate=0.5", "eval.every=5", "trainer.log_every=5",
@@ -179,7 +179,7 @@ def test_an_early_stop_still_logs_the_last_epoch_it_ran(store, client, tmp_path)
 
 
 def test_a_resumed_run_keeps_every_epoch_in_its_artifact(store, client, tmp_path):
-    from gradexp.callbacks.tracking import kept_epochs
+    from gradexp.callbacks.epoch_history import kept_epochs
 
     common = (f"tracking.uri={store}", "gradcheck=off", "trainer.checkpoint_every=20",
               "tracking.max_points=11", "tracking.log_model=false", "trainer.deterministic=true")
@@ -206,7 +206,7 @@ def test_an_interrupted_run_keeps_its_history_and_last_epoch(store, client, tmp_
                                                              monkeypatch):
     from gradexp.callbacks.evaluation import HeldOutEvaluation
 
-    def interrupt(self, run, stretch):  # Ctrl-C after epoch 35, between two kept epochs
+    def interrupt(self, run, stretch, logs):  # Ctrl-C after epoch 35, between two kept epochs
         if run.trainer.epoch >= 35:
             raise KeyboardInterrupt
 

@@ -127,7 +127,7 @@ def test_kill_9_then_resume_reaches_the_uninterrupted_result(tmp_path):
     import pyarrow.parquet as pq
     from mlflow import MlflowClient
 
-    from gradexp.callbacks.tracking import kept_epochs
+    from gradexp.callbacks.epoch_history import kept_epochs
 
     crashed = spawn_cli(*LONG, cwd=tmp_path)
     folder = wait_for_checkpoint(tmp_path, crashed)

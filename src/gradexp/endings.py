@@ -1,5 +1,5 @@
 """How a run can end before its last epoch: exceptions whose message is the one line a person
-reads (the run loop, gradexp.experiment, turns each into the MLflow status it stands for), and
+reads (the run loop, gradexp.loop, turns each into the MLflow status it stands for: status_of), and
 the exit codes the command line ends with."""
 
 from __future__ import annotations
@@ -25,3 +25,18 @@ class GradientCheckFailed(RunFailed):
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM, handled like Ctrl-C: the run ends KILLED, exit code 143."""
+
+
+def status_of(error: BaseException) -> tuple[str, str, str | None]:
+    """The MLflow status an exception ends a run with, the reason recorded with it, and the
+    traceback worth keeping (None for the failures a person caused: their message says it)."""
+    import traceback
+
+    from gradexp.schema import ConfigError
+
+    if isinstance(error, KeyboardInterrupt):
+        return "KILLED", "interrupted (Ctrl-C or SIGTERM)", None
+    if isinstance(error, (RunFailed, ConfigError)):  # e.g. device=gpu with no GPU visible
+        return "FAILED", str(error), None
+    trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    return "FAILED", f"{type(error).__name__}: {error}", trace

@@ -140,7 +140,7 @@ def mark_dead_runs(client, experiment_ids: Sequence[str], stale_after_minutes: f
                    say: Callable[[str], None] | None = None) -> list[str]:
     """Mark the dead RUNNING runs KILLED (tag gradexp.status_reason, end time = when last heard
     of), each said in one line; returns their ids."""
-    from gradexp.tracking import retry_locked
+    from gradexp.tracking import mark_killed, retry_locked
 
     marked = []
     for found in find_dead_runs(client, experiment_ids, stale_after_minutes):
@@ -148,10 +148,8 @@ def mark_dead_runs(client, experiment_ids: Sequence[str], stale_after_minutes: f
         # has its own status, which stands.
         if retry_locked(lambda found=found: client.get_run(found.run_id)).info.status != "RUNNING":
             continue
-        retry_locked(lambda found=found: client.set_tag(found.run_id, REASON_TAG,
-                                                        f"marked KILLED: {found.reason}"))
-        retry_locked(lambda found=found: client.set_terminated(
-            found.run_id, "KILLED", end_time=int(found.last_sign * 1000)))
+        mark_killed(client, found.run_id, f"marked KILLED: {found.reason}",
+                    int(found.last_sign * 1000))
         marked.append(found.run_id)
         if say is not None:
             say(f"marked run {found.run_id} KILLED: {found.reason}")

@@ -361,6 +361,7 @@ class Config:
     trainer: Any = MISSING
     gradcheck: Any = MISSING
     tracking: Any = MISSING
+    callbacks: Any = None  # name -> {_target_, __init__ args} (conf/callbacks/, docs/callbacks.md)
     eval: EvalConfig = field(default_factory=EvalConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
 

@@ -229,7 +229,7 @@ def summarize_sweep(tracker, best_per: list[str] | None = None) -> SweepSummary:
     (sweep.skip_finished), those marked `reused`.
     """
     from gradexp.compare import differing_params, is_swept
-    from gradexp.tracking import retry_locked
+    from gradexp.tracking import retry_locked, tag_run
 
     client, parent_id = tracker.client, tracker.run_id
     children = retry_locked(lambda: client.search_runs(
@@ -261,7 +261,7 @@ def summarize_sweep(tracker, best_per: list[str] | None = None) -> SweepSummary:
     if finished:
         best = finished[0]
         if not best["reused"]:  # a reused run belongs to an earlier sweep: leave its tags alone
-            retry_locked(lambda: client.set_tag(best["run_id"], "gradexp.best_in_sweep", "true"))
+            tag_run(client, best["run_id"], {"gradexp.best_in_sweep": "true"})
         tracker.set_tags({"gradexp.best_run_id": best["run_id"],
                           "gradexp.best_run_name": best["run_name"]})
         tracker.log_metric("best_final_loss", best["final_loss"], 0)
@@ -437,13 +437,11 @@ def resume_killed_run(cfg: DictConfig, hydra_cfg: DictConfig) -> DictConfig:
 
 def _note_reused(client, launch_dir: Path, hydra_cfg: DictConfig, run_id: str) -> None:
     """Tag the sweep's parent with a run of an earlier sweep that this job reuses."""
-    from gradexp.tracking import retry_locked
+    from gradexp.tracking import tag_run
 
     parent = parent_run_file(launch_dir / hydra_cfg.sweep.dir)
     if parent.exists():
-        parent_id = parent.read_text().strip()
-        retry_locked(lambda: client.set_tag(parent_id, f"{REUSED_TAG}{hydra_cfg.job.num}",
-                                            run_id))
+        tag_run(client, parent.read_text().strip(), {f"{REUSED_TAG}{hydra_cfg.job.num}": run_id})
 
 
 def find_finished_run(client, experiment: str, params: Mapping[str, str],

@@ -3,7 +3,7 @@
 Writes are batched (per-epoch metrics go out with log_batch, at most 1,000 a call) because every
 MLflow write to sqlite costs about 12 ms however little it carries, and written by a background
 thread while training goes on. Per-epoch series arrive here already thinned to tracking.max_points
-points (gradexp.callbacks.tracking); every epoch is in the run's history.parquet
+points (gradexp.callbacks.epoch_history); every epoch is in the run's history.parquet
 (gradexp.history). Writes that meet a locked sqlite store (several sweep jobs writing at once) are
 retried, not lost.
 """
@@ -75,8 +75,16 @@ def config_params(cfg) -> dict[str, str]:
     Runs log exactly this, and sweep.skip_finished matches on it."""
     from gradexp.console import to_plain
 
+    plain = to_plain(cfg)
+    # The built-in callbacks (gradexp.callbacks.*) take their settings from the groups'
+    # keys, recorded there; a person's own callback and its arguments are recorded.
+    callbacks = plain.get("callbacks")
+    if isinstance(callbacks, Mapping):
+        plain["callbacks"] = {name: node for name, node in callbacks.items()
+                              if not (isinstance(node, Mapping) and str(
+                                  node.get("_target_", "")).startswith("gradexp."))}
     return {key: str(value)[:MAX_PARAM_LENGTH]
-            for key, value in mask_secrets(flatten(to_plain(cfg))).items()}
+            for key, value in mask_secrets(flatten(plain)).items()}
 
 
 def redact_uri(uri: str) -> str:
@@ -260,6 +268,23 @@ def experiment_id(client, name: str) -> str:
             return found.experiment_id
 
     return retry_locked(get_or_create)
+
+
+def tag_run(client, run_id: str, tags: Mapping[str, Any]) -> None:
+    """Tags on a run other than the one a tracker records (a sweep marks its best child and
+    notes on its parent the runs its jobs reused): one write, retried on a locked store."""
+    from mlflow.entities import RunTag
+
+    items = [RunTag(key, str(value)) for key, value in tags.items() if value is not None]
+    retry_locked(lambda: client.log_batch(run_id, tags=items))
+
+
+def mark_killed(client, run_id: str, reason: str, end_time_ms: int) -> None:
+    """End a dead run (its process is gone, gradexp.liveness) KILLED, saying why."""
+    from gradexp.liveness import REASON_TAG
+
+    retry_locked(lambda: client.set_tag(run_id, REASON_TAG, reason))
+    retry_locked(lambda: client.set_terminated(run_id, "KILLED", end_time=end_time_ms))
 
 
 def runs_view_link(uri: str, exp_id: str) -> str:

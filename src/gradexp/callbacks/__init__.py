@@ -1,40 +1,101 @@
-"""Callbacks: everything a run does besides training observes the trainer through these.
+"""Callbacks: everything a run does besides training, each one job, built from config.
 
-The run loop (gradexp.experiment) trains in compiled stretches of epochs and tells each callback,
-in order: training begins · a stretch of epochs ended (its per-epoch arrays) · training ended,
-however it ended (FINISHED, FAILED, KILLED). A callback also names the epochs at which it needs
-the host (`stops`): a gradient check, an evaluation, a checkpoint; the trainer's compiled calls end
-there and nowhere else. A new feature is a new callback and its config keys.
+The loop (gradexp.loop) builds the parts, trains in compiled stretches of epochs and emits the
+events of gradexp.run_view.EVENTS to each callback in order; callbacks read the run's view
+(gradexp.run_view.RunView), add metrics to a stretch's `logs`, and hand tags, artifacts and the
+model to the recorder, the only MLflow writer. A callback also names the epochs at which it needs
+the host (`stops`): a gradient check, an evaluation, a checkpoint; the trainer's compiled calls
+end there and nowhere else.
+
+They come from conf/callbacks/default.yaml (`callbacks.NAME: {_target_: ..., args}`), built by
+hydra.utils.instantiate; yours joins with `+callbacks.NAME._target_=my_module.MyCallback`, and
+`~callbacks.NAME` (or `callbacks.NAME=null`) turns one off. The order is fixed, whatever the
+order in the config: BEFORE_YOURS, yours (in the order given), AFTER_YOURS. So held-out
+evaluation comes before early stopping (which reads it) and the progress line (which shows it),
+yours see all of those, and checkpoints and the recorder come last: what yours put in `logs` is
+recorded in the same event.
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Iterator
 from typing import Any
 
+from omegaconf import DictConfig, OmegaConf
+
 from gradexp.callbacks.base import Callback
-from gradexp.callbacks.checkpoints import Checkpoints
-from gradexp.callbacks.checks import GradientChecks
-from gradexp.callbacks.early_stopping import EarlyStopping
-from gradexp.callbacks.evaluation import HeldOutEvaluation, eval_epochs
-from gradexp.callbacks.progress import Progress
-from gradexp.callbacks.tracking import MetricLogger
+from gradexp.schema import ConfigError
 
-__all__ = ["Callback", "build_callbacks"]
+__all__ = ["AFTER_YOURS", "BEFORE_YOURS", "Callback", "build_callbacks", "check_callbacks"]
+
+BEFORE_YOURS = ("epoch_history", "divergence", "held_out_evaluation", "early_stopping",
+                "progress", "gradient_checks")
+AFTER_YOURS = ("checkpoints", "final_evaluation", "artifacts", "model_logger", "recorder",
+               "summary")
 
 
-def build_callbacks(run: Any) -> list[Callback]:
-    """The run's callbacks. Order matters: metrics are logged before evaluations, evaluations
-    come before early stopping (which reads them) and before the progress line (which shows
-    them); checkpoints come last, so they save what the others decided."""
-    cfg = run.cfg
-    callbacks: list[Callback] = [MetricLogger(), HeldOutEvaluation()]
-    if cfg.trainer.early_stopping.enabled:
-        callbacks.append(EarlyStopping(cfg.trainer.early_stopping, run.objective,
-                                       eval_epochs(cfg)))
-    if not run.quiet:
-        callbacks.append(Progress(cfg))
-    if cfg.gradcheck.enabled:
-        callbacks.append(GradientChecks(cfg))
-    if run.checkpoint_dir is not None:
-        callbacks.append(Checkpoints(cfg.trainer.checkpoint_every, run.checkpoint_dir))
-    return callbacks
+def _entries(cfg: DictConfig) -> dict[str, Any]:
+    """callbacks.* of the config; the shipped default list for a config recorded before there
+    was one (trainer.resume of an older run)."""
+    if "callbacks" not in cfg:
+        from gradexp.resources import resource_dir
+
+        return dict(OmegaConf.load(resource_dir("conf") / "callbacks" / "default.yaml"))
+    entries = cfg.callbacks
+    if entries is None:
+        return {}
+    if not isinstance(entries, DictConfig):
+        raise ConfigError(f"callbacks={entries}: expected named entries, e.g. "
+                          "+callbacks.mine._target_=my_module.MyCallback")
+    return {name: entries[name] for name in entries}
+
+
+def ordered(cfg: DictConfig) -> Iterator[tuple[str, Any]]:
+    """(name, config) of each callback that is on, in the order the run tells them."""
+    entries = {name: node for name, node in _entries(cfg).items() if node is not None}
+    built_in = set(BEFORE_YOURS) | set(AFTER_YOURS)
+    yours = [name for name in entries if name not in built_in]
+    for name in [*BEFORE_YOURS, *yours, *AFTER_YOURS]:
+        if name in entries:
+            yield name, entries[name]
+
+
+def check_callbacks(cfg: DictConfig) -> None:
+    """Each callback's `_target_` imports and takes the arguments given: one line otherwise,
+    before any MLflow run opens (the launch folder is importable by now)."""
+    from gradexp.targets import locate
+
+    for name, node in ordered(cfg):
+        key = f"callbacks.{name}"
+        if not isinstance(node, DictConfig) or "_target_" not in node:
+            raise ConfigError(f"{key}={node}: a callback needs a _target_, e.g. "
+                              f"+{key}._target_=my_module.MyCallback")
+        target = locate(f"{key}._target_", node["_target_"])
+        if not callable(target):
+            raise ConfigError(f"{key}._target_={node['_target_']}: not a class or a function")
+        args = {arg: value for arg, value in node.items() if not str(arg).startswith("_")}
+        try:
+            inspect.signature(target).bind(**args)
+        except TypeError as error:
+            raise ConfigError(f"{key}: {node['_target_']} does not take these arguments "
+                              f"({', '.join(map(str, args)) or 'none'}): {error}") from None
+        except ValueError:  # no signature to read (a builtin): instantiate says
+            pass
+
+
+def build_callbacks(cfg: DictConfig) -> list[Any]:
+    """The run's callbacks, built in order (check_callbacks has vetted them)."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    built = []
+    for name, node in ordered(cfg):
+        try:
+            built.append(instantiate(node))
+        except InstantiationException as error:
+            cause = error.__cause__ or error
+            text = str(cause).strip().splitlines()
+            raise ConfigError(f"callbacks.{name}: {node['_target_']} could not be built "
+                              f"({type(cause).__name__}: {text[0] if text else ''})") from None
+    return built

@@ -1,8 +1,9 @@
 """Checkpoints: the model, the optimizer's state, the epoch and the shuffling generator, saved
-with tf.train.CheckpointManager (the last 3 kept) so `trainer.resume=RUN_ID` continues a run that
-died. Saved every trainer.checkpoint_every epochs (null: whenever a minute has passed, checked at
-the ends of compiled stretches), when it is interrupted (Ctrl-C, SIGTERM), and at the end of a run
-that saved before."""
+with tf.train.CheckpointManager (the last 3 kept) in checkpoints/RUN_ID/ of the launch folder, so
+`trainer.resume=RUN_ID` continues a run that died. Saved every trainer.checkpoint_every epochs
+(null: whenever a minute has passed, checked at the ends of compiled stretches; 0: never), when
+it is interrupted (Ctrl-C, SIGTERM), and at the end of a run that saved before. Off without an
+MLflow run to resume (tracking=none)."""
 
 from __future__ import annotations
 
@@ -10,51 +11,64 @@ import time
 from pathlib import Path
 
 from gradexp.callbacks.base import Callback
+from gradexp.callbacks.epoch_history import save_history
 from gradexp.history import ARTIFACT as HISTORY
+from gradexp.run_view import RunView
 
 SAVE_SECONDS = 60.0  # checkpoint_every=null: about once a minute
 KEEP = 3
 
 
 class Checkpoints(Callback):
-    def __init__(self, every: int | None, folder: Path):
-        self.every = every
-        self.folder = folder
+    def __init__(self) -> None:
+        self.every: int | None = None
+        self.folder: Path | None = None  # None: off
         self.manager = None
         self.last_save = time.monotonic()
 
-    def stops(self, epochs: int) -> set[int]:
-        return set(range(self.every, epochs, self.every)) if self.every else set()
+    def on_train_begin(self, run: RunView) -> None:
+        import tensorflow as tf
 
-    def on_train_begin(self, run) -> None:
-        self.manager = run.checkpoint_manager(self.folder, KEEP)
+        from gradexp.resume import checkpoint_folder
+
+        self.every = run.cfg.trainer.checkpoint_every
+        if self.every == 0 or run.run_id is None:
+            return
+        self.folder = checkpoint_folder(run.launch_dir, run.run_id)
+        run.set_tags({"gradexp.checkpoints": self.folder})
+        self.manager = tf.train.CheckpointManager(run.trainer.checkpoint(), str(self.folder),
+                                                  KEEP)
         self.last_save = time.monotonic()
 
-    def on_stretch_end(self, run, stretch) -> None:
-        epoch = run.trainer.epoch
-        due = (epoch % self.every == 0) if self.every else (
+    def stops(self, epochs: int) -> set[int]:
+        if self.manager is None or not self.every:
+            return set()
+        return set(range(self.every, epochs, self.every))
+
+    def on_stretch_end(self, run: RunView, stretch, logs) -> None:
+        if self.manager is None:
+            return
+        due = (run.epoch % self.every == 0) if self.every else (
             time.monotonic() - self.last_save >= SAVE_SECONDS)
         if due:
             self.save(run)
 
-    def on_train_end(self, run, status: str) -> None:
+    def on_train_end(self, run: RunView, status: str) -> None:
         # KILLED: keep the epochs since the last save. FINISHED: bring an existing checkpoint up
         # to the end (a run too short to have saved leaves no folder behind). FAILED: the
         # weights may be NaN; the last good checkpoint stays.
-        if self.manager is None or run.trainer.epoch == 0:
+        if self.manager is None or run.epoch == 0:
             return
         if status == "KILLED" or (status == "FINISHED" and self.manager.latest_checkpoint):
             self.save(run)
 
-    def save(self, run) -> None:
+    def save(self, run: RunView) -> None:
         # Every metric up to here goes into the store first: a run killed after this save
         # resumes from it with no gap in its history.
-        run.tracker.flush()
-        run.tracker.wait()
+        run.store_now()
         # The full-resolution history goes beside the checkpoint, before it: a resumed run's
         # history.parquet takes the epochs up to its checkpoint from here (even after kill -9).
-        run.save_history(self.folder / HISTORY)
-        run.trainer.epoch_variable.assign(run.trainer.epoch)
-        self.manager.save(checkpoint_number=run.trainer.epoch)
+        save_history(run, self.folder / HISTORY)
+        run.trainer.epoch_variable.assign(run.epoch)
+        self.manager.save(checkpoint_number=run.epoch)
         self.last_save = time.monotonic()
-        run.tracker.heartbeat()

@@ -4,11 +4,10 @@ gradcheck.on_fail=fail, ending the run FAILED."""
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
-
 from gradexp import console
 from gradexp.callbacks.base import Callback
 from gradexp.endings import GradientCheckFailed
+from gradexp.run_view import RunView
 
 CULPRITS_TAG = "gradexp.gradcheck.culprits"
 # The console names at most this many affected variables (the json report has them all).
@@ -16,27 +15,32 @@ MAX_AFFECTED = 6
 
 
 class GradientChecks(Callback):
-    def __init__(self, cfg: DictConfig):
-        gc, epochs = cfg.gradcheck, cfg.trainer.epochs
+    """On with gradcheck.enabled; its keys are gradcheck's (conf/gradcheck/)."""
+
+    def __init__(self) -> None:
+        self.epochs: set[int] = set()
+
+    def on_train_begin(self, run: RunView) -> None:
+        gc, epochs = run.cfg.gradcheck, run.cfg.trainer.epochs
+        if not gc.enabled:
+            return
         self.epochs = set(range(gc.every_n_epochs, epochs, gc.every_n_epochs)) \
             if gc.every_n_epochs else set()
         if gc.at_start:
             self.epochs.add(0)
         if gc.at_end:
             self.epochs.add(epochs)
+        if 0 in self.epochs and run.epoch == 0:
+            self.check(run, 0)
 
     def stops(self, epochs: int) -> set[int]:
         return {epoch for epoch in self.epochs if epoch > 0}
 
-    def on_train_begin(self, run) -> None:
-        if 0 in self.epochs and run.trainer.epoch == 0:
-            self.check(run, 0)
+    def on_stretch_end(self, run: RunView, stretch, logs) -> None:
+        if run.epoch in self.epochs and run.epoch > 0:
+            self.check(run, run.epoch)
 
-    def on_stretch_end(self, run, stretch) -> None:
-        if run.trainer.epoch in self.epochs and run.trainer.epoch > 0:
-            self.check(run, run.trainer.epoch)
-
-    def check(self, run, epoch: int) -> None:
+    def check(self, run: RunView, epoch: int) -> None:
         from gradexp.verification import (
             EAGER_CHECKS,
             check_training_gradients,
@@ -52,28 +56,28 @@ class GradientChecks(Callback):
         run.checks.append(result)
         if result.disconnected:
             names = ", ".join(result.disconnected)
-            run.tracker.set_tags({"gradexp.gradcheck.disconnected": names})
+            run.set_tags({"gradexp.gradcheck.disconnected": names})
             if not run.quiet:
                 console.console().print(f"[yellow]warning:[/yellow] no gradient reaches {names}"
                                         " (not connected to the loss)", highlight=False)
         if result.notes and len(run.checks) == 1:  # e.g. user code that only runs in float32
-            run.tracker.set_tags({"gradexp.gradcheck_dtype": result.dtype})
+            run.set_tags({"gradexp.gradcheck_dtype": result.dtype})
             if not run.quiet:
                 console.console().print(f"[yellow]warning:[/yellow] {result.notes[0]}",
                                         highlight=False)
         for key, value in result.metrics().items():
-            run.tracker.log_metric(key, value, epoch)
-        run.tracker.log_dict(result.to_dict(), f"gradcheck/report_epoch_{epoch:05d}.json")
+            run.log_metric(key, value, epoch)
+        run.log_artifact("dict", result.to_dict(), f"gradcheck/report_epoch_{epoch:05d}.json")
         # Heat maps where they help: after training, and whenever a check fails.
         if run.cfg.gradcheck.plots and (epoch == run.cfg.trainer.epochs or not result.passed):
             self.log_heatmaps(run, result)
         if not result.passed:
-            run.tracker.set_tags({"gradexp.gradcheck": "failed"})
+            run.set_tags({"gradexp.gradcheck": "failed"})
             if result.culprits_searched:  # empty: no layer is wrong alone (the loss may be)
-                run.tracker.set_tags({CULPRITS_TAG: ",".join(v.name for v in result.culprits)})
+                run.set_tags({CULPRITS_TAG: ",".join(v.name for v in result.culprits)})
             message = "\n".join(failure_lines(result))
             if run.cfg.gradcheck.on_fail == "fail":
-                run.tracker.set_tags({"gradexp.failure": "gradcheck",
+                run.set_tags({"gradexp.failure": "gradcheck",
                                       "gradexp.failure_epoch": epoch})
                 raise GradientCheckFailed(message)
             if not run.quiet:
@@ -83,7 +87,7 @@ class GradientChecks(Callback):
                                         highlight=False)
 
     @staticmethod
-    def log_heatmaps(run, result) -> None:
+    def log_heatmaps(run: RunView, result) -> None:
         from gradexp.heatmaps import heatmaps
         from gradexp.plots import jacobian_heatmaps
 
@@ -91,8 +95,8 @@ class GradientChecks(Callback):
             safe = name.replace("/", "_")
             figure = jacobian_heatmaps(name, maps.analytical, maps.numerical, worst=maps.worst,
                                        shape=maps.shape)  # a failure's worst element outlined
-            run.tracker.log_figure(figure,
-                                   f"gradcheck/heatmap_{safe}_epoch_{result.epoch:05d}.png")
+            run.log_artifact("figure", figure,
+                             f"gradcheck/heatmap_{safe}_epoch_{result.epoch:05d}.png")
 
 
 def failure_lines(result) -> list[str]:

@@ -8,30 +8,42 @@ from __future__ import annotations
 
 import math
 
-from omegaconf import DictConfig
-
 from gradexp.callbacks.base import Callback
+from gradexp.callbacks.evaluation import eval_epochs
 from gradexp.objective import direction_of
+from gradexp.run_view import RunView
 
 
 class EarlyStopping(Callback):
-    def __init__(self, cfg: DictConfig, objective: str, epochs: set[int]):
-        self.epochs = epochs  # the evaluation epochs: each is a decision, made on the host
-        self.monitor = objective if cfg.monitor == "auto" else cfg.monitor
-        self.sign = -1.0 if direction_of(self.monitor) == "maximize" else 1.0
-        self.patience = cfg.patience
-        self.min_delta = cfg.min_delta
-        self.restore_best = cfg.restore_best
+    """On with trainer.early_stopping.enabled=true; its keys are trainer.early_stopping's."""
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self.epochs: set[int] = set()  # the evaluation epochs: each is a decision, on the host
         self.best = math.inf  # sign · value: smaller is better
         self.best_epoch: int | None = None
         self.best_weights = None
 
+    def on_train_begin(self, run: RunView) -> None:
+        cfg = run.cfg.trainer.early_stopping
+        self.enabled = bool(cfg.enabled)
+        if not self.enabled:
+            return
+        self.epochs = eval_epochs(run.cfg)
+        self.monitor = run.objective if cfg.monitor == "auto" else cfg.monitor
+        self.sign = -1.0 if direction_of(self.monitor) == "maximize" else 1.0
+        self.patience = cfg.patience
+        self.min_delta = cfg.min_delta
+        self.restore_best = cfg.restore_best
+
     def stops(self, epochs: int) -> set[int]:
         return self.epochs
 
-    def on_stretch_end(self, run, stretch) -> None:
+    def on_stretch_end(self, run: RunView, stretch, logs) -> None:
+        if not self.enabled:
+            return
         history = run.evaluations.get(self.monitor)
-        epoch = run.trainer.epoch
+        epoch = run.epoch
         if not history or history[-1][0] != epoch:
             return  # no evaluation at this stretch's end
         value = self.sign * history[-1][1]
@@ -41,14 +53,14 @@ class EarlyStopping(Callback):
                 self.best_weights = run.model.network.get_weights()
         elif self.best_epoch is not None and epoch - self.best_epoch >= self.patience:
             run.stop_training = True
-            run.tracker.log_metric("stopped_epoch", epoch, epoch)
-            run.tracker.set_tags({"gradexp.stopped_early": f"{self.monitor} did not improve by "
+            run.log_metric("stopped_epoch", epoch, epoch)
+            run.set_tags({"gradexp.stopped_early": f"{self.monitor} did not improve by "
                                   f"{self.min_delta} in {epoch - self.best_epoch} epochs"})
 
-    def on_train_end(self, run, status: str) -> None:
+    def on_train_end(self, run: RunView, status: str) -> None:
         if self.best_epoch is None:
             return
-        run.tracker.log_metric("best_epoch", self.best_epoch, self.best_epoch)
+        run.log_metric("best_epoch", self.best_epoch, self.best_epoch)
         if self.restore_best and self.best_weights is not None and status == "FINISHED":
             run.model.network.set_weights(self.best_weights)
             run.restored_epoch = self.best_epoch

@@ -1,13 +1,16 @@
 """Held-out evaluation as a callback: train/ and val/ metrics at the evaluation epochs (every
 eval.every epochs, or at the progress lines, and after the last). The trainer computes them
-inside its compiled calls (gradexp.trainer); this callback records them. The test split is
-evaluated once, after training (gradexp.experiment), with whatever weights training ended on."""
+inside its compiled calls (gradexp.trainer); HeldOutEvaluation records them. FinalEvaluation,
+once training FINISHED: the final training loss and the one-feature line's W and b, the train/
+and val/ metrics again if early stopping put back its best weights, and the test split, held
+out until now and evaluated once with whatever weights training ended on."""
 
 from __future__ import annotations
 
 from omegaconf import DictConfig
 
 from gradexp.callbacks.base import Callback
+from gradexp.run_view import RunView
 
 
 def print_every(cfg: DictConfig) -> int:
@@ -25,7 +28,7 @@ def logged_eval_epochs(cfg: DictConfig) -> set[int]:
     """The evaluation epochs whose metrics go to MLflow: at most tracking.max_points of them,
     evenly spaced, the last among them (gradexp.callbacks.tracking.kept_epochs over their
     positions). The history keeps every evaluation."""
-    from gradexp.callbacks.tracking import kept_epochs
+    from gradexp.callbacks.epoch_history import kept_epochs
 
     grid = sorted(eval_epochs(cfg))
     return {grid[i - 1] for i in kept_epochs(0, len(grid), cfg.tracking.max_points)}
@@ -41,17 +44,36 @@ class HeldOutEvaluation(Callback):
         self.logged: set[int] = set()
         self.unlogged: tuple[int, dict[str, float]] | None = None  # the last, if thinned out
 
-    def on_train_begin(self, run) -> None:
+    def on_train_begin(self, run: RunView) -> None:
         self.logged = logged_eval_epochs(run.cfg)
 
-    def on_stretch_end(self, run, stretch) -> None:
+    def on_stretch_end(self, run: RunView, stretch, logs) -> None:
         for epoch, metrics in stretch.evaluations.items():
             log = epoch in self.logged
             run.record_evaluation(epoch, metrics, log=log)
             self.unlogged = None if log else (epoch, metrics)
 
-    def on_train_end(self, run, status: str) -> None:
+    def on_train_end(self, run: RunView, status: str) -> None:
         if self.unlogged is not None:
             epoch, metrics = self.unlogged
             for key, value in metrics.items():
-                run.tracker.log_metric(key, value, epoch)
+                run.log_metric(key, value, epoch)
+
+
+class FinalEvaluation(Callback):
+    def on_train_end(self, run: RunView, status: str) -> None:
+        if status != "FINISHED":
+            return
+        if run.restored_epoch is not None:  # early stopping put the best weights back:
+            evaluate(run, ("train", "val"))  # what the run ends on
+        run.final_loss = run.trainer.evaluate()
+        evaluate(run, ("test",))
+        run.scalars = {key: float(value) for key, value in run.model.scalars().items()}
+        for key, value in {"final_loss": run.final_loss,
+                           **{f"final_{k}": v for k, v in run.scalars.items()}}.items():
+            run.log_metric(key, value, run.epoch)
+
+
+def evaluate(run: RunView, splits: tuple[str, ...]) -> None:
+    """Metrics of the current parameters on whole splits, recorded at step = epochs done."""
+    run.record_evaluation(run.epoch, run.evaluator(splits))

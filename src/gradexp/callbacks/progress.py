@@ -3,23 +3,29 @@ grad_norm, W, b and the latest validation metrics)."""
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
-
 from gradexp import console
 from gradexp.callbacks.base import Callback
 from gradexp.callbacks.evaluation import print_every
+from gradexp.run_view import RunView
 
 
 class Progress(Callback):
-    def __init__(self, cfg: DictConfig):
-        self.every = print_every(cfg)
+    """Off in a quiet run."""
+
+    def __init__(self) -> None:
+        self.every = 1
         self.bar = None
 
-    def on_train_begin(self, run) -> None:
-        self.bar = console.progress(run.cfg.trainer.epochs, completed=run.trainer.epoch)
+    def on_train_begin(self, run: RunView) -> None:
+        if run.quiet:
+            return
+        self.every = print_every(run.cfg)
+        self.bar = console.progress(run.cfg.trainer.epochs, completed=run.epoch)
         self.bar.start()
 
-    def on_stretch_end(self, run, stretch) -> None:
+    def on_stretch_end(self, run: RunView, stretch, logs) -> None:
+        if self.bar is None:
+            return
         epochs = run.cfg.trainer.epochs
         last = stretch.last_epoch
         self.bar.update(self.bar.task_ids[0], completed=last,
@@ -34,6 +40,6 @@ class Progress(Callback):
                 self.bar.console.print(f"epoch {epoch:>{len(str(epochs))}}/{epochs}  {shown}",
                                        highlight=False)
 
-    def on_train_end(self, run, status: str) -> None:
+    def on_train_end(self, run: RunView, status: str) -> None:
         if self.bar is not None:
             self.bar.stop()

@@ -1,7 +1,8 @@
-"""Per-epoch metrics into MLflow, thinned: every key of a stretch's per-epoch `values` (loss,
-grad_norm, lr, the one-feature line's W and b) at no more than tracking.max_points evenly spaced
-epochs a metric, the first and the last epoch among them. Every epoch at full resolution goes to
-the run's history.parquet (gradexp.history), not here.
+"""Every epoch's values, kept whole for the run's history.parquet (gradexp.history) and handed
+to the recorder thinned: every key of a stretch's per-epoch `values` (loss, grad_norm, lr, the
+one-feature line's W and b) at no more than tracking.max_points evenly spaced epochs a metric,
+the first and the last epoch among them. A stretch that diverged is kept up to its first NaN or
+infinite epoch (gradexp.callbacks.divergence then ends the run).
 
 Why thin: the MLflow UI's charts draw at most 320 points a metric (conf/tracking/mlflow.yaml says
 where that number comes from), while sqlite takes ~250 µs a point. Which epochs are kept depends
@@ -10,9 +11,12 @@ only on the epochs to train, never on how the trainer cuts them into compiled st
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from gradexp.callbacks.base import Callback
+from gradexp.run_view import RunView
 
 
 def kept_epochs(start: int, end: int, budget: int) -> np.ndarray:
@@ -25,32 +29,54 @@ def kept_epochs(start: int, end: int, budget: int) -> np.ndarray:
     return np.unique(np.round(np.linspace(start + 1, end, budget)).astype(np.int64))
 
 
-class MetricLogger(Callback):
+class EpochHistory(Callback):
     def __init__(self) -> None:
         self.kept = np.zeros(0, dtype=np.int64)  # the epochs whose values go to MLflow
         self.last: tuple[int, dict[str, float]] | None = None  # the last epoch run, its values
 
-    def on_train_begin(self, run) -> None:
+    def on_train_begin(self, run: RunView) -> None:
         # The same epochs as a run that was never interrupted: a resume goes on along the grid
         # of all trainer.epochs (one that raised trainer.epochs adds the new grid's points).
         self.kept = kept_epochs(0, run.cfg.trainer.epochs, run.cfg.tracking.max_points)
 
-    def on_stretch_end(self, run, stretch) -> None:
+    def on_stretch_end(self, run: RunView, stretch, logs) -> None:
+        bad_epoch = stretch.first_nonfinite_epoch()
+        if bad_epoch is not None:
+            stretch = stretch.upto(bad_epoch)
         epochs = stretch.epochs
         if not len(epochs):
             return
+        run.first_epochs.append(stretch.first_epoch)
+        for key, values in stretch.values.items():
+            run.history.setdefault(key, []).append(values)
         keep = np.isin(epochs, self.kept)
         if keep.any():
-            run.tracker.log_history(epochs[keep], {key: values[keep]
-                                                   for key, values in stretch.values.items()})
+            run.log_series(epochs[keep], {key: values[keep]
+                                          for key, values in stretch.values.items()})
         self.last = (int(epochs[-1]), {key: float(values[-1])
                                        for key, values in stretch.values.items()})
-        run.tracker.heartbeat()  # "still alive", at most every 30 s (gradexp.liveness)
 
-    def on_train_end(self, run, status: str) -> None:
+    def on_train_end(self, run: RunView, status: str) -> None:
         # An early stop, an interrupt or a divergence ends between kept epochs: the last epoch
         # run is logged too, so MLflow's series end where training did.
         if self.last is not None and self.last[0] not in self.kept:
             epoch, values = self.last
             for key, value in values.items():
-                run.tracker.log_metric(key, value, epoch)
+                run.log_metric(key, value, epoch)
+
+
+def history_table(run: RunView):
+    """Every epoch's metrics and the evaluations as one table (gradexp.history); a resumed
+    run's includes the epochs before its checkpoint, from the copy saved beside it."""
+    from gradexp.history import ARTIFACT, build_table, merge, read_table
+
+    start = run.first_epochs[0] if run.first_epochs else run.epoch
+    table = build_table(start, run.merged_history(), run.evaluations)
+    earlier = read_table(run.resume.folder / ARTIFACT) if run.resume is not None else None
+    return table if earlier is None else merge(earlier, table, upto=start)
+
+
+def save_history(run: RunView, path: Path) -> None:
+    from gradexp.history import write_table
+
+    write_table(history_table(run), path)

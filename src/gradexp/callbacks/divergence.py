@@ -1,0 +1,22 @@
+"""Divergence (Keras' TerminateOnNaN): a stretch whose loss or gradient norm became NaN or
+infinite ends the run FAILED, with why and at which epoch; the good epochs before it are kept
+(gradexp.callbacks.epoch_history comes first)."""
+
+from __future__ import annotations
+
+from gradexp.callbacks.base import Callback
+from gradexp.endings import Diverged
+from gradexp.run_view import RunView
+
+
+class Divergence(Callback):
+    def on_stretch_end(self, run: RunView, stretch, logs) -> None:
+        bad_epoch = stretch.first_nonfinite_epoch()
+        if bad_epoch is None:
+            return
+        run.set_tags({"gradexp.failure": "diverged", "gradexp.failure_epoch": bad_epoch})
+        lr = run.cfg.optimizer.learning_rate
+        raise Diverged(
+            f"the loss or its gradient became NaN or infinite at epoch {bad_epoch}: "
+            f"the learning rate is probably too high (optimizer.learning_rate={lr}); "
+            "try a smaller one")

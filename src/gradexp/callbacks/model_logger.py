@@ -1,0 +1,35 @@
+"""The trained model, as served (gradexp.export: raw features in, probabilities out), handed to
+the recorder as the run's LoggedModel `model`, with the weights the run reports (after
+restore_best); tracking.log_model=false skips it. A model Keras cannot save (a custom layer
+without get_config, say) is said in one warning; the run still finishes."""
+
+from __future__ import annotations
+
+from gradexp import console
+from gradexp.callbacks.base import Callback
+from gradexp.run_view import RunView
+
+
+class ModelLogger(Callback):
+    def on_train_end(self, run: RunView, status: str) -> None:
+        from gradexp.export import export
+
+        if status != "FINISHED" or not run.cfg.tracking.log_model or run.run_id is None:
+            return  # tracking=none: nowhere to log it
+
+        def not_logged(error: BaseException) -> None:
+            run.set_tags({"gradexp.model_logged": "false"})
+            if not run.quiet:
+                text = str(error).strip()
+                first = text.splitlines()[0][:200] if text else ""
+                console.console().print(f"[yellow]warning:[/yellow] the trained model was not "
+                                        f"logged ({type(error).__name__}: {first}); "
+                                        "tracking.log_model=false skips it")
+
+        try:
+            served = export(run.model.network, run.data,
+                            outputs_are_logits=bool(run.cfg.loss.get("from_logits", True)))
+        except Exception as error:  # noqa: BLE001 - the run's results stand without the file
+            not_logged(error)
+            return
+        run.log_model(served, run.epoch, not_logged)

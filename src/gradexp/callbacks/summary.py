@@ -1,0 +1,52 @@
+"""The end-of-run summary in the terminal (a FINISHED run, not quiet): the final loss, W and b,
+the held-out metrics, the objective, the gradient-check verdict (the worst check of the run),
+where the run is and how to open it in the MLflow UI."""
+
+from __future__ import annotations
+
+from gradexp import console
+from gradexp.callbacks.base import Callback
+from gradexp.run_view import RunView
+
+
+class Summary(Callback):
+    def on_train_end(self, run: RunView, status: str) -> None:
+        if status == "FINISHED" and not run.quiet:
+            print_summary(run)
+
+
+def verdict(run: RunView) -> str | None:
+    if not run.checks:
+        return None
+    failed = [check.epoch for check in run.checks if not check.passed]
+    # The reported error (GradCheckEntry.reported_error), as the console and MLflow.
+    worst = max(run.checks, key=lambda check: check.error_to_tolerance)
+    error = worst.worst()
+    count = len(run.checks) + run.earlier_checks  # both parts of a resumed run
+    return (("passed" if not failed else
+             f"FAILED at epoch{'s' if len(failed) > 1 else ''} {', '.join(map(str, failed))}")
+            + f" ({count} check{'s' if count > 1 else ''}"
+            + ("" if error is None else f"; worst at epoch {worst.epoch}: {error[1].describe()}")
+            + (f"; wrong layer: {', '.join(v.name for v in worst.culprits)}"
+               if worst.culprits else "") + ")")
+
+
+def print_summary(run: RunView) -> None:
+    from gradexp.tracking import redact_uri, runs_view_link
+
+    result = run.result()
+    objective = result.objective_value
+    rows = {"final loss (after the last step)": result.final_loss, **result.scalars,
+            **result.metrics,
+            f"objective ({result.direction[:3]})": None if objective is None
+            else f"{result.objective} = {objective:.6g}",
+            "epochs": result.epochs, "gradient check": verdict(run), "mlflow run": result.run_id}
+    console.print_summary(rows)
+    if result.run_id:
+        uri = result.tracking_uri
+        out = console.console()
+        ui = f"open {redact_uri(uri)}" if uri.startswith("http") else \
+            f"mlflow ui --backend-store-uri {uri}"
+        out.print(f"open the MLflow UI: {ui}", highlight=False)
+        out.print(f"then this experiment's runs: {runs_view_link(uri, result.experiment_id)}",
+                  highlight=False)

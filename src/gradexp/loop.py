@@ -1,0 +1,249 @@
+"""One run, start to end: check the config, build the parts, emit the events, map every ending
+to a status.
+
+    config ─> range check ─> data ─> user code, callbacks (fail fast) ─> on_run_begin (the
+    recorder opens the MLflow run) ─> TensorFlow: device, model, loss, optimizer ─> on_train_begin
+    ─> Trainer stretches ─> on_stretch_end (and on_check) ─> on_train_end(status) ─> RunResult
+
+The loop holds no tracker and writes nothing: each job besides training is a callback
+(gradexp.callbacks, built from conf/callbacks/), and the recorder among them is the only MLflow
+writer. `run_experiment` takes a composed config and plain values, so tests call it without a
+process. Every way a run can end is told to the callbacks once, as FINISHED, FAILED (with why)
+or KILLED, and leaves its MLflow run terminated. `trainer.resume=RUN_ID` continues a run from its
+last checkpoint, as the same MLflow run.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from gradexp import console
+from gradexp.callbacks import build_callbacks, check_callbacks
+from gradexp.data import data_record, load_data
+from gradexp.devices import check_device
+from gradexp.endings import Diverged, GradientCheckFailed, RunFailed, Terminated, status_of
+from gradexp.objective import check_objective, metric_specs, objective
+from gradexp.resume import prepare_resume
+from gradexp.run_view import RunResult, RunView
+from gradexp.setup_checks import check_against_data, check_config
+from gradexp.targets import check_modules_exist, importable, label_by_target, locate
+from gradexp.tracking import check_server, check_store_folder, config_params, resolve_uri
+from gradexp.validation import check_ranges
+
+__all__ = ["Diverged", "GradientCheckFailed", "RunFailed", "RunResult", "Terminated",
+           "run_experiment"]
+
+
+def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: Path | None = None,
+                   hydra_dir: Path | None = None, parent_run_id: str | None = None,
+                   quiet: bool = False, show_config: bool = True) -> RunResult:
+    """Train and check one configuration; record it; return the final loss and where it is."""
+    launch_dir = launch_dir or Path.cwd()
+    check_ranges(cfg)  # before anything slow: a wrong value answers in about a second
+    check_modules_exist(cfg, launch_dir)  # a typo in a module's name too
+    check_config(cfg)  # a _target_ its option does not read (gradexp.setup_checks)
+    check_store(cfg, launch_dir)  # and a store that cannot be reached, before TensorFlow loads
+    resume = prepare_resume(cfg, launch_dir) if cfg.trainer.resume else None
+    restart_of = None
+    if resume is not None:
+        cfg = resume.cfg  # the run's recorded config, trainer.epochs perhaps raised
+        if resume.restart:  # killed before its first checkpoint: a new run from epoch 0
+            restart_of, run_name, resume = resume.run_id, resume.run_name or run_name, None
+    label_by_target(cfg)  # loss.name=mylosses.pseudo_huber, not the name of the option it replaced
+    data = load_data(cfg.data, launch_dir)
+    recorded = data_record(data, cfg.trainer.batch_size)  # rows, standardized, batches, labels
+    check_objective(cfg, data.task)
+    check_user_code(cfg, launch_dir, data)  # a bad _target_ ends here, before any MLflow run
+    if show_config and not quiet:
+        console.print_config(cfg, config_params(cfg))
+    for note in [] if quiet else recorded.notes:
+        console.note_line(note)
+    check_device(getattr(cfg.device.name, "value", cfg.device.name), cfg.device.cpu_replicas)
+    callbacks = build_callbacks(cfg)
+    metric, direction = objective(cfg, data.task)
+    run = RunView(cfg, data, metric, direction, quiet=quiet, launch_dir=launch_dir,
+                  hydra_dir=hydra_dir, resume=resume, run_name=run_name,
+                  parent_run_id=parent_run_id, restart_of=restart_of, data_record=recorded,
+                  earlier_checks=resume.earlier_checks if resume is not None else 0)
+    return Loop(run, callbacks).execute()
+
+
+def check_store(cfg: DictConfig, launch_dir: Path) -> None:
+    """A tracking server that does not answer, or a sqlite store in a folder that does not
+    exist, is one line now; opening the run later checks again (a server can go away)."""
+    if getattr(cfg.tracking.name, "value", cfg.tracking.name) == "none":
+        return
+    uri = resolve_uri(cfg.tracking.uri, launch_dir)
+    check_server(uri)
+    check_store_folder(uri)
+
+
+def check_user_code(cfg: DictConfig, launch_dir: Path, data=None) -> None:
+    """Make the launch folder importable and check the `_target_`s that name code to call: a
+    loss that cannot be called as one, a model builder that cannot take the data's sizes and
+    model.kwargs (its signature, when the data is given), a callback that does not import or
+    does not take its arguments."""
+    from gradexp.losses import check_loss
+    from gradexp.tensorflow_import import import_tensorflow
+
+    import_tensorflow()  # quietly, before user modules (and keras.losses) import it loudly
+    importable(launch_dir)
+    check_callbacks(cfg)
+    check_loss(cfg.loss)
+    locate("model._target_", cfg.model["_target_"])  # built later, once TensorFlow is set up
+    if data is not None:
+        from gradexp.models import check_builder
+
+        check_builder(cfg.model, data.n_features, data.n_outputs)
+        check_against_data(cfg, data)  # loss vs task, your model vs the data's shapes
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Turn SIGTERM into an exception so the run can end KILLED and keep what it has."""
+    def handler(signum, frame):
+        raise Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (some launchers): leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class Loop:
+    """Builds the parts of one run, trains, and tells the callbacks, in their order."""
+
+    def __init__(self, run: RunView, callbacks: list[Any]):
+        self.run = run
+        self.callbacks = callbacks
+        self.ended = False
+
+    def emit(self, event: str, *args: Any) -> None:
+        """Tell every callback that has a method for `event`, in order."""
+        for callback in self.callbacks:
+            method = getattr(callback, event, None)
+            if method is not None:
+                method(self.run, *args)
+
+    def emit_with_checks(self, event: str, *args: Any) -> None:
+        """`event`, then on_check for each gradient check a callback ran during it (even when
+        that check ended the run: gradcheck.on_fail=fail)."""
+        seen = len(self.run.checks)
+        try:
+            self.emit(event, *args)
+        finally:
+            for check in self.run.checks[seen:]:
+                self.emit("on_check", check)
+
+    def execute(self) -> RunResult:
+        with sigterm_as_interrupt():
+            try:
+                self.emit("on_run_begin")
+                self.train()
+            except BaseException as error:
+                if not self.ended:
+                    self.end(*status_of(error))
+                raise
+        return self.run.result()
+
+    def train(self) -> None:
+        run, cfg = self.run, self.run.cfg
+        device = self.build()
+        epochs = cfg.trainer.epochs
+        with device.run_scope():
+            self.emit_with_checks("on_train_begin")
+            stops = {epochs}  # and the host events the callbacks need; nothing else
+            for callback in self.callbacks:
+                if hasattr(callback, "stops"):
+                    stops |= callback.stops(epochs)
+            for stretch in run.trainer.train(stops):
+                self.emit_with_checks("on_stretch_end", stretch, {})
+                if run.stop_training:
+                    break
+            self.end("FINISHED")
+
+    def end(self, status: str, reason: str | None = None, trace: str | None = None) -> None:
+        """on_train_end(status) to every callback, once. A callback that fails here does not
+        keep the others (the recorder last) from theirs: a FINISHED run becomes FAILED (or
+        KILLED) with that failure's reason, and the failure is raised at the end."""
+        self.ended = True
+        run = self.run
+        run.status_reason, run.traceback = reason, trace
+        first: BaseException | None = None
+        for callback in self.callbacks:
+            method = getattr(callback, "on_train_end", None)
+            if method is None:
+                continue
+            try:
+                method(run, status)
+            except BaseException as error:  # noqa: BLE001 - raised below, after the others
+                if first is None:
+                    first = error
+                    if status == "FINISHED":
+                        status, run.status_reason, run.traceback = status_of(error)
+        if first is not None:
+            raise first
+
+    def build(self):
+        """TensorFlow set up (seeds, determinism, the device), then the model, the evaluator
+        and the trainer (restored from its checkpoint when resuming); returns the device."""
+        from gradexp.tensorflow_import import import_tensorflow
+
+        tf = import_tensorflow()
+        from gradexp.callbacks.evaluation import eval_epochs
+        from gradexp.devices import select_device
+        from gradexp.evaluation import Evaluator
+        from gradexp.losses import build_loss
+        from gradexp.models import build_model
+        from gradexp.schedules import build_optimizer
+        from gradexp.trainer import Trainer
+
+        run, cfg, data = self.run, self.run.cfg, self.run.data
+        # Each job builds a fresh model and so a fresh tf.function: retracing is expected here.
+        tf.get_logger().setLevel("ERROR")
+        if cfg.trainer.deterministic:  # the same config, the same numbers, bit for bit
+            import keras
+
+            tf.config.experimental.enable_op_determinism()
+            keras.utils.set_random_seed(cfg.trainer.seed)
+        tf.random.set_seed(cfg.trainer.seed)
+        device = select_device(getattr(cfg.device.name, "value", cfg.device.name),
+                               cfg.device.cpu_replicas)
+        run.set_tags({"tensorflow.version": tf.__version__, "device": device.used,
+                      "gradexp.replicas": device.replicas, "device.requested": device.requested,
+                      "gradexp.task": data.task, "gradexp.objective": run.objective,
+                      "gradexp.direction": run.direction})
+        with device.scope():
+            run.model = build_model(cfg.model, data.n_features, data.n_outputs)
+        with device.run_scope():
+            run.evaluator = Evaluator(run.model, metric_specs(cfg, data.task), data.splits())
+        with device.scope():
+            epochs = cfg.trainer.epochs
+            batch_size = data.batch_size or cfg.trainer.batch_size  # a loader's batches win
+            optimizer = build_optimizer(cfg.optimizer, data.steps_per_epoch(batch_size), epochs)
+            schedule = getattr(cfg.optimizer.schedule.name, "value", cfg.optimizer.schedule.name)
+            run.trainer = Trainer(
+                run.model, build_loss(cfg.loss), optimizer, data,
+                batch_size=batch_size, seed=cfg.trainer.seed,
+                compile=cfg.trainer.compile, jit_compile=cfg.trainer.jit_compile,
+                log_lr=schedule != "none", strategy=device.strategy,
+                evaluator=run.evaluator, eval_epochs=eval_epochs(cfg))
+            if run.resume is not None:
+                run.resume.restore(run.trainer)
+                run.set_tags({"gradexp.resumed_from_epoch": run.trainer.epoch})
+                if not run.quiet:
+                    console.console().print(
+                        f"resuming run {run.resume.run_id} from epoch {run.trainer.epoch} "
+                        f"(checkpoint {run.resume.checkpoint})", highlight=False)
+        return device
