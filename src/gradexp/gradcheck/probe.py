@@ -1,6 +1,8 @@
 """The probe method: randomized directional checks vᵀJu, and how likely they miss an error.
 
-Per input and probe: a random cotangent v and a Gaussian direction u; the analytical vᵀJu (from
+Per input and probe: a random cotangent v and a Gaussian direction u (weighted down per element
+where the gradient is large, _direction_weights; miss_probability then holds for the weighted
+error w∘e); the analytical vᵀJu (from
 the shared backward passes) against central differences at steps h and 2h, whose gap measures the
 finite-difference error that widens the tolerance. Probes that step over a kink are repeated with
 smaller steps; a failing input is handed to locate.py. ``miss_probability`` is the chance that
