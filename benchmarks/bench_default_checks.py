@@ -2,6 +2,8 @@
 
     python benchmarks/bench_default_checks.py            # about 4 minutes on 2 CPU cores
     python benchmarks/bench_default_checks.py --runs 3   # median of 3 processes per row
+    python benchmarks/bench_default_checks.py --src /work/main/src --src src --only MLP
+        # two source trees side by side, their processes interleaved (the same load for both)
 
 Each row is `python -m gradexp ...` as a person types it, a process of its own, timed from
 start to exit (median of --runs), with the default checks and with gradcheck=off; the checks'
@@ -54,15 +56,20 @@ ROWS = {
 OLD_DEFAULT = "functional, 593 parameters, 100 epochs"  # also timed with method=both
 
 
-def timed_run(folder: Path, overrides: tuple[str, ...]) -> tuple[float, float]:
-    """(wall seconds of the process, seconds of its checks' reports)."""
+def timed_run(folder: Path, overrides: tuple[str, ...], src: str | None = None
+              ) -> tuple[float, float]:
+    """(wall seconds of the process, seconds of its checks' reports); gradexp from ``src``
+    (a source tree's src/ folder) if given, else as this process imports it."""
     from mlflow import MlflowClient
 
     name = f"bench{time.monotonic_ns()}"
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(src).resolve()), str(folder)])
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "gradexp", *overrides,
                            "tracking.log_model=false", f"tracking.experiment={name}"],
-                          cwd=folder, capture_output=True, text=True)
+                          cwd=folder, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(overrides)} failed:\n{done.stderr[-2000:]}")
@@ -80,24 +87,37 @@ def timed_run(folder: Path, overrides: tuple[str, ...]) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1, help="processes per setting (median)")
+    parser.add_argument("--src", action="append", default=[],
+                        help="a source tree's src/ folder to run gradexp from (repeat to "
+                             "compare trees; their processes alternate)")
+    parser.add_argument("--only", default="", help="rows whose label contains this")
     args = parser.parse_args()
+    srcs = args.src or [None]
     print(f"{'run':<66} {'off s':>7} {'defaults s':>10} {'x off':>6} {'checks s':>9}")
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
         (folder / "bench_functional.py").write_text(FUNCTIONAL)
         for label, overrides in ROWS.items():
+            if args.only not in label:
+                continue
             settings = {"off": (*overrides, "gradcheck=off"), "defaults": overrides}
             if label == OLD_DEFAULT:
                 settings["both"] = (*overrides, "gradcheck.method=both")
-            measured = {key: [timed_run(folder, value) for _ in range(args.runs)]
-                        for key, value in settings.items()}
-            off = statistics.median(w for w, _ in measured["off"])
-            for key in [k for k in settings if k != "off"]:
-                wall = statistics.median(w for w, _ in measured[key])
-                checks = statistics.median(c for _, c in measured[key])
-                shown = label if key == "defaults" else "  the same with method=both (before)"
-                print(f"{shown:<66} {off:>7.2f} {wall:>10.2f} {wall / off:>6.2f} {checks:>9.2f}",
-                      flush=True)
+            measured: dict = {(src, key): [] for src in srcs for key in settings}
+            for _ in range(args.runs):  # each tree's settings in turn, so loads even out
+                for key, value in settings.items():
+                    for src in srcs:
+                        measured[src, key].append(timed_run(folder, value, src))
+            for src in srcs:
+                off = statistics.median(w for w, _ in measured[src, "off"])
+                for key in [k for k in settings if k != "off"]:
+                    wall = statistics.median(w for w, _ in measured[src, key])
+                    checks = statistics.median(c for _, c in measured[src, key])
+                    shown = label if key == "defaults" else "  the same with method=both (before)"
+                    if src is not None and len(srcs) > 1:
+                        shown = f"[{Path(src).resolve().parent.name}] {shown}"[:66]
+                    print(f"{shown:<66} {off:>7.2f} {wall:>10.2f} {wall / off:>6.2f} "
+                          f"{checks:>9.2f}", flush=True)
 
 
 if __name__ == "__main__":

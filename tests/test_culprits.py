@@ -208,3 +208,39 @@ def test_a_backward_whose_own_derivative_is_wrong_is_found_at_order_2(culprit_mo
     assert find_culprits(network, x_rows(), order=1) == []
     (verdict,) = find_culprits(network, x_rows(), order=2)
     assert verdict.name == "frozen" and "second derivatives" in verdict.note
+
+
+@pytest.mark.parametrize(("builder", "culprit"), [("functional", "softplus_block"),
+                                                  ("nested", "block/softplus_block")])
+def test_check_model_names_the_wrong_layer_as_a_run_does(culprit_models, builder, culprit):
+    import json
+
+    import keras
+
+    from gradexp.gradcheck import check_model
+
+    x = x_rows(rows=48)
+    y = np.random.default_rng(1).standard_normal((48, 1)).astype("float32")
+    mse = keras.losses.MeanSquaredError()
+    report = check_model(getattr(culprit_models, builder)(3, 1), x, y, loss=mse)
+    assert not report.passed
+    assert report.culprits == [culprit]
+    (verdict,) = report.culprit_checks
+    # its own variables, named as the report's entries are
+    assert [name.split("/")[-1] for name in verdict.variables] == ["kernel", "bias"]
+    assert set(verdict.variables) <= {e.name for e in report.entries}
+    assert f"wrong layer(s), each checked alone: {culprit}" in str(report)
+    assert json.loads(json.dumps(report.to_dict()))["culprits"] == [culprit]
+
+
+def test_check_model_of_the_correct_twin_searches_no_culprits(culprit_models):
+    import keras
+
+    from gradexp.gradcheck import check_model
+
+    x = x_rows(rows=48)
+    y = np.random.default_rng(1).standard_normal((48, 1)).astype("float32")
+    report = check_model(culprit_models.functional(3, 1, bug=0.0), x, y,
+                         loss=keras.losses.MeanSquaredError())
+    assert report.passed and report.culprits is None and report.culprit_checks == []
+    assert "wrong layer" not in str(report)

@@ -157,6 +157,25 @@ def test_max_rows_checks_a_fixed_subset_and_says_how_many(store, client):
     assert report["rows"] == 40 and report["rows_total"] > 40
 
 
+def test_a_large_model_is_checked_on_fewer_rows_and_says_how_many(store, client):
+    # 2 x 1024 + 1024 x 512 + 512 x 3 weights (~530k): 2^26 / that = 126 rows of the 300, not
+    # max_rows' 512 (a 1.1M-parameter model's float64 check on 512 rows cost ~1.3 s)
+    from gradexp.verification import MIN_ROWS, ROW_WORK
+
+    result = run(store, "model=mlp", "model.hidden=[1024,512]", "data=blobs",
+                 "loss=categorical_crossentropy", "trainer.epochs=1", "gradcheck=probe",
+                 "gradcheck.at_end=false", "tracking.log_model=false")
+    assert result.gradcheck_passed is True
+    params = (2 * 1024 + 1024) + (1024 * 512 + 512) + (512 * 3 + 3)
+    report = read_json(client, result.run_id, "gradcheck/report_epoch_00000.json")
+    assert report["rows"] == max(MIN_ROWS, ROW_WORK // params) == 126
+    assert report["rows_total"] == 300
+    small = run(store, "model=mlp", "model.hidden=[6]", "data=blobs",
+                "loss=categorical_crossentropy", "trainer.epochs=1", "gradcheck=probe",
+                "gradcheck.at_end=false", "tracking.log_model=false")
+    assert read_json(client, small.run_id, "gradcheck/report_epoch_00000.json")["rows"] == 300
+
+
 def test_a_wrong_variable_is_named_by_the_joint_probe_of_a_run(store, client):
     """model=buggy_linear's wrong W among two variables, through the joint probe of
     gradcheck=probe: W named with its element, b passes."""

@@ -189,7 +189,7 @@ CULPRIT_ROWS = 256
 
 def _name_culprits(result: CheckResult, cfg: DictConfig, model: Model, data: Dataset) -> None:
     """Fill result.culprits (gradcheck/culprits.py), in the run's mode, at the checked rows."""
-    rows = checked_rows(len(data.x), cfg.get("max_rows"))[:CULPRIT_ROWS]
+    rows = checked_rows(len(data.x), row_limit(cfg, model))[:CULPRIT_ROWS]
     # In the mode whose check failed (training, unless only the inference check did).
     training = result.mode == "train" or (result.mode == "both" and not all(
         report.passed for key, report in result.reports.items()
@@ -210,7 +210,7 @@ def disconnected_variables(cfg: DictConfig, model: Model, loss_cfg: DictConfig,
                            data: Dataset) -> list[str]:
     """The variables the checked loss gives no gradient at all (gradcheck/connected.py): one
     more forward and backward pass, which a run spends at its first check only."""
-    losses = _losses(cfg.dtype, model, loss_cfg, data, cfg.get("max_rows"))
+    losses = _losses(cfg.dtype, model, loss_cfg, data, row_limit(cfg, model))
     params = [tf.constant(v.numpy(), losses.dtype) for v in model.params]
     return unconnected_names(losses.of_params.function, params, model.names)
 
@@ -220,7 +220,7 @@ def _check(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, e
     """The checks in one mode; in training mode, in inference mode instead (with a note) if
     the training-mode loss is random at a fixed point (randomness Keras' seeds do not hold)."""
     if training:
-        losses = _losses(cfg.dtype, model, loss_cfg, data, cfg.get("max_rows"), None,
+        losses = _losses(cfg.dtype, model, loss_cfg, data, row_limit(cfg, model), None,
                          trial=eager, training=True)
         if losses.random is None:
             losses.random = _random_at_a_point(losses, model)
@@ -259,7 +259,7 @@ def _check_dtype(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Data
     another dtype, does the trial run, to say which dtype and why; the check is done again in
     that one (or the error raised, if the requested dtype was not the cause)."""
     values = [v.numpy() for v in model.params]
-    args = (cfg.dtype, model, loss_cfg, data, cfg.get("max_rows"), values)
+    args = (cfg.dtype, model, loss_cfg, data, row_limit(cfg, model), values)
     losses = _losses(*args, trial=eager, training=training)
     if losses.verified:
         return _check_in(losses, cfg, model, data, epoch, eager, values)
@@ -271,7 +271,7 @@ def _check_dtype(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Data
             return result
     except Exception as error:  # noqa: BLE001 - perhaps the dtype's doing: the trial says
         failure = error
-    _LOSSES[model].pop(_losses_key(cfg.dtype, loss_cfg, data, cfg.get("max_rows"), training))
+    _LOSSES[model].pop(_losses_key(cfg.dtype, loss_cfg, data, row_limit(cfg, model), training))
     losses = _losses(*args, trial=True, training=training)
     if losses.dtype != cfg.dtype:
         return _check_in(losses, cfg, model, data, epoch, eager, values)
@@ -453,6 +453,24 @@ def training_loss(model: Model, loss: Callable, params: list[tf.Tensor], x: tf.T
     outputs, own = model.apply(params, x, training=training, with_losses=True)
     data_loss = loss(y, outputs)
     return data_loss if own is None else data_loss + own
+
+
+# A check evaluates the float64 loss ~14 times (4 probes at +-h, two VJPs); each evaluation costs
+# about (parameters x rows) multiply-adds, so on a large model the rows are capped at
+# ROW_WORK / parameters, never below MIN_ROWS: on the 1.1M-parameter MLP of
+# benchmarks/bench_default_checks.py, 512 rows made a check ~1.3 s (float64 matmuls), 64 rows
+# ~0.3 s. Models under ROW_WORK / 512 = 131,072 parameters keep gradcheck.max_rows as set.
+ROW_WORK = 2**26
+MIN_ROWS = 64
+
+
+def row_limit(cfg: DictConfig, model: Model) -> int | None:
+    """The rows a run's checks use at most: gradcheck.max_rows (None: all), capped for a large
+    model (ROW_WORK above)."""
+    limit = cfg.get("max_rows")
+    params = sum(int(np.prod(v.shape, dtype=np.int64)) for v in model.params)
+    cap = max(MIN_ROWS, ROW_WORK // max(params, 1))
+    return cap if limit is None else min(int(limit), cap)
 
 
 def checked_rows(n: int, max_rows: int | None) -> np.ndarray:

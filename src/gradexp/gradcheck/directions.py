@@ -25,8 +25,13 @@ _DIRECTIONS_BYTES = 160 * 2**20
 _STEPS_KEPT = 2
 
 
-def _direction(key: tuple, draw: Callable[[], np.ndarray], h: float) -> tuple[Any, float, Any]:
-    """(u, ‖u‖, h·u) for the direction named by key; drawn by draw() on first use."""
+def _direction(key: tuple, draw: Callable[[], np.ndarray], h: float, weights: Any = None
+               ) -> tuple[Any, float, Any]:
+    """(u, ‖u‖, h·u) for the direction named by key; drawn by draw() on first use.
+
+    ``weights`` (a float64 tensor, or None): u is the drawn direction times them, element by
+    element (probe.py's _direction_weights); such a u changes with every gradient, so only the
+    drawn direction is kept, not h·u."""
     import tensorflow as tf
 
     global _LEVELS_TENSOR
@@ -37,14 +42,18 @@ def _direction(key: tuple, draw: Callable[[], np.ndarray], h: float) -> tuple[An
         u = tf.gather(_LEVELS_TENSOR, tf.cast(tf.constant(draw()), tf.int32))
         kept = [u, float(tf.norm(u)), {}]
     steps = kept[2]
-    hu = steps.pop(h, None)
-    if hu is None:
-        hu = tf.constant(h, tf.float64) * kept[0]
-        while len(steps) >= _STEPS_KEPT:  # the least recently used step goes
-            del steps[next(iter(steps))]
-    steps[h] = hu
+    if weights is None:
+        hu = steps.pop(h, None)
+        if hu is None:
+            hu = tf.constant(h, tf.float64) * kept[0]
+            while len(steps) >= _STEPS_KEPT:  # the least recently used step goes
+                del steps[next(iter(steps))]
+        steps[h] = hu
     _DIRECTIONS[key] = kept
     while sum(8 * (1 + len(k[2])) * int(k[0].shape[0])
               for k in _DIRECTIONS.values()) > _DIRECTIONS_BYTES:
         _DIRECTIONS.popitem(last=False)
-    return kept[0], kept[1], hu
+    if weights is None:
+        return kept[0], kept[1], hu
+    u = kept[0] * weights
+    return u, float(tf.norm(u)), tf.constant(h, tf.float64) * u

@@ -32,7 +32,7 @@ import numpy as np
 from gradexp.gradcheck.api import check_gradients
 from gradexp.gradcheck.compiled import compiled_vjp
 from gradexp.gradcheck.options import _EPS, _TOLERANCES, _coarsest
-from gradexp.gradcheck.probe import scalar_cotangents
+from gradexp.gradcheck.probe import plain_directions, scalar_cotangents
 from gradexp.gradcheck.report import GradCheckEntry, GradCheckReport
 
 # The relative tolerance is divided by at most this (a variable with no gradient at all, e.g. a
@@ -162,9 +162,10 @@ def check_jointly(f: Callable[..., Any], xs: Sequence[Any], *, names: Sequence[s
     # The compiled function itself, not the JointFunction around it: check_gradients takes its
     # compiled fast path (all perturbed evaluations in one call, the VJPs in another) only for
     # a tf.function; given the wrapper it recorded a tape and evaluated probe by probe.
-    report = check_gradients(joint.function if vjp is not None else joint, [flat],
-                             method="probe", probes=probes, seed=seed, dtype=dtype, rtol=rtol,
-                             names=["joint"], compile=False)
+    with plain_directions():  # the scales c_k are this check's weighting
+        report = check_gradients(joint.function if vjp is not None else joint, [flat],
+                                 method="probe", probes=probes, seed=seed, dtype=dtype,
+                                 rtol=rtol, names=["joint"], compile=False)
     report.backward_passes += shares_pass
     (entry,) = report.entries
     if entry.passed:

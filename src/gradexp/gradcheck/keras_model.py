@@ -10,8 +10,10 @@ gradexp.models.Model), so the finite differences are not drowned in float32 roun
 model is never changed: in training mode every evaluation draws the dropout masks the model's
 seed state gives now, and batch norm uses the batch's statistics without moving its own. A
 model whose training-mode output is random at a fixed point (raw `tf.random` in a layer) is
-checked in inference mode instead, and the report's notes say why. The same rules as a run's
-checks (src/gradexp/verification.py), for a notebook.
+checked in inference mode instead, and the report's notes say why. When the check fails, the
+layers whose own backward is wrong are searched for as a run does (culprits.py, each layer
+checked alone on at most CULPRIT_ROWS of x) and named in ``report.culprits``. The same rules as
+a run's checks (src/gradexp/verification.py), for a notebook.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 MODES = ("train", "inference")
+CULPRIT_ROWS = 256  # as a run's search (verification.CULPRIT_ROWS)
 
 
 def check_model(model: Any, x: Any, y: Any = None, *, loss: Callable[[Any, Any], Any] | None = None,
@@ -69,7 +72,35 @@ def check_model(model: Any, x: Any, y: Any = None, *, loss: Callable[[Any, Any],
     report = check_gradients(of_params(training), params, names=wrapped.names,
                              **{"compile": False, **options})
     report.notes[:0] = notes
+    if not report.passed:
+        _name_culprits(report, model, x[:CULPRIT_ROWS], training, dtype, wrapped.names, options)
     return report
+
+
+def _name_culprits(report: Any, model: Any, x: Any, training: bool, dtype: str,
+                   names: list[str], options: dict[str, Any]) -> None:
+    """report.culprits and report.culprit_checks from culprits.find_culprits, in the mode
+    checked; a search that raises leaves culprits None, with a note (a diagnosis, not the
+    verdict)."""
+    from gradexp.gradcheck.culprits import find_culprits
+
+    failed = [e for e in report.entries if not e.passed]
+    try:
+        verdicts = find_culprits(model, x, training, dtype=dtype,
+                                 probes=options.get("probes", 4), seed=options.get("seed", 0),
+                                 names=names, order=report.order)
+    except Exception as error:  # noqa: BLE001 - the search is a diagnosis, never the check's end
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        report.notes.append(f"the wrong layer could not be searched for: "
+                            f"{type(error).__name__}: {first}")
+        return
+    report.culprits = [v.name for v in verdicts]
+    report.culprit_checks = verdicts
+    own = {name for v in verdicts for name in v.variables}
+    affected = [e.name for e in failed if e.name not in own]
+    if verdicts and affected:
+        report.notes.append("failing only because the error flows through them (affected, not "
+                            "wrong): " + ", ".join(affected))
 
 
 def _in_dtype(loss: Any, dtype: str) -> Any:

@@ -1,6 +1,8 @@
 """The probe method: randomized directional checks vᵀJu, and how likely they miss an error.
 
-Per input and probe: a random cotangent v and a Gaussian direction u; the analytical vᵀJu (from
+Per input and probe: a random cotangent v and a Gaussian direction u (weighted down per element
+where the gradient is large, _direction_weights; miss_probability then holds for the weighted
+error w∘e); the analytical vᵀJu (from
 the shared backward passes) against central differences at steps h and 2h, whose gap measures the
 finite-difference error that widens the tolerance. Probes that step over a kink are repeated with
 smaller steps; a failing input is handed to locate.py. ``miss_probability`` is the chance that
@@ -9,8 +11,11 @@ every probe misses a wrong gradient.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +29,24 @@ from gradexp.gradcheck.targets import _Target
 
 # How often a probe that stepped over a kink is repeated with a smaller step.
 _KINK_RETRIES = 3
+
+# A direction's elements are scaled down where the analytical gradient exceeds this many times
+# its median magnitude (_direction_weights).
+_WEIGHT_LIMIT = 4.0
+# False inside plain_directions().
+_WEIGHTED: contextvars.ContextVar[bool] = contextvars.ContextVar("weighted", default=True)
+
+
+@contextlib.contextmanager
+def plain_directions() -> Iterator[None]:
+    """Probes in here use unweighted Gaussian directions (no _direction_weights): joint.py's
+    check gives each variable its share of the direction by its own scaling, which per-element
+    weights would undo (a small bias with large gradients would be scaled back down)."""
+    token = _WEIGHTED.set(False)
+    try:
+        yield
+    finally:
+        _WEIGHTED.reset(token)
 
 
 def miss_probability(error_std_to_tolerance: float, probes: int) -> float:
@@ -101,7 +124,12 @@ def _probe_one(entry: GradCheckEntry, target: _Target, i: int, vs: list[np.ndarr
     # Each direction has its own stream, (seed, input, probe), so it can be drawn once.
     keys = [(seed, i, k, x64.size) for k in range(len(vs))]
     draws = [functools.partial(_draw, [seed % 2**64, i, k], x64.size) for k in range(len(vs))]
-    firsts = target.first_directionals(i, keys, draws, entry.delta, g_ts)
+    weights: dict[int, Any] = {}  # per distinct g (a scalar output's probes share one)
+    for g in gs:
+        if id(g) not in weights:
+            weights[id(g)] = _direction_weights(g) if _WEIGHTED.get() else None
+    ws = [weights[id(g)] for g in gs]
+    firsts = target.first_directionals(i, keys, draws, entry.delta, g_ts, ws)
     for v, g_t, (u, u_norm, step_dot, fp, fm) in zip(vs, g_ts, firsts):
         directions.append(u)
         pairs.append((target.as_tensor(u), g_t, u_norm))
@@ -110,7 +138,7 @@ def _probe_one(entry: GradCheckEntry, target: _Target, i: int, vs: list[np.ndarr
     if not np.all(ratio <= 1):
         # The step-2h evaluations of every probe at once, as the step-h ones (one compiled
         # call for a tf.function; probe by probe otherwise, as _measure would).
-        seconds = target.first_directionals(i, keys, draws, 2 * entry.delta, g_ts)
+        seconds = target.first_directionals(i, keys, draws, 2 * entry.delta, g_ts, ws)
         results = [_measure(target, i, u, pair, entry.delta, v, entry, first=p,
                             second=second[2:])
                    for u, pair, v, p, second in zip(directions, pairs, vs, results, seconds)]
@@ -162,6 +190,32 @@ def _probe_one(entry: GradCheckEntry, target: _Target, i: int, vs: list[np.ndarr
         k = int(np.argmax(ratio))
         noise_abs = noise * pairs[k][2] * float(np.linalg.norm(vs[k]))
         _narrow(entry, target, i, directions[k], vs[k], gs[k], results[k].step, noise_abs)
+
+
+def _direction_weights(g: np.ndarray) -> Any:
+    """Per-element weights of a probe direction (a float64 tensor), or None for none.
+
+    A probe's vᵀJu = g·u sums every element's g_j·u_j: elements with a large gradient dominate
+    it, its tolerance (rtol x it) and its finite-difference noise, so an error on elements with
+    small gradients, however large relative to them, hides (rsqrt on 0.1 next to 5: a 5% error
+    for x > 2.5 is 0.04% of the whole). Where |g_j| exceeds _WEIGHT_LIMIT times the median |g|
+    (of the nonzero elements), u_j is scaled down to bring g_j·u_j to that limit: every element
+    then weighs about as much, as in an element-wise comparison. Steps only shrink, so no
+    finite difference gets worse; u stays a random direction, so vᵀJu is still a valid check
+    of every element (a wrong large g_j still shows, as a relative error of that limit).
+    """
+    import tensorflow as tf
+
+    a = np.abs(g)
+    sample = a[:: max(1, a.size // 65536)]  # the median of a sample: a million costs ~15 ms
+    sample = sample[sample > 0]
+    if sample.size == 0:
+        return None
+    limit = _WEIGHT_LIMIT * float(np.median(sample))
+    if not float(np.max(a)) > limit:  # also None for a NaN gradient: failed as it is
+        return None
+    a = tf.constant(a, tf.float64)
+    return tf.minimum(tf.constant(1.0, tf.float64), limit / tf.maximum(a, limit))
 
 
 def _measure(target: _Target, i: int, u: np.ndarray, pair: tuple[Any, Any, float], h: float,

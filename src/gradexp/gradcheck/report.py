@@ -151,6 +151,10 @@ class GradCheckReport:
     (second: the Jacobian of the gradient, second_order.py); ``modes`` the differentiation modes
     compared (``"fwd"`` adds entries with ``mode="fwd"``, forward.py); ``disconnected`` names the
     inputs the tape gave no gradient at all (None: they do not reach the output).
+    ``culprits`` (check_model only): when its check failed, the layers whose own backward is
+    wrong, each checked alone (culprits.py), as a run's check names them; [] when no layer is
+    wrong alone (e.g. the loss is); None when not searched (the check passed, or a plain
+    function). ``culprit_checks`` are those layers' verdicts (culprits.LayerVerdict).
     """
 
     passed: bool
@@ -173,6 +177,8 @@ class GradCheckReport:
     order: int = 1
     modes: tuple[str, ...] = ("rev",)
     disconnected: list[str] = field(default_factory=list)
+    culprits: list[str] | None = None
+    culprit_checks: list[Any] = field(default_factory=list)
 
     @property
     def failed_entries(self) -> list[GradCheckEntry]:
@@ -203,13 +209,19 @@ class GradCheckReport:
              f"passes, {self.seconds:.2f} s"),
         ]
         lines += [f"  note: {n}" for n in self.notes]
+        if self.culprits is not None:
+            lines.append("  wrong layer(s), each checked alone: "
+                         + (", ".join(self.culprits) or "none (no layer is wrong alone)"))
         for e in self.entries:
             lines += _entry_lines(e, self.method)
         return "\n".join(lines)
 
 
 def _plain(value: Any) -> Any:
-    """Turn numpy scalars, tuples and non-finite floats into JSON-ready Python values."""
+    """Turn numpy scalars, tuples and non-finite floats into JSON-ready Python values (and
+    objects with a to_dict, e.g. culprits.LayerVerdict, into theirs)."""
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
     if isinstance(value, (tuple, list)):
         return [_plain(v) for v in value]
     if isinstance(value, (bool, np.bool_)):

@@ -205,27 +205,32 @@ class _Target:
         return tf.constant(values, tf.float64)
 
     def first_directional(self, i: int, key: tuple, draw: Callable[[], np.ndarray], h: float,
-                          g: Any) -> tuple[np.ndarray, float, float, np.ndarray, np.ndarray]:
+                          g: Any, weights: Any = None
+                          ) -> tuple[np.ndarray, float, float, np.ndarray, np.ndarray]:
         """directional() along the direction u = _gaussian_levels()[draw()] named by ``key``.
 
         Returns (u as a numpy view, remembered for as_tensor; ‖u‖; g·(x⁺ - x⁻); f(x⁺); f(x⁻)).
         A direction is a function of its key (seed, input, probe, size), so it is drawn once
         and kept (directions._DIRECTIONS), with h·u for the last steps: checks repeated with
         the same seed, as in training, skip two of the five passes over the input a probe costs.
+        ``weights``: u is the drawn direction times them (directions._direction).
         """
         import tensorflow as tf
 
         x = tf.reshape(self._value_tensor(i), [-1])
-        u, u_norm, hu = _direction(key, draw, h)
+        u, u_norm, hu = _direction(key, draw, h, weights)
         plus, minus, step_dot = _perturbed(x, u, hu, tf.constant(h, tf.float64), g)
         fp, fm = self._evaluate_pair(i, plus, minus)
         return self._view(u), u_norm, float(step_dot), fp, fm
 
     def first_directionals(self, i: int, keys: list[tuple], draws: list[Callable[[], np.ndarray]],
-                           h: float, gs: list[Any]
+                           h: float, gs: list[Any], weights: list[Any] | None = None
                            ) -> list[tuple[np.ndarray, float, float, np.ndarray, np.ndarray]]:
-        """first_directional() for every probe of input ``i`` (keys[k], draws[k], gs[k])."""
-        return [self.first_directional(i, key, draw, h, g) for key, draw, g in zip(keys, draws, gs)]
+        """first_directional() for every probe of input ``i`` (keys[k], draws[k], gs[k],
+        weights[k])."""
+        weights = weights or [None] * len(keys)
+        return [self.first_directional(i, key, draw, h, g, w)
+                for key, draw, g, w in zip(keys, draws, gs, weights)]
 
     def _evaluate_pair(self, i: int, plus: Any, minus: Any) -> tuple[np.ndarray, np.ndarray]:
         import tensorflow as tf
@@ -431,7 +436,7 @@ class _FunctionTarget(_Target):
         return None
 
     def first_directionals(self, i: int, keys: list[tuple], draws: list[Callable[[], np.ndarray]],
-                           h: float, gs: list[Any]
+                           h: float, gs: list[Any], weights: list[Any] | None = None
                            ) -> list[tuple[np.ndarray, float, float, np.ndarray, np.ndarray]]:
         """For a compiled f, every probe's f(x ± h·u) and g·(x⁺ - x⁻) in one compiled call.
 
@@ -443,8 +448,9 @@ class _FunctionTarget(_Target):
 
         batch = compiled_directionals(self.f, i, len(keys)) if self._compiled_vjp() else None
         if batch is None:
-            return super().first_directionals(i, keys, draws, h, gs)
-        drawn = [_direction(key, draw, h) for key, draw in zip(keys, draws)]
+            return super().first_directionals(i, keys, draws, h, gs, weights)
+        weights = weights or [None] * len(keys)
+        drawn = [_direction(key, draw, h, w) for key, draw, w in zip(keys, draws, weights)]
         step_dots, fps, fms = batch(list(self.tensors), [d[0] for d in drawn],
                                     [d[2] for d in drawn], tf.constant(h, tf.float64), list(gs))
         self.evaluations += 2 * len(keys)
