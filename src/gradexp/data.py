@@ -116,14 +116,14 @@ class DataRecord:
     labels: list | None
     notes: list[str]
 
-    def log(self, tracker) -> None:
+    def labels_json(self) -> str | None:
+        """data/labels.json: the classes in column order, and each one's column."""
         import json
 
-        tracker.set_tags(self.tags)
-        if self.labels is not None:
-            tracker.log_text(json.dumps({"labels": self.labels, "index": {
-                str(label): column for column, label in enumerate(self.labels)}}, indent=1),
-                "data/labels.json")
+        if self.labels is None:
+            return None
+        return json.dumps({"labels": self.labels, "index": {
+            str(label): column for column, label in enumerate(self.labels)}}, indent=1)
 
 
 def data_record(data: Dataset, trainer_batch_size: int | None) -> DataRecord:

@@ -57,8 +57,10 @@ class MlflowRecorder(Callback):
             self.tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
             self.tracker.log_datasets(run.data.name, run.data.splits(),
                                       str(cfg.data.get("path") or cfg.data["_target_"]))
-            if run.data_record is not None:
-                run.data_record.log(self.tracker)
+            if run.data_record is not None:  # what happened to the data (gradexp.data)
+                self.tracker.set_tags(run.data_record.tags)
+                if run.data_record.labels is not None:
+                    self.tracker.log_text(run.data_record.labels_json(), "data/labels.json")
 
     def on_train_begin(self, run: RunView) -> None:
         self.write(run)
