@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gradexp.app import (
+    VERSION_BASE,
     Failure,
     launch_failure,
     mode_is_known,
@@ -78,7 +79,13 @@ def run(*overrides: str, launch_dir: str | Path | None = None) -> RunResult:
     def job(cfg):
         return run_job(cfg, _stop)
 
-    return _launch(list(overrides), job, launch_dir, multirun=False).return_value
+    try:
+        return _launch(list(overrides), job, launch_dir, multirun=False).return_value
+    except GradexpError as error:  # Hydra's own hint says "add --multirun to your command line"
+        if not error.line.startswith("Ambiguous value for argument"):
+            raise
+        raise GradexpError(f"{error.line}: to sweep over it, call gradexp.sweep(...)",
+                           error.exit_code) from error.__cause__
 
 
 def sweep(*overrides: str, launch_dir: str | Path | None = None) -> list[RunResult]:
@@ -121,6 +128,7 @@ def sweep(*overrides: str, launch_dir: str | Path | None = None) -> list[RunResu
 def _launch(overrides: list[str], job: Callable[[Any], Any], launch_dir: str | Path | None,
             *, multirun: bool) -> Any:
     """Hydra's run or multirun of `job`, as app.main has it done; Hydra's globals put back."""
+    from hydra import version
     from hydra._internal.hydra import Hydra
     from hydra.core.global_hydra import GlobalHydra
     from hydra.initialize import get_gh_backup, restore_gh_from_backup
@@ -130,9 +138,11 @@ def _launch(overrides: list[str], job: Callable[[Any], Any], launch_dir: str | P
     quiet_libraries()
     register_configs()
     backup = get_gh_backup()  # a GlobalHydra the caller set up (initialize, a test) comes back
+    base = version.getbase()
     handlers, level = logging.root.handlers[:], logging.root.level
     try:
         with _launched_from(launch_dir):
+            version.setbase(VERSION_BASE)
             GlobalHydra.instance().clear()
             hydra = Hydra.create_main_hydra_file_or_module(
                 calling_file=None, calling_module="gradexp.app",
@@ -160,6 +170,7 @@ def _launch(overrides: list[str], job: Callable[[Any], Any], launch_dir: str | P
         raise GradexpError(failure.line, failure.exit_code) from error
     finally:
         restore_gh_from_backup(backup)
+        version.VersionBase.instance().version_base = base  # setbase takes no "unset"
         _restore_logging(handlers, level)
 
 

@@ -31,6 +31,8 @@ from gradexp.objective import register_resolver
 from gradexp.resources import resource_dir
 from gradexp.schema import ConfigError, register_schemas
 
+VERSION_BASE = "1.3"  # Hydra 1.3's defaults (gradexp.api launches with the same)
+
 
 def register_experiments() -> None:
     """Offer every experiments/NAME.yaml as `experiment=NAME` (a `# @package _global_` preset).
@@ -215,7 +217,7 @@ def _main() -> None:
     sys.argv[1:] = multirun_flag_first(sys.argv[1:])
     register_configs()
     run = hydra.main(config_path=str(resource_dir("conf")), config_name="config",
-                     version_base="1.3")(task)
+                     version_base=VERSION_BASE)(task)
     # Let Hydra's exceptions reach us (instead of its multi-line report) to say them in one line;
     # a person who asks for HYDRA_FULL_ERROR=1 gets Hydra's full traceback as usual.
     wants_traceback = os.environ.get("HYDRA_FULL_ERROR") == "1"
