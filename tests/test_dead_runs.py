@@ -87,6 +87,7 @@ def test_tracking_stale_after_sets_how_old_a_heartbeat_may_be(store, client, tmp
     assert status(client, quiet) == "KILLED"
 
 
+@pytest.mark.slow
 def test_on_this_host_the_process_decides(store, client, tmp_path, capsys):
     here = socket.gethostname()
     pid = gone_pid()

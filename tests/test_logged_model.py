@@ -116,6 +116,7 @@ def _val_index(n: int, val_fraction: float = 0.2, split_seed: int = 0) -> np.nda
     return np.random.default_rng(split_seed).permutation(n)[:max(1, round(val_fraction * n))]
 
 
+@pytest.mark.slow
 def test_the_model_is_a_logged_model_of_the_run_beside_its_data_and_source(tmp_path, store,
                                                                            client):
     from mlflow.entities import LoggedModelStatus

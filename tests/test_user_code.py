@@ -277,6 +277,7 @@ def test_gradcheck_dtypes_too_coarse_are_refused_at_config_time(dtype):
 
 
 # ---------------------------------------------------------------- across the process boundary
+@pytest.mark.slow
 def test_cli_bad_target_exits_2_with_one_line_and_no_run(tmp_path, launch):
     done = run_cli("loss._target_=mylosses.nope", f"tracking.uri=sqlite:///{tmp_path}/m.db",
                    f"hydra.run.dir={tmp_path}/out", cwd=launch)
@@ -287,6 +288,7 @@ def test_cli_bad_target_exits_2_with_one_line_and_no_run(tmp_path, launch):
     assert not (tmp_path / "m.db").exists()  # not even a store was opened
 
 
+@pytest.mark.slow
 def test_cli_wrong_gradient_with_on_fail_fail_exits_1(tmp_path, launch, client, store):
     done = run_cli("loss._target_=robust_losses.PseudoHuberWrongBranch", "gradcheck=strict",
                    *FAST, f"tracking.uri={store}", f"hydra.run.dir={tmp_path}/out", cwd=launch)
