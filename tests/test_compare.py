@@ -1,7 +1,8 @@
 """`gradexp compare` against runs gradexp itself recorded: a real sweep (gradexp.sweep, which
 runs `python -m gradexp -m`'s Hydra multirun in-process: its parent and child runs as the sweep
 callback tags them) and single runs made in-process with `run_experiment`, all in one sqlite
-store. Then what a person sees: the table, its order, the plot, the errors. Metric, param and tag names are gradexp's own: renaming one breaks a test here.
+store. Then what a person sees: the table, its order, the plot, the errors. Metric, param and
+tag names are gradexp's own: renaming one breaks a test here.
 
 The store, in the order the runs were made:
   experiment "gradexp":    a buggy_linear run whose gradient check fails (the run finishes)
