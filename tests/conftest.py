@@ -48,6 +48,16 @@ def compose_config(*overrides: str) -> DictConfig:
         return compose(config_name="config", overrides=list(overrides))
 
 
+def run(store: str, *overrides: str, launch_dir: Path | None = None, quiet: bool = True,
+        **kwargs):
+    """One run as `python -m gradexp tracking.uri=STORE OVERRIDES` does it, in-process: its
+    RunResult. The suite's one way to run an experiment (each file adds its own defaults)."""
+    from gradexp.experiment import run_experiment
+
+    cfg = compose_config(f"tracking.uri={store}", *overrides)
+    return run_experiment(cfg, quiet=quiet, launch_dir=launch_dir, **kwargs)
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> str:
     """A fresh MLflow sqlite store (MLflow's embedded default kind) in a temp folder."""

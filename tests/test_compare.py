@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from mlflow.entities import Metric
 
+import conftest
 import gradexp
 from conftest import compose_config
 from gradexp.compare import main
@@ -34,11 +35,11 @@ EPOCHS = "10"
 
 
 def run_in_process(uri: str, folder: Path, *overrides: str, run_name: str):
-    from gradexp.experiment import RunFailed, run_experiment
+    from gradexp.experiment import RunFailed
 
-    cfg = compose_config(f"tracking.uri={uri}", f"trainer.epochs={EPOCHS}", *overrides)
     try:
-        return run_experiment(cfg, run_name=run_name, launch_dir=folder, quiet=True).run_id
+        return conftest.run(uri, f"trainer.epochs={EPOCHS}", *overrides, run_name=run_name,
+                            launch_dir=folder).run_id
     except RunFailed:
         return None
 

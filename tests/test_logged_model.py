@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import conftest
 from conftest import compose_config
 from gradexp.data import load_data
-from gradexp.experiment import run_experiment
 
 
 @pytest.fixture
@@ -31,8 +31,7 @@ def served(store, monkeypatch):
 
 
 def run(store: str, *overrides: str, launch_dir: Path | None = None):
-    cfg = compose_config(f"tracking.uri={store}", "gradcheck=off", *overrides)
-    return run_experiment(cfg, quiet=True, launch_dir=launch_dir)
+    return conftest.run(store, "gradcheck=off", *overrides, launch_dir=launch_dir)
 
 
 def raw_rows(*data_overrides: str, launch_dir: Path | None = None):

@@ -15,14 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import compose_config, finish, run_cli, spawn_cli
-from gradexp.experiment import run_experiment
+import conftest
+from conftest import finish, run_cli, spawn_cli
 from gradexp.schema import ConfigError
 
 
 def run(store: str, *overrides: str, tmp_path=None):
-    cfg = compose_config(f"tracking.uri={store}", "gradcheck=off", *overrides)
-    return run_experiment(cfg, quiet=True, launch_dir=tmp_path)
+    return conftest.run(store, "gradcheck=off", *overrides, launch_dir=tmp_path)
 
 
 def series(client, run_id: str, key: str) -> list[tuple[int, float]]:

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+import conftest
 from conftest import REPO, compose_config, read_report, run_cli
-from gradexp.experiment import GradientCheckFailed, run_experiment
+from gradexp.experiment import GradientCheckFailed
 from gradexp.schema import ConfigError
 from gradexp.targets import label_by_target
 from gradexp.validation import check_ranges
@@ -65,8 +66,7 @@ def launch(tmp_path: Path, monkeypatch) -> Path:
 
 
 def run(store, launch, *overrides):
-    cfg = compose_config(f"tracking.uri={store}", *FAST, *overrides)
-    return run_experiment(cfg, quiet=True, launch_dir=launch)
+    return conftest.run(store, *FAST, *overrides, launch_dir=launch)
 
 
 def test_the_x_squared_example_finds_6_both_ways(capsys):
