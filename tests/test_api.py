@@ -145,6 +145,17 @@ def test_a_sweep_with_a_failed_job_raises_after_every_job_ran(tmp_path, store):
     assert statuses == [("0.1", "FINISHED"), ("50.0", "FAILED")]
 
 
+def test_a_sweep_told_not_to_go_on_raises_the_first_failure_at_once(tmp_path, store):
+    with pytest.raises(gradexp.GradexpError) as failed:
+        gradexp.sweep(f"tracking.uri={store}", "optimizer.learning_rate=50,0.1",
+                      "sweep.continue_on_failure=false", "trainer.epochs=10", "gradcheck=off",
+                      "tracking.log_model=false", launch_dir=tmp_path)
+    assert failed.value.exit_code == 1 and re.search(r"diverged|NaN|infinite", str(failed.value))
+    children = [run for run in MlflowClient(store).search_runs(["1"])
+                if "mlflow.parentRunId" in run.data.tags]
+    assert [run.info.status for run in children] == ["FAILED"]  # the second job never ran
+
+
 # ---------------------------------------------------------------- against the command line
 # What differs between any two runs, or between two processes: ids, times, the process.
 PER_RUN_TAGS = {"mlflow.runName", "mlflow.source.name", "mlflow.source.type", "mlflow.user",
