@@ -33,6 +33,7 @@ from gradexp.app import (
     register_configs,
     run_job,
     sweeper_value,
+    task,
 )
 from gradexp.console import error_line, quiet_libraries
 from gradexp.resources import resource_dir
@@ -43,8 +44,10 @@ if TYPE_CHECKING:
 
 __all__ = ["GradexpError", "run", "sweep"]
 
-# hydra.job.name as on the command line: Hydra names the job after the task's module, gradexp.app.
-JOB_NAME = "app"
+# As on the command line, where Hydra finds the config and names the job (hydra.job.name, the
+# .log file) by the module of the task function it is given: gradexp.app -> "app".
+TASK_MODULE = task.__module__
+JOB_NAME = TASK_MODULE.rsplit(".", 1)[-1]
 
 
 class GradexpError(Exception):
@@ -145,7 +148,7 @@ def _launch(overrides: list[str], job: Callable[[Any], Any], launch_dir: str | P
             version.setbase(VERSION_BASE)
             GlobalHydra.instance().clear()
             hydra = Hydra.create_main_hydra_file_or_module(
-                calling_file=None, calling_module="gradexp.app",
+                calling_file=None, calling_module=TASK_MODULE,
                 config_path=str(resource_dir("conf")), job_name=JOB_NAME)
             # As hydra.main: a config may ask for a mode; asking none, the call says it.
             mode = None if mode_is_known(overrides) else hydra.get_mode("config", overrides)
