@@ -48,6 +48,16 @@ def compose_config(*overrides: str) -> DictConfig:
         return compose(config_name="config", overrides=list(overrides))
 
 
+def run(store: str, *overrides: str, launch_dir: Path | None = None, quiet: bool = True,
+        **kwargs):
+    """One run as `python -m gradexp tracking.uri=STORE OVERRIDES` does it, in-process: its
+    RunResult. The suite's one way to run an experiment (each file adds its own defaults)."""
+    from gradexp.experiment import run_experiment
+
+    cfg = compose_config(f"tracking.uri={store}", *overrides)
+    return run_experiment(cfg, quiet=quiet, launch_dir=launch_dir, **kwargs)
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> str:
     """A fresh MLflow sqlite store (MLflow's embedded default kind) in a temp folder."""
@@ -131,6 +141,56 @@ def run_cli(*args: str, cwd: Path, timeout: float = 300, env: dict | None = None
             python_args: tuple = ()) -> subprocess.CompletedProcess:
     """`python -m gradexp ARGS` as a person would type it, in folder `cwd`."""
     return finish(spawn_cli(*args, cwd=cwd, env=env, python_args=python_args), timeout)
+
+
+# ---------------------------------------------------------------- `-m "not slow"` starts no process
+# A test that starts a process (python -m gradexp, an MLflow server, Ray, a helper script) is
+# marked slow. When the session selects no slow test (`-m "not slow"`, or only unmarked tests),
+# an audit hook fails any process start, so an unmarked spawning test cannot hide. Let through:
+# two tiny commands that the code under test runs itself, not a test.
+_ALLOWED = {
+    ("git", "rev-parse", "HEAD"),  # each run's source commit (gradexp.tracking.git_commit)
+    ("uname", "-p"),  # platform.processor(): `import mlflow` asks it once a process
+}
+_PROCESS_EVENTS = {"subprocess.Popen", "os.posix_spawn", "os.fork", "os.forkpty", "os.exec",
+                   "os.spawn", "os.system"}
+_GUARD: dict = {"on": False, "started": []}
+
+
+def _process_command(event: str, args: tuple) -> list[str]:
+    if event == "subprocess.Popen":  # (executable, args, cwd, env)
+        command = args[1]
+        return [command] if isinstance(command, (str, bytes)) else [str(a) for a in command]
+    if event in ("os.posix_spawn", "os.exec", "os.spawn"):  # (path, argv, env) / (mode, path, ...)
+        return [str(a) for a in (args[1] if event != "os.spawn" else args[2])]
+    return [event] + [str(a) for a in args]
+
+
+def _refuse_processes(event: str, args: tuple) -> None:
+    if not _GUARD["on"] or event not in _PROCESS_EVENTS:
+        return
+    command = _process_command(event, args)
+    if (Path(command[0]).name, *command[1:]) in _ALLOWED:
+        return
+    _GUARD["started"].append(" ".join(command))
+    raise RuntimeError(f"this test starts a process ({' '.join(command)[:200]}): mark it "
+                       "@pytest.mark.slow, so that `-m \"not slow\"` starts none")
+
+
+sys.addaudithook(_refuse_processes)
+
+
+def pytest_collection_finish(session) -> None:
+    _GUARD["on"] = not any(item.get_closest_marker("slow") for item in session.items)
+
+
+@pytest.fixture(autouse=True)
+def _no_process_unless_slow():
+    """Fails the test too when the RuntimeError above was caught and swallowed."""
+    _GUARD["started"].clear()
+    yield
+    if _GUARD["started"]:
+        pytest.fail(f"started a process without @pytest.mark.slow: {_GUARD['started'][0]}")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,7 +1,8 @@
-"""`gradexp compare` against runs gradexp itself recorded: a real sweep (`python -m gradexp -m`,
-its parent and child runs as the sweep callback tags them) and single runs made in-process with
-`run_experiment`, all in one sqlite store. Then what a person sees: the table, its order, the
-plot, the errors. Metric, param and tag names are gradexp's own: renaming one breaks a test here.
+"""`gradexp compare` against runs gradexp itself recorded: a real sweep (gradexp.sweep, which
+runs `python -m gradexp -m`'s Hydra multirun in-process: its parent and child runs as the sweep
+callback tags them) and single runs made in-process with `run_experiment`, all in one sqlite
+store. Then what a person sees: the table, its order, the plot, the errors. Metric, param and
+tag names are gradexp's own: renaming one breaks a test here.
 
 The store, in the order the runs were made:
   experiment "gradexp":    a buggy_linear run whose gradient check fails (the run finishes)
@@ -24,7 +25,9 @@ from pathlib import Path
 import pytest
 from mlflow.entities import Metric
 
-from conftest import compose_config, run_cli
+import conftest
+import gradexp
+from conftest import compose_config
 from gradexp.compare import main
 
 LONG_LR = "0.06460685963831937"  # what Optuna proposes; a legend shows 0.06461
@@ -32,11 +35,11 @@ EPOCHS = "10"
 
 
 def run_in_process(uri: str, folder: Path, *overrides: str, run_name: str):
-    from gradexp.experiment import RunFailed, run_experiment
+    from gradexp.experiment import RunFailed
 
-    cfg = compose_config(f"tracking.uri={uri}", f"trainer.epochs={EPOCHS}", *overrides)
     try:
-        return run_experiment(cfg, run_name=run_name, launch_dir=folder, quiet=True).run_id
+        return conftest.run(uri, f"trainer.epochs={EPOCHS}", *overrides, run_name=run_name,
+                            launch_dir=folder).run_id
     except RunFailed:
         return None
 
@@ -50,11 +53,10 @@ def runs(tmp_path_factory) -> dict:
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     run_in_process(uri, folder, "model=buggy_linear", "gradcheck=jacobian",
                    "tracking.experiment=gradexp", run_name="model=buggy_linear")
-    sweep = run_cli("-m", "optimizer=sgd,adam", f"optimizer.learning_rate=0.1,{LONG_LR}",
-                    f"trainer.epochs={EPOCHS}", f"tracking.uri={uri}",
-                    "tracking.experiment=lr_search", f"hydra.sweep.dir={folder / 'sweep'}",
-                    cwd=folder, timeout=600)
-    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    gradexp.sweep("optimizer=sgd,adam", f"optimizer.learning_rate=0.1,{LONG_LR}",
+                  f"trainer.epochs={EPOCHS}", f"tracking.uri={uri}",
+                  "tracking.experiment=lr_search", f"hydra.sweep.dir={folder / 'sweep'}",
+                  launch_dir=folder)  # as `python -m gradexp -m` records it (test_api.py)
     run_in_process(uri, folder, "optimizer.learning_rate=50",
                    "tracking.experiment=lr_search", run_name="optimizer.learning_rate=50")
 

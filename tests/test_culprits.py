@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, compose_config
-from gradexp.experiment import run_experiment
+import conftest
+from conftest import REPO
 
 # The user's module (examples/culprit_models.py): a softplus block whose tf.custom_gradient
 # backward is 5% too large for negative inputs (bug=0: its correct twin), in a functional, a
@@ -36,8 +36,7 @@ def launch(tmp_path: Path, monkeypatch) -> Path:
 
 
 def run(store, launch, *overrides, quiet=True):
-    cfg = compose_config(f"tracking.uri={store}", *FAST, *overrides)
-    return run_experiment(cfg, quiet=quiet, launch_dir=launch)
+    return conftest.run(store, *FAST, *overrides, launch_dir=launch, quiet=quiet)
 
 
 def model(builder: str, bug: float | None = None) -> tuple[str, ...]:

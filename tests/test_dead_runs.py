@@ -18,15 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import compose_config, finish, spawn_cli
-from gradexp.experiment import run_experiment
+import conftest
+from conftest import finish, spawn_cli
 from gradexp.liveness import HEARTBEAT_TAG, HOST_TAG, PID_TAG, REASON_TAG
 
 
 def run(store: str, *overrides: str, tmp_path: Path, quiet: bool = True):
-    cfg = compose_config(f"tracking.uri={store}", "gradcheck=off", "tracking.log_model=false",
-                         *overrides)
-    return run_experiment(cfg, quiet=quiet, launch_dir=tmp_path)
+    return conftest.run(store, "gradcheck=off", "tracking.log_model=false", *overrides,
+                        launch_dir=tmp_path, quiet=quiet)
 
 
 def running_run(client, *, host: str, pid: int, minutes_ago: float | None,
@@ -87,6 +86,7 @@ def test_tracking_stale_after_sets_how_old_a_heartbeat_may_be(store, client, tmp
     assert status(client, quiet) == "KILLED"
 
 
+@pytest.mark.slow
 def test_on_this_host_the_process_decides(store, client, tmp_path, capsys):
     here = socket.gethostname()
     pid = gone_pid()

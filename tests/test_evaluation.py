@@ -10,10 +10,10 @@ import re
 import numpy as np
 import pytest
 
+import conftest
 from conftest import compose_config, run_cli
 from gradexp.compare import main as compare
 from gradexp.data import load_data
-from gradexp.experiment import run_experiment
 from gradexp.objective import objective
 from gradexp.schema import ConfigError
 
@@ -85,8 +85,7 @@ def test_a_split_that_leaves_no_training_rows_is_refused():
 
 # ---------------------------------------------------------------- metrics in a run
 def run(store: str, *overrides: str, tmp_path=None):
-    cfg = compose_config(f"tracking.uri={store}", "gradcheck=off", *overrides)
-    return run_experiment(cfg, quiet=True, launch_dir=tmp_path)
+    return conftest.run(store, "gradcheck=off", *overrides, launch_dir=tmp_path)
 
 
 def history(client, run_id: str, key: str) -> list[tuple[int, float]]:

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import conftest
 from conftest import compose_config
 from gradexp.data import load_data
-from gradexp.experiment import run_experiment
 
 
 @pytest.fixture
@@ -31,8 +31,7 @@ def served(store, monkeypatch):
 
 
 def run(store: str, *overrides: str, launch_dir: Path | None = None):
-    cfg = compose_config(f"tracking.uri={store}", "gradcheck=off", *overrides)
-    return run_experiment(cfg, quiet=True, launch_dir=launch_dir)
+    return conftest.run(store, "gradcheck=off", *overrides, launch_dir=launch_dir)
 
 
 def raw_rows(*data_overrides: str, launch_dir: Path | None = None):
@@ -116,6 +115,7 @@ def _val_index(n: int, val_fraction: float = 0.2, split_seed: int = 0) -> np.nda
     return np.random.default_rng(split_seed).permutation(n)[:max(1, round(val_fraction * n))]
 
 
+@pytest.mark.slow
 def test_the_model_is_a_logged_model_of_the_run_beside_its_data_and_source(tmp_path, store,
                                                                            client):
     from mlflow.entities import LoggedModelStatus

@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import compose_config
-from gradexp.experiment import run_experiment
+from conftest import compose_config, run
 from gradexp.models import build_model
 from gradexp.schema import ConfigError
 
@@ -25,11 +24,6 @@ def build(n_features, n_outputs, width=8):
 def not_a_model(n_features, n_outputs):
     return "a string"
 '''
-
-
-def run(store: str, *overrides: str, tmp_path=None):
-    cfg = compose_config(f"tracking.uri={store}", *overrides)
-    return run_experiment(cfg, quiet=True, launch_dir=tmp_path)
 
 
 def test_built_in_models_are_keras_models_with_readable_variable_names():
@@ -89,7 +83,7 @@ def test_your_own_builder_from_the_launch_folder_trains_and_is_labelled(tmp_path
     (tmp_path / "my_models.py").write_text(BUILDERS)
     result = run(store, "model=custom", "model._target_=my_models.build",
                  "+model.kwargs.width=5", "optimizer=adam", "optimizer.learning_rate=0.05",
-                 "trainer.epochs=200", tmp_path=tmp_path)
+                 "trainer.epochs=200", launch_dir=tmp_path)
     params = client.get_run(result.run_id).data.params
     assert params["model.name"] == "my_models.build" and params["model.kwargs.width"] == "5"
     assert result.gradcheck_passed is True
@@ -110,7 +104,7 @@ def test_a_bad_builder_is_one_line_naming_it_and_leaves_no_run(tmp_path, store, 
                                                                overrides, says):
     (tmp_path / "my_models.py").write_text(BUILDERS)
     with pytest.raises(ConfigError, match=re.escape(says)):
-        run(store, "model=custom", *overrides, tmp_path=tmp_path)
+        run(store, "model=custom", *overrides, launch_dir=tmp_path)
     if "kwargs" in " ".join(overrides):  # a keyword its signature refuses: known before any run
         assert not [r for e in client.search_experiments()
                     for r in client.search_runs([e.experiment_id])]

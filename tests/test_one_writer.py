@@ -1,5 +1,5 @@
 """One MLflow writer per run: only the store module (tracking.py) calls MLflow's client to
-write, only the recorder (callbacks/recorder.py) and the sweep's parent callback (sweep.py) hold
+write, only the recorder (callbacks/recorder.py) and the sweep's parent callback (sweeps.py) hold
 a tracker; everything else hands what it measured to the recorder (gradexp.run_view.Records)."""
 
 from __future__ import annotations
@@ -25,4 +25,4 @@ def test_only_the_store_module_writes_through_the_mlflow_client():
 
 
 def test_only_the_recorder_and_the_sweep_hold_a_tracker():
-    assert files_matching(TRACKER) <= {"callbacks/recorder.py", "sweep.py", "tracking.py"}
+    assert files_matching(TRACKER) <= {"callbacks/recorder.py", "sweeps.py", "tracking.py"}

@@ -5,13 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import compose_config
+from conftest import compose_config, run
 from gradexp.experiment import Diverged, run_experiment
-
-
-def run(store: str, *overrides: str, tmp_path=None, **kwargs):
-    cfg = compose_config(f"tracking.uri={store}", *overrides)
-    return run_experiment(cfg, quiet=True, launch_dir=tmp_path, **kwargs)
 
 
 def test_default_run_learns_seed_004s_line(store, client):

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import compose_config, read_report
-from gradexp.experiment import run_experiment
+import conftest
+from conftest import read_report
 from gradexp.gradcheck import check_gradients, check_variables
 
 
@@ -233,8 +233,7 @@ def launch(tmp_path, monkeypatch):
 
 
 def run(store, launch, *overrides, quiet=True):
-    cfg = compose_config(f"tracking.uri={store}", *FAST, *overrides)
-    return run_experiment(cfg, quiet=quiet, launch_dir=launch)
+    return conftest.run(store, *FAST, *overrides, launch_dir=launch, quiet=quiet)
 
 
 @pytest.mark.parametrize(("kind", "passes"), [("stop_gradient", False), ("right", True)])

@@ -31,6 +31,7 @@ def test_secret_looking_keys_and_uri_credentials_are_masked():
     assert redact_uri("sqlite:///mlflow.db") == "sqlite:///mlflow.db"
 
 
+@pytest.mark.slow
 def test_credentials_in_the_tracking_uri_are_never_printed(tmp_path):
     done = run_cli("tracking.uri=http://alice:hunter2@127.0.0.1:9", "gradcheck=off",
                    cwd=tmp_path, timeout=60)
@@ -68,6 +69,7 @@ def test_unreachable_server_fails_before_training_with_nothing_recorded(tmp_path
     assert time.monotonic() - started < 10
 
 
+@pytest.mark.slow
 def test_a_store_locked_by_another_process_is_waited_out(store, client, tmp_path):
     tracker = MlflowTracker(store, "locked", "run")
     db = store.removeprefix("sqlite:///")

@@ -15,14 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import compose_config, finish, run_cli, spawn_cli
-from gradexp.experiment import run_experiment
+import conftest
+from conftest import finish, run_cli, spawn_cli
 from gradexp.schema import ConfigError
 
 
 def run(store: str, *overrides: str, tmp_path=None):
-    cfg = compose_config(f"tracking.uri={store}", "gradcheck=off", *overrides)
-    return run_experiment(cfg, quiet=True, launch_dir=tmp_path)
+    return conftest.run(store, "gradcheck=off", *overrides, launch_dir=tmp_path)
 
 
 def series(client, run_id: str, key: str) -> list[tuple[int, float]]:
@@ -96,6 +95,7 @@ def test_deterministic_runs_with_mini_batches_are_identical_bit_for_bit(store, t
     assert first.metrics == second.metrics
 
 
+@pytest.mark.slow  # the heaviest in-process tests (~100 s, ~50 s): not in -m "not slow"
 def test_xla_runs_with_a_short_last_batch_and_agrees_on_a_full_batch(store, tmp_path):
     xla = run(store, "trainer.jit_compile=true", "trainer.batch_size=30", tmp_path=tmp_path)
     assert xla.final_loss < 0.02  # 100 rows in batches of 30, 30, 30 and 10: it learned

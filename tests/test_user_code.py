@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+import conftest
 from conftest import REPO, compose_config, read_report, run_cli
-from gradexp.experiment import GradientCheckFailed, run_experiment
+from gradexp.experiment import GradientCheckFailed
 from gradexp.schema import ConfigError
 from gradexp.targets import label_by_target
 from gradexp.validation import check_ranges
@@ -65,8 +66,7 @@ def launch(tmp_path: Path, monkeypatch) -> Path:
 
 
 def run(store, launch, *overrides):
-    cfg = compose_config(f"tracking.uri={store}", *FAST, *overrides)
-    return run_experiment(cfg, quiet=True, launch_dir=launch)
+    return conftest.run(store, *FAST, *overrides, launch_dir=launch)
 
 
 def test_the_x_squared_example_finds_6_both_ways(capsys):
@@ -277,6 +277,7 @@ def test_gradcheck_dtypes_too_coarse_are_refused_at_config_time(dtype):
 
 
 # ---------------------------------------------------------------- across the process boundary
+@pytest.mark.slow
 def test_cli_bad_target_exits_2_with_one_line_and_no_run(tmp_path, launch):
     done = run_cli("loss._target_=mylosses.nope", f"tracking.uri=sqlite:///{tmp_path}/m.db",
                    f"hydra.run.dir={tmp_path}/out", cwd=launch)
@@ -287,6 +288,7 @@ def test_cli_bad_target_exits_2_with_one_line_and_no_run(tmp_path, launch):
     assert not (tmp_path / "m.db").exists()  # not even a store was opened
 
 
+@pytest.mark.slow
 def test_cli_wrong_gradient_with_on_fail_fail_exits_1(tmp_path, launch, client, store):
     done = run_cli("loss._target_=robust_losses.PseudoHuberWrongBranch", "gradcheck=strict",
                    *FAST, f"tracking.uri={store}", f"hydra.run.dir={tmp_path}/out", cwd=launch)

@@ -7,18 +7,13 @@ import json
 
 import pytest
 
-from conftest import compose_config
-from gradexp.experiment import GradientCheckFailed, run_experiment
+from conftest import run
+from gradexp.experiment import GradientCheckFailed
 
 
 def read_json(client, run_id: str, path: str) -> dict:
     with open(client.download_artifacts(run_id, path)) as handle:
         return json.load(handle)
-
-
-def run(store, *overrides, tmp_path=None):
-    cfg = compose_config(f"tracking.uri={store}", *overrides)
-    return run_experiment(cfg, quiet=True, launch_dir=tmp_path)
 
 
 def test_default_check_runs_at_start_and_end_and_is_recorded(store, client):

@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import conftest
 from conftest import compose_config
 from gradexp.data import load_data
-from gradexp.experiment import run_experiment
 
 # Layers and builders a person would write: each builder is `(n_features, n_outputs, **kw)`.
 USER_MODELS = '''
@@ -122,8 +122,7 @@ def user_models(tmp_path, request):
 
 
 def run(store, tmp_path, *overrides):
-    cfg = compose_config(f"tracking.uri={store}", *overrides)
-    return run_experiment(cfg, quiet=True, launch_dir=tmp_path)
+    return conftest.run(store, *overrides, launch_dir=tmp_path)
 
 
 # ---------------------------------------------------------------- one loss

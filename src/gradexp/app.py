@@ -13,8 +13,10 @@ import contextlib
 import gc
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import hydra
 from hydra.core.config_store import ConfigStore
@@ -29,6 +31,8 @@ from gradexp.objective import register_resolver
 from gradexp.resources import resource_dir
 from gradexp.schema import ConfigError, register_schemas
 
+VERSION_BASE = "1.3"  # Hydra 1.3's defaults (gradexp.api launches with the same)
+
 
 def register_experiments() -> None:
     """Offer every experiments/NAME.yaml as `experiment=NAME` (a `# @package _global_` preset).
@@ -42,11 +46,68 @@ def register_experiments() -> None:
                     package="_global_")
 
 
+@dataclass(frozen=True)
+class Failure:
+    """How a job or a launch that stops says so: the one line a person reads, the exit code."""
+
+    line: str
+    exit_code: int
+    sweep_goes_on: bool = True  # in a sweep with sweep.continue_on_failure, the others still run
+
+
+def job_failure(error: BaseException, cfg: DictConfig) -> Failure | None:
+    """What a job says for an exception it raised; None for a bug (it stays a traceback).
+
+    The one mapping of the command line and of gradexp.run / gradexp.sweep (gradexp.api)."""
+    from gradexp.endings import RunFailed, Terminated
+
+    if isinstance(error, (ConfigError, RunFailed)):
+        return Failure(str(error), getattr(error, "exit_code", EXIT_BAD_INPUT))
+    if isinstance(error, USER_ERRORS):  # e.g. a _target_ that cannot be imported (one line)
+        message = target_error(error, cfg)
+        return None if message is None else Failure(message, EXIT_BAD_INPUT)
+    if isinstance(error, Terminated):
+        return Failure("terminated (SIGTERM): the run is recorded as KILLED", EXIT_TERMINATED,
+                       sweep_goes_on=False)
+    if isinstance(error, KeyboardInterrupt):
+        return Failure("interrupted (Ctrl-C): the run is recorded as KILLED", EXIT_INTERRUPTED,
+                       sweep_goes_on=False)
+    return None
+
+
+def launch_failure(error: BaseException) -> Failure | None:
+    """What the command line says for an error before (or around) the jobs: a config Hydra
+    cannot compose (an unknown key, a missing option); None for anything else."""
+    if isinstance(error, USER_ERRORS):
+        return Failure(one_line(error), EXIT_BAD_INPUT, sweep_goes_on=False)
+    return None
+
+
+def _exit(failure: Failure) -> NoReturn:
+    error_line(failure.line)
+    sys.exit(failure.exit_code)
+
+
+def register_configs() -> None:
+    """What Hydra's config search finds beyond conf/: the schemas, the presets, our resolver."""
+    register_schemas()
+    register_experiments()
+    register_resolver()
+
+
 def task(cfg: DictConfig) -> float:
-    """One job: run the experiment and return its sweep objective (sweep.objective, e.g. the
-    final val/mse) to the sweeper; the final loss, said so, when the run has no such metric."""
-    from gradexp.experiment import RunFailed, Terminated, run_experiment
-    from gradexp.sweep import parent_run_file, resume_killed_run, reuse_finished_run
+    """One job of the command line: run it, return its sweep objective to the sweeper."""
+    return sweeper_value(run_job(cfg, _exit))
+
+
+def run_job(cfg: DictConfig, stop: Callable[[Failure], NoReturn]):
+    """One job, run as Hydra hands it over: the RunResult; in a sweep, the objective (float) of
+    a FINISHED run it reused, or None when it failed and the sweep goes on (said in one line).
+
+    A failure a person can act on goes to `stop`, which does not return: the command line says
+    the line and exits, gradexp.run raises it."""
+    from gradexp.experiment import run_experiment
+    from gradexp.sweeps import parent_run_file, resume_killed_run, reuse_finished_run
 
     # Again in the job: Hydra has set up its logging by now, and some launchers (Ray) run jobs
     # in processes that never ran main().
@@ -57,13 +118,13 @@ def task(cfg: DictConfig) -> float:
     sweep_dir = Path(hydra_cfg.runtime.cwd) / hydra_cfg.sweep.dir
     parent = parent_run_file(sweep_dir) if multirun else None
     try:
-        # sweep.skip_finished (issue 4, gradexp/sweep.py): a config that FINISHED is not rerun.
+        # sweep.skip_finished (issue 4, gradexp/sweeps.py): a config that FINISHED is not rerun.
         reused = reuse_finished_run(cfg, hydra_cfg) if multirun else None
         if reused is not None:
             return reused
         if multirun:  # sweep.resume_killed: continue this config's KILLED run, if it has one
             cfg = resume_killed_run(cfg, hydra_cfg)
-        result = run_experiment(
+        return run_experiment(
             cfg,
             run_name=cfg.tracking.run_name or hydra_cfg.job.override_dirname or "defaults",
             launch_dir=Path(hydra_cfg.runtime.cwd),
@@ -71,32 +132,30 @@ def task(cfg: DictConfig) -> float:
             parent_run_id=parent.read_text().strip() if parent and parent.exists() else None,
             show_config=not multirun,  # a sweep's jobs differ only in what Hydra prints per job
         )
-    except (ConfigError, RunFailed) as failure:
-        error_line(str(failure))
-        if multirun and cfg.sweep.continue_on_failure:
-            return float("nan")  # the sweep goes on; its summary lists this job as FAILED
-        sys.exit(getattr(failure, "exit_code", EXIT_BAD_INPUT))
-    except USER_ERRORS as error:  # e.g. a _target_ that cannot be imported (one line)
-        message = target_error(error, cfg)
-        if message is None:
+    except BaseException as error:
+        failure = job_failure(error, cfg)
+        if failure is None:
             raise
-        error_line(message)
-        if multirun and cfg.sweep.continue_on_failure:
-            return float("nan")
-        sys.exit(EXIT_BAD_INPUT)
-    except Terminated:
-        error_line("terminated (SIGTERM): the run is recorded as KILLED")
-        sys.exit(EXIT_TERMINATED)
-    except KeyboardInterrupt:
-        error_line("interrupted (Ctrl-C): the run is recorded as KILLED")
-        sys.exit(EXIT_INTERRUPTED)
-    value = result.objective_value
+        if multirun and failure.sweep_goes_on and cfg.sweep.continue_on_failure:
+            error_line(failure.line)
+            return None  # the sweep goes on; its summary lists this job as FAILED
+        stop(failure)
+
+
+def sweeper_value(outcome) -> float:
+    """What a job returns to the sweeper: its objective (sweep.objective, e.g. the final
+    val/mse); the final loss, said so, when the run has no such metric; NaN for a failed job."""
+    if outcome is None:
+        return float("nan")
+    if isinstance(outcome, float):  # a reused run's objective
+        return outcome
+    value = outcome.objective_value
     if value is None:
-        if multirun:
-            note_line(f"sweep.objective={result.objective}: this run has no such metric (is "
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            note_line(f"sweep.objective={outcome.objective}: this run has no such metric (is "
                       "there held-out data? data.n_val, data.val_fraction); the sweeper gets "
-                      f"its final_loss instead ({result.final_loss:.6g})")
-        return result.final_loss
+                      f"its final_loss instead ({outcome.final_loss:.6g})")
+        return outcome.final_loss
     return value
 
 
@@ -105,6 +164,12 @@ def multirun_flag_first(args: list[str]) -> list[str]:
     overrides (`experiment=lr_search -m trainer.epochs=50` would be a usage error)."""
     flags = [arg for arg in args if arg in ("-m", "--multirun")]
     return flags[:1] + [arg for arg in args if arg not in ("-m", "--multirun")]
+
+
+def mode_is_known(arguments: list[str]) -> bool:
+    """No option, no hydra.* override and no preset: nothing can ask for a multirun."""
+    return all(not arg.startswith("-") and "experiment" not in arg
+               and not arg.lstrip("+~").startswith("hydra") for arg in arguments)
 
 
 @contextlib.contextmanager
@@ -119,10 +184,8 @@ def _mode_known(arguments: list[str]) -> Iterator[None]:
     """
     from hydra._internal.hydra import Hydra
 
-    plain = all(not arg.startswith("-") and "experiment" not in arg
-                and not arg.lstrip("+~").startswith("hydra") for arg in arguments)
     original = Hydra.get_mode
-    if plain:
+    if mode_is_known(arguments):
         Hydra.get_mode = lambda self, config_name, overrides: None
     try:
         yield
@@ -152,11 +215,9 @@ def _main() -> None:
 
         sys.exit(compare(sys.argv[2:]))
     sys.argv[1:] = multirun_flag_first(sys.argv[1:])
-    register_schemas()
-    register_experiments()
-    register_resolver()
+    register_configs()
     run = hydra.main(config_path=str(resource_dir("conf")), config_name="config",
-                     version_base="1.3")(task)
+                     version_base=VERSION_BASE)(task)
     # Let Hydra's exceptions reach us (instead of its multi-line report) to say them in one line;
     # a person who asks for HYDRA_FULL_ERROR=1 gets Hydra's full traceback as usual.
     wants_traceback = os.environ.get("HYDRA_FULL_ERROR") == "1"
@@ -173,8 +234,7 @@ def _main() -> None:
     except USER_ERRORS as error:
         if wants_traceback:
             raise
-        error_line(one_line(error))
-        sys.exit(EXIT_BAD_INPUT)
+        _exit(launch_failure(error))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from .search_space import grid, search_space
 
 log = logging.getLogger(__name__)
 
-RESULTS_FILE = "optimization_results.yaml"  # read by gradexp.sweep for the parent run
+RESULTS_FILE = "optimization_results.yaml"  # read by gradexp.sweeps for the parent run
 JOURNAL_FILE = "optuna.journal"  # the default storage, beside mlflow.db
 
 

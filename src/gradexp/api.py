@@ -1,0 +1,205 @@
+"""`gradexp.run(...)` and `gradexp.sweep(...)`: the command line's run and sweep, from Python.
+
+    result = gradexp.run("optimizer=adam", "loss=mae")   # python -m gradexp optimizer=adam loss=mae
+    results = gradexp.sweep("optimizer=sgd,adam")       # python -m gradexp -m optimizer=sgd,adam
+
+Both hand the overrides to the Hydra object that `@hydra.main` uses (its `run` and `multirun`),
+built the way the command line builds it: the same conf/ and experiments/, the same job name, the
+same output folders and .hydra/ files, logging, callbacks, sweeper and launcher. Hydra's compose
+API would not do: it makes no output folder, fires no callbacks and refuses `optimizer=sgd,adam`
+as ambiguous. Hydra offers no public function for this; `Hydra.run`/`Hydra.multirun` are what its
+own `hydra.main` calls (hydra-core is pinned to 1.3, and tests/test_api.py compares the records).
+
+Each job is app.run_job, the command line's job; a failure it would say in one line and exit on
+is raised here as GradexpError carrying that line (app.job_failure / app.launch_failure, one
+mapping). Hydra's global state (GlobalHydra, the Python logging it configures) is put back after
+each call, so calls can follow one another in a notebook or a test suite.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gradexp.app import (
+    VERSION_BASE,
+    Failure,
+    launch_failure,
+    mode_is_known,
+    register_configs,
+    run_job,
+    sweeper_value,
+    task,
+)
+from gradexp.console import error_line, quiet_libraries
+from gradexp.resources import resource_dir
+from gradexp.schema import ConfigError
+
+if TYPE_CHECKING:
+    from gradexp.experiment import RunResult
+
+__all__ = ["GradexpError", "run", "sweep"]
+
+# As on the command line, where Hydra finds the config and names the job (hydra.job.name, the
+# .log file) by the module of the task function it is given: gradexp.app -> "app".
+TASK_MODULE = task.__module__
+JOB_NAME = TASK_MODULE.rsplit(".", 1)[-1]
+
+
+class GradexpError(Exception):
+    """A run or a sweep stopped for a reason a person can act on (a config key, a value, a file,
+    a server, a diverged run); str(error) is the one line the command line prints."""
+
+    def __init__(self, line: str, exit_code: int = 1) -> None:
+        super().__init__(line)
+        self.line = line
+        self.exit_code = exit_code  # what `python -m gradexp` would have exited with
+
+
+class _Stop(BaseException):
+    """A job's failure, carried out of Hydra the way the command line's sys.exit leaves it: Hydra
+    catches an Exception raised by a job (and goes on to the next jobs of a batch), not this."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.line)
+        self.failure = failure
+
+
+def _stop(failure: Failure) -> None:
+    raise _Stop(failure)
+
+
+def run(*overrides: str, launch_dir: str | Path | None = None) -> RunResult:
+    """One run, as `python -m gradexp OVERRIDES` started in `launch_dir` (default: the current
+    folder, where mlflow.db and outputs/ go) would run and record it; its RunResult (run_id,
+    objective and objective_value, final_loss, metrics, history).
+
+    Raises GradexpError with the command line's one line for a mistake a person can fix."""
+    def job(cfg):
+        return run_job(cfg, _stop)
+
+    try:
+        return _launch(list(overrides), job, launch_dir, multirun=False).return_value
+    except GradexpError as error:  # Hydra's own hint says "add --multirun to your command line"
+        if not error.line.startswith("Ambiguous value for argument"):
+            raise
+        raise GradexpError(f"{error.line}: to sweep over it, call gradexp.sweep(...)",
+                           error.exit_code) from error.__cause__
+
+
+def sweep(*overrides: str, launch_dir: str | Path | None = None) -> list[RunResult]:
+    """A sweep, as `python -m gradexp -m OVERRIDES` would run it (one MLflow parent run, a child
+    per job, the configured sweeper and launcher); the RunResult of each job run in this
+    process, in the order they ran.
+
+    Jobs a launcher runs in other processes (joblib, ray, submitit) leave their results in the
+    parent's children only (MLflow, or `gradexp compare --sweep PARENT`); jobs skipped by
+    sweep.skip_finished are not in the list. A sweep with failed jobs raises GradexpError after
+    every job ran, as the command line exits 1."""
+    results: list[RunResult] = []
+    failed: list[int] = []
+
+    def job(cfg):
+        outcome = run_job(cfg, _stop)
+        if outcome is None:
+            failed.append(1)
+        elif not isinstance(outcome, float):  # a float: a reused run's objective
+            results.append(outcome)
+        return sweeper_value(outcome)
+
+    try:
+        _launch(list(overrides), job, launch_dir, multirun=True)
+    except SystemExit as exit:  # how the sweep callback (gradexp.sweeps) stops a sweep
+        code = exit.code if isinstance(exit.code, int) else 1
+        cause = exit.__context__
+        if isinstance(cause, ConfigError):  # e.g. no MLflow server answers at tracking.uri
+            raise GradexpError(str(cause), code) from cause
+        if isinstance(cause, Exception):  # a bug: the callback printed its traceback
+            raise cause from None
+        if failed:
+            raise GradexpError(f"{len(failed)} of {len(failed) + len(results)} jobs failed "
+                               "(each said why above); the sweep's MLflow parent run ended "
+                               "FAILED", code) from None
+        raise GradexpError(f"the sweep stopped (exit code {exit.code})", code) from None
+    return results
+
+
+def _launch(overrides: list[str], job: Callable[[Any], Any], launch_dir: str | Path | None,
+            *, multirun: bool) -> Any:
+    """Hydra's run or multirun of `job`, as app.main has it done; Hydra's globals put back."""
+    from hydra import version
+    from hydra._internal.hydra import Hydra
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
+    from hydra.types import RunMode
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # as app.main: before TensorFlow loads
+    quiet_libraries()
+    register_configs()
+    backup = get_gh_backup()  # a GlobalHydra the caller set up (initialize, a test) comes back
+    base = version.getbase()
+    handlers, level = logging.root.handlers[:], logging.root.level
+    try:
+        with _launched_from(launch_dir):
+            version.setbase(VERSION_BASE)
+            GlobalHydra.instance().clear()
+            hydra = Hydra.create_main_hydra_file_or_module(
+                calling_file=None, calling_module=TASK_MODULE,
+                config_path=str(resource_dir("conf")), job_name=JOB_NAME)
+            # As hydra.main: a config may ask for a mode; asking none, the call says it.
+            mode = None if mode_is_known(overrides) else hydra.get_mode("config", overrides)
+            if mode == RunMode.MULTIRUN and not multirun:
+                raise GradexpError("this config is a sweep (hydra.mode=MULTIRUN): run it with "
+                                   "gradexp.sweep(...)", 2)
+            if mode is None or (multirun and mode == RunMode.RUN):
+                overrides = [*overrides, f"hydra.mode={'MULTIRUN' if multirun else 'RUN'}"]
+            if multirun:
+                return hydra.multirun("config", job, overrides)
+            return hydra.run("config", job, overrides)
+    except _Stop as stop:
+        error = stop.__context__
+        if isinstance(error, KeyboardInterrupt):  # Ctrl-C in a notebook stays an interrupt
+            error_line(stop.failure.line)
+            raise error from None
+        raise GradexpError(stop.failure.line, stop.failure.exit_code) from error
+    except Exception as error:
+        failure = launch_failure(error)  # e.g. an unknown key, an option that does not exist
+        if failure is None:
+            raise
+        raise GradexpError(failure.line, failure.exit_code) from error
+    finally:
+        restore_gh_from_backup(backup)
+        version.VersionBase.instance().version_base = base  # setbase takes no "unset"
+        _restore_logging(handlers, level)
+
+
+@contextmanager
+def _launched_from(folder: str | Path | None) -> Iterator[None]:
+    """Run from `folder` as a person would `cd` there: Hydra takes the launch folder (relative
+    paths, mlflow.db, outputs/) from the working directory."""
+    if folder is None:
+        yield
+        return
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def _restore_logging(handlers: list[logging.Handler], level: int) -> None:
+    """Hydra configures Python's logging for each job (a console handler, the job's .log file);
+    the caller's logging comes back, and the job's log file is closed."""
+    for handler in logging.root.handlers[:]:
+        if handler not in handlers:
+            logging.root.removeHandler(handler)
+            handler.close()
+    for handler in handlers:
+        if handler not in logging.root.handlers:
+            logging.root.addHandler(handler)
+    logging.root.setLevel(level)

@@ -1,0 +1,222 @@
+"""gradexp.run / gradexp.sweep (gradexp/api.py): the command line's run and sweep in-process.
+
+What a notebook user sees: a RunResult back, the run recorded in the launch folder's store as the
+command line records it (one slow test compares the two on real runs), the command line's one
+line as a GradexpError, and nothing of Hydra's global state left behind for the next call.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from mlflow import MlflowClient
+
+import gradexp
+from conftest import CONF, run_cli
+
+QUICK = ("trainer.epochs=3", "gradcheck=off", "tracking.log_model=false")
+
+
+def artifacts(client: MlflowClient, run_id: str, path: str | None = None) -> set[str]:
+    """Every artifact file of a run, by its path."""
+    found = set()
+    for item in client.list_artifacts(run_id, path):
+        found |= artifacts(client, run_id, item.path) if item.is_dir else {item.path}
+    return found
+
+
+def test_run_returns_its_result_and_records_it_in_the_launch_folders_store(tmp_path):
+    result = gradexp.run("optimizer=adam", "loss=mae", *QUICK, launch_dir=tmp_path)
+
+    # The default store, sqlite:///mlflow.db, and Hydra's outputs/ are in the launch folder.
+    assert (tmp_path / "mlflow.db").is_file() and (tmp_path / "outputs").is_dir()
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run = client.get_run(result.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["optimizer.name"] == "adam" and run.data.params["loss.name"] == "mae"
+    assert run.data.params["trainer.epochs"] == "3"
+    assert result.objective == "val/mse"
+    assert result.objective_value == pytest.approx(run.data.metrics["val/mse"])
+    assert result.final_loss == pytest.approx(run.data.metrics["final_loss"])
+    assert run.info.run_name == "gradcheck=off,loss=mae,optimizer=adam,tracking.log_model=false,"\
+        "trainer.epochs=3"  # as the command line names it: Hydra's override_dirname
+    # The resolved config and Hydra's three files, as the command line records them.
+    logged = artifacts(client, result.run_id)
+    assert {"config.yaml", ".hydra/config.yaml", ".hydra/hydra.yaml",
+            ".hydra/overrides.yaml"} <= logged
+    overrides = yaml.safe_load(open(client.download_artifacts(result.run_id,
+                                                               ".hydra/overrides.yaml")))
+    assert overrides == ["optimizer=adam", "loss=mae", *QUICK]
+    hydra_yaml = yaml.safe_load(open(client.download_artifacts(result.run_id,
+                                                                ".hydra/hydra.yaml")))
+    assert hydra_yaml["hydra"]["job"]["name"] == "app"  # the command line's job name
+    assert hydra_yaml["hydra"]["mode"] == "RUN"
+    assert hydra_yaml["hydra"]["runtime"]["cwd"] == str(tmp_path)
+
+
+def test_two_runs_in_one_process_leave_hydra_and_logging_as_they_found_them(tmp_path, store):
+    from hydra import compose, initialize_config_dir
+
+    handlers, cwd = logging.root.handlers[:], os.getcwd()
+    first = gradexp.run(f"tracking.uri={store}", *QUICK, launch_dir=tmp_path)
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):  # a caller's own
+        second = gradexp.run(f"tracking.uri={store}", *QUICK, "optimizer=adam",
+                             launch_dir=tmp_path)
+        assert compose(config_name="config", overrides=["loss=mae"]).loss.name == "mae"
+
+    assert first.run_id != second.run_id
+    client = MlflowClient(store)
+    assert client.get_run(second.run_id).data.params["optimizer.name"] == "adam"
+    assert not GlobalHydra.instance().is_initialized()
+    assert not HydraConfig.initialized()
+    assert logging.root.handlers == handlers and os.getcwd() == cwd
+
+
+def test_a_mistake_is_a_gradexp_error_with_the_command_lines_one_line(tmp_path, store):
+    with pytest.raises(gradexp.GradexpError) as unknown:
+        gradexp.run(f"tracking.uri={store}", "optimizer=adamm", launch_dir=tmp_path)
+    assert str(unknown.value) == ("optimizer=adamm: no such option; available: adagrad, adam, "
+                                  "adamw, momentum, nadam, rmsprop, sgd")
+    assert unknown.value.exit_code == 2
+    with pytest.raises(gradexp.GradexpError, match=r"^trainer\.epochs=0: must be an integer >= 1$"):
+        gradexp.run(f"tracking.uri={store}", "trainer.epochs=0", launch_dir=tmp_path)
+    assert not (tmp_path / "mlflow.db").exists()  # refused before any run opened
+    assert not GlobalHydra.instance().is_initialized()
+
+
+def test_a_run_that_fails_raises_its_line_and_is_recorded_failed(tmp_path, store):
+    with pytest.raises(gradexp.GradexpError) as failed:
+        gradexp.run(f"tracking.uri={store}", "optimizer.learning_rate=50", "trainer.epochs=10",
+                    "gradcheck=off", "tracking.log_model=false", launch_dir=tmp_path)
+    assert failed.value.exit_code == 1 and "\n" not in str(failed.value)
+    assert re.search(r"diverged|NaN|infinite", str(failed.value))
+    (run,) = MlflowClient(store).search_runs(["1"])
+    assert run.info.status == "FAILED"
+    assert run.data.tags["gradexp.status_reason"] == str(failed.value)
+
+
+def test_run_says_to_sweep_with_gradexp_sweep(tmp_path, store):
+    with pytest.raises(gradexp.GradexpError, match=r"Ambiguous value.*gradexp\.sweep\("):
+        gradexp.run(f"tracking.uri={store}", "optimizer=sgd,adam", launch_dir=tmp_path)
+
+
+def test_sweep_runs_hydras_multirun_with_a_parent_run_and_returns_the_children(tmp_path, store):
+    results = gradexp.sweep(f"tracking.uri={store}", "optimizer=sgd,adam", *QUICK,
+                            launch_dir=tmp_path)
+
+    assert len(results) == 2
+    client = MlflowClient(store)
+    children = [client.get_run(result.run_id) for result in results]
+    assert [child.data.params["optimizer.name"] for child in children] == ["sgd", "adam"]
+    (parent_id,) = {child.data.tags["mlflow.parentRunId"] for child in children}
+    parent = client.get_run(parent_id)  # opened and closed by the sweep callback, as with -m
+    assert parent.info.status == "FINISHED" and parent.data.tags["gradexp.sweep"] == "true"
+    best = min(results, key=lambda result: result.objective_value)
+    assert parent.data.tags["gradexp.best_run_id"] == best.run_id
+    assert "sweep_summary.json" in artifacts(client, parent_id)
+    # Hydra's multirun folder: the sweep's multirun.yaml, a .hydra/ per job, recorded per child.
+    (sweep_dir,) = (tmp_path / "multirun").glob("*/*")
+    assert (sweep_dir / "multirun.yaml").is_file()
+    assert {p.parent.parent.name for p in sweep_dir.glob("*/.hydra/overrides.yaml")} == {"0", "1"}
+    for result in results:
+        hydra_yaml = yaml.safe_load(open(client.download_artifacts(result.run_id,
+                                                                    ".hydra/hydra.yaml")))
+        assert hydra_yaml["hydra"]["mode"] == "MULTIRUN"
+    assert not GlobalHydra.instance().is_initialized()
+
+
+def test_a_sweep_with_a_failed_job_raises_after_every_job_ran(tmp_path, store):
+    with pytest.raises(gradexp.GradexpError, match=r"^1 of 2 jobs failed") as failed:
+        gradexp.sweep(f"tracking.uri={store}", "optimizer.learning_rate=0.1,50",
+                      "trainer.epochs=10", "gradcheck=off", "tracking.log_model=false",
+                      launch_dir=tmp_path)
+    assert failed.value.exit_code == 1
+    runs = MlflowClient(store).search_runs(["1"])
+    statuses = sorted((run.data.params.get("optimizer.learning_rate"), run.info.status)
+                      for run in runs if "mlflow.parentRunId" in run.data.tags)
+    assert statuses == [("0.1", "FINISHED"), ("50.0", "FAILED")]
+
+
+def test_a_sweep_told_not_to_go_on_raises_the_first_failure_at_once(tmp_path, store):
+    with pytest.raises(gradexp.GradexpError) as failed:
+        gradexp.sweep(f"tracking.uri={store}", "optimizer.learning_rate=50,0.1",
+                      "sweep.continue_on_failure=false", "trainer.epochs=10", "gradcheck=off",
+                      "tracking.log_model=false", launch_dir=tmp_path)
+    assert failed.value.exit_code == 1 and re.search(r"diverged|NaN|infinite", str(failed.value))
+    children = [run for run in MlflowClient(store).search_runs(["1"])
+                if "mlflow.parentRunId" in run.data.tags]
+    assert [run.info.status for run in children] == ["FAILED"]  # the second job never ran
+
+
+# ---------------------------------------------------------------- against the command line
+# What differs between any two runs, or between two processes: ids, times, the process.
+PER_RUN_TAGS = {"mlflow.runName", "mlflow.source.name", "mlflow.source.type", "mlflow.user",
+                "gradexp.host", "gradexp.pid", "gradexp.heartbeat", "mlflow.log-model.history"}
+
+
+def _tags(run, launch: Path) -> dict[str, str]:
+    """A run's tags with its launch folder and its id written as placeholders."""
+    return {key: value.replace(str(launch), "LAUNCH").replace(run.info.run_id, "RUN")
+            for key, value in run.data.tags.items() if key not in PER_RUN_TAGS}
+
+
+def _hydra_yaml(client, run_id: str) -> dict:
+    """.hydra/hydra.yaml without what names the time or the folder of one particular launch."""
+    hydra = yaml.safe_load(open(client.download_artifacts(run_id, ".hydra/hydra.yaml")))["hydra"]
+    for key in ("output_dir", "cwd", "config_sources"):
+        hydra["runtime"].pop(key)
+    hydra["run"].pop("dir")
+    return hydra
+
+
+@pytest.mark.slow
+def test_gradexp_run_records_what_the_command_line_records(tmp_path):
+    overrides = ("optimizer=adam", "loss=mae", "trainer.epochs=4", "gradcheck.every_n_epochs=2")
+    by_cli, by_api = tmp_path / "cli", tmp_path / "api"
+    by_cli.mkdir(), by_api.mkdir()
+    done = run_cli(*overrides, cwd=by_cli)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = gradexp.run(*overrides, launch_dir=by_api)
+
+    cli_client = MlflowClient(f"sqlite:///{by_cli / 'mlflow.db'}")
+    api_client = MlflowClient(f"sqlite:///{by_api / 'mlflow.db'}")
+    (cli_run,) = cli_client.search_runs(["1"])
+    api_run = api_client.get_run(result.run_id)
+    assert api_run.info.run_name == cli_run.info.run_name
+    assert api_run.data.params == cli_run.data.params
+    assert _tags(api_run, by_api) == _tags(cli_run, by_cli)
+    assert api_run.data.metrics.keys() == cli_run.data.metrics.keys()
+    for name, value in cli_run.data.metrics.items():  # the same seeds: the same numbers
+        assert api_run.data.metrics[name] == pytest.approx(value, rel=1e-6), name
+    assert artifacts(api_client, api_run.info.run_id) == artifacts(cli_client, cli_run.info.run_id)
+    for path in ("config.yaml", ".hydra/config.yaml", ".hydra/overrides.yaml"):
+        assert (Path(api_client.download_artifacts(api_run.info.run_id, path)).read_text()
+                == Path(cli_client.download_artifacts(cli_run.info.run_id, path)).read_text())
+    assert _hydra_yaml(api_client, api_run.info.run_id) == \
+        _hydra_yaml(cli_client, cli_run.info.run_id)
+
+
+@pytest.mark.slow
+def test_import_gradexp_loads_neither_hydra_nor_tensorflow(tmp_path):
+    import subprocess
+
+    from conftest import cli_env
+
+    def loaded(code: str) -> str:
+        shown = "print(sorted(m for m in ('tensorflow', 'hydra', 'mlflow') if m in sys.modules))"
+        done = subprocess.run([sys.executable, "-c", f"import sys, gradexp; {code}; {shown}"],
+                              cwd=tmp_path, env=cli_env(), capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert loaded("pass") == "[]"
+    assert loaded("gradexp.run, gradexp.sweep") == "['hydra']"  # TensorFlow loads in the job
