@@ -13,7 +13,7 @@ import contextlib
 import gc
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import hydra
@@ -23,7 +23,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from gradexp.console import error_line, note_line, quiet_libraries
-from gradexp.endings import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED
+from gradexp.endings import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED, RunFailed
 from gradexp.errors import USER_ERRORS, one_line, target_error
 from gradexp.objective import register_resolver
 from gradexp.resources import resource_dir
@@ -42,10 +42,24 @@ def register_experiments() -> None:
                     package="_global_")
 
 
+def error_message(error: BaseException, cfg: DictConfig | None = None,
+                  overrides: Sequence[str] = ()) -> str | None:
+    """The one `error:` line the command line says for `error`; None for a bug (a traceback).
+
+    Without `cfg`: Hydra could not compose the config from `overrides`. With it: the job
+    refused a value (ConfigError), failed (RunFailed), or could not import a `_target_`.
+    """
+    if cfg is None:
+        return one_line(error, overrides)
+    if isinstance(error, (ConfigError, RunFailed)):
+        return str(error)
+    return target_error(error, cfg) if isinstance(error, USER_ERRORS) else None
+
+
 def task(cfg: DictConfig) -> float:
     """One job: run the experiment and return its sweep objective (sweep.objective, e.g. the
     final val/mse) to the sweeper; the final loss, said so, when the run has no such metric."""
-    from gradexp.experiment import RunFailed, Terminated, run_experiment
+    from gradexp.experiment import Terminated, run_experiment
     from gradexp.sweep import parent_run_file, resume_killed_run, reuse_finished_run
 
     # Again in the job: Hydra has set up its logging by now, and some launchers (Ray) run jobs
@@ -71,19 +85,14 @@ def task(cfg: DictConfig) -> float:
             parent_run_id=parent.read_text().strip() if parent and parent.exists() else None,
             show_config=not multirun,  # a sweep's jobs differ only in what Hydra prints per job
         )
-    except (ConfigError, RunFailed) as failure:
-        error_line(str(failure))
-        if multirun and cfg.sweep.continue_on_failure:
-            return float("nan")  # the sweep goes on; its summary lists this job as FAILED
-        sys.exit(getattr(failure, "exit_code", EXIT_BAD_INPUT))
-    except USER_ERRORS as error:  # e.g. a _target_ that cannot be imported (one line)
-        message = target_error(error, cfg)
+    except (ConfigError, RunFailed, *USER_ERRORS) as failure:
+        message = error_message(failure, cfg)
         if message is None:
             raise
         error_line(message)
         if multirun and cfg.sweep.continue_on_failure:
-            return float("nan")
-        sys.exit(EXIT_BAD_INPUT)
+            return float("nan")  # the sweep goes on; its summary lists this job as FAILED
+        sys.exit(getattr(failure, "exit_code", EXIT_BAD_INPUT))
     except Terminated:
         error_line("terminated (SIGTERM): the run is recorded as KILLED")
         sys.exit(EXIT_TERMINATED)
@@ -173,7 +182,7 @@ def _main() -> None:
     except USER_ERRORS as error:
         if wants_traceback:
             raise
-        error_line(one_line(error))
+        error_line(error_message(error, overrides=sys.argv[1:]))
         sys.exit(EXIT_BAD_INPUT)
 
 
