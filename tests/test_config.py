@@ -37,7 +37,7 @@ def test_every_option_composes_and_sets_name(group, option):
     name = cfg[group].name
     # data=sklearn names the data set it loads (data.name=digits); every other option itself
     expected = "diabetes" if (group, option) == ("data", "sklearn") else option
-    assert getattr(name, "value", name) == expected
+    assert name == expected and f"{name}" == expected  # StrEnum: its text as read
     check_ranges(cfg)
 
 

@@ -35,7 +35,7 @@ def task_of(data_cfg: DictConfig) -> str:
         from gradexp.data import SKLEARN_SETS
 
         return SKLEARN_SETS.get(data_cfg.name, (None, "regression"))[1]
-    return getattr(task, "value", task)
+    return str(task)
 
 
 def metric_name(spec: Any) -> str:
@@ -76,7 +76,7 @@ def objective(cfg: DictConfig, task: str | None = None) -> tuple[str, str]:
     metric = cfg.sweep.objective
     if metric == "auto":
         metric = DEFAULT_OBJECTIVE[task]
-    direction = getattr(cfg.sweep.direction, "value", cfg.sweep.direction)
+    direction = cfg.sweep.direction
     return metric, direction_of(metric) if direction == "auto" else direction
 
 

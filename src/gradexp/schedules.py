@@ -17,7 +17,7 @@ def learning_rate(cfg: DictConfig, steps_per_epoch: int, epochs: int) -> Any:
 
     rate = cfg.learning_rate
     schedule = cfg.schedule
-    name = getattr(schedule.name, "value", schedule.name)
+    name = schedule.name
     steps = lambda n_epochs: max(1, int(round(n_epochs * steps_per_epoch)))  # noqa: E731
     if name == "none":
         return rate
