@@ -112,7 +112,9 @@ def _plain_validation(error: ValidationError) -> str:
 def target_error(error: BaseException, cfg) -> str | None:
     """A `_target_` that cannot be imported (a typo, user code not in the launch folder), as
     one line naming its key; None for any other error (a bug inside the target stays a
-    traceback)."""
+    traceback). A fallback: gradexp's own builders locate their `_target_` first
+    (gradexp.targets.instantiate), so this meets only one Hydra instantiated itself, and
+    Hydra's InstantiationException carries the target in its text alone."""
     from hydra.errors import InstantiationException
     from omegaconf import OmegaConf
 
