@@ -11,10 +11,16 @@ import re
 from collections.abc import Sequence
 from dataclasses import fields, is_dataclass
 from enum import Enum
-from typing import get_args, get_origin, get_type_hints
+from types import UnionType
+from typing import Union, get_args, get_origin, get_type_hints
 
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
-from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+from omegaconf.errors import (
+    ConfigAttributeError,
+    ConfigKeyError,
+    OmegaConfBaseException,
+    ValidationError,
+)
 
 from gradexp.schema import SCHEMAS, SweepConfig, accepted_words
 from gradexp.validation import did_you_mean, group_keys
@@ -40,7 +46,7 @@ def one_line(error: BaseException, overrides: Sequence[str] = ()) -> str:
         return _missing_option(error)
     if isinstance(error, OverrideParseException):
         return f"cannot read the override {error.override}: {_first_line(error.message)}"
-    if isinstance(cause, ConfigKeyError):  # Hydra: Could not override 'trainer.epoch'
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)):  # Could not override 'k'
         return _unknown_key(cause.full_key, _override(cause.full_key, overrides))
     if isinstance(cause, ValidationError):
         return f"{cause.full_key}={cause.value}: {_plain_validation(cause)}"
@@ -94,18 +100,24 @@ KINDS = {float: "a float", int: "an integer", bool: "a boolean", str: "a string"
 def _plain_validation(error: ValidationError) -> str:
     """What the field accepts, from its schema: `must be a float`, `must be one of a, b`."""
     schema = error.object_type
-    if not is_dataclass(schema) or error.key is None:
+    if is_dataclass(schema) and error.key is not None:
+        words = accepted_words(schema, str(error.key))
+        if words:
+            return words
+        kind = get_type_hints(schema).get(str(error.key))
+    elif get_args(getattr(error, "ref_type", None)):  # an item of a typed list: List[int]
+        kind = get_args(error.ref_type)[0]
+    else:
         return _first_line(error.msg or str(error))
-    words = accepted_words(schema, str(error.key))
-    if words:
-        return words
-    kind = get_type_hints(schema).get(str(error.key))
-    options = [a for a in get_args(kind) if a is not type(None)]
-    kind = options[0] if len(options) == 1 else kind
+    if get_origin(kind) in (Union, UnionType):  # int | None: say int
+        options = [a for a in get_args(kind) if a is not type(None)]
+        kind = options[0] if len(options) == 1 else kind
     if isinstance(kind, type) and issubclass(kind, Enum):
         return f"must be one of {', '.join(member.value for member in kind)}"
     if get_origin(kind) is list:
-        return "must be a list"
+        (item,) = get_args(kind) or (None,)
+        return f"must be a list of {KINDS[item][2:].lstrip('n ')}s" if item in KINDS else \
+            "must be a list"
     return f"must be {KINDS[kind]}" if kind in KINDS else _first_line(error.msg or str(error))
 
 
