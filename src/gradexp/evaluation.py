@@ -4,10 +4,10 @@
 metric on whole splits. During training the trainer calls `tensors` inside its own compiled calls
 (gradexp.trainer), so an evaluation never ends a call; after training (the test split, restored
 weights) the Evaluator is called itself: eagerly for its first EAGER_CALLS calls, which cost less
-than a trace, compiled after. Every metric is a Keras metric (the built-in names too:
-gradexp.objective.BUILTIN_METRICS) evaluated on whole splits. The models output logits for a
-classification, so accuracy is Keras' categorical one (or the binary one at threshold 0, for one
-output) and crossentropy is told from_logits.
+than a trace, compiled after. The built-in names are Keras' metric functions
+(gradexp.objective.BUILTIN_METRICS; r2 alone is ours, see _r2), a `_target_` any Keras metric or
+function. The models output logits for a classification, so accuracy is Keras' categorical one
+(or the binary one at threshold 0, for one output) and crossentropy is told from_logits.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from gradexp.data import Split
-from gradexp.objective import BUILTIN_METRICS, metric_name
+from gradexp.objective import metric_name
 from gradexp.targets import instantiate, with_autograph
 
 MetricFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
@@ -36,19 +36,29 @@ def _r2(y: tf.Tensor, p: tf.Tensor) -> tf.Tensor:
     return tf.reduce_mean(1.0 - residual / tf.maximum(total, 1e-12))
 
 
-def _keras_builtin(name: str, n_outputs: int) -> Any:
-    """The Keras metric behind a built-in name (gradexp.objective.BUILTIN_METRICS), on logits."""
+def _keras_builtin(name: str, n_outputs: int) -> MetricFn:
+    """A built-in name (gradexp.objective.BUILTIN_METRICS) as Keras computes it, on logits:
+    Keras' per-row metric functions averaged over the split (what its stateful classes
+    accumulate, without their variables: cheaper to trace, and the same numbers)."""
     import keras
 
     binary = n_outputs == 1  # one output: a binary label, the logit's sign
-    if name == "accuracy":
-        return keras.metrics.BinaryAccuracy(threshold=0.0) if binary else \
-            keras.metrics.CategoricalAccuracy()
-    if name == "crossentropy":
-        kind = keras.metrics.BinaryCrossentropy if binary else keras.metrics.CategoricalCrossentropy
-        return kind(from_logits=True)
-    (path,), _ = BUILTIN_METRICS[name]
-    return getattr(keras.metrics, path.rsplit(".", 1)[-1])()
+    per_row = {
+        "mse": keras.metrics.mean_squared_error,
+        "rmse": keras.metrics.mean_squared_error,
+        "mae": keras.metrics.mean_absolute_error,
+        "accuracy": (lambda y, p: keras.metrics.binary_accuracy(y, p, threshold=0.0)) if binary
+        else keras.metrics.categorical_accuracy,
+        "crossentropy": (lambda y, p: keras.metrics.binary_crossentropy(y, p, from_logits=True))
+        if binary else (lambda y, p: keras.metrics.categorical_crossentropy(
+            y, p, from_logits=True)),
+    }[name]
+
+    def compute(y: tf.Tensor, p: tf.Tensor) -> tf.Tensor:
+        mean = tf.reduce_mean(tf.cast(per_row(y, p), tf.float32))
+        return tf.sqrt(mean) if name == "rmse" else mean
+
+    return compute
 
 
 def _on_whole_split(metric: Any) -> MetricFn:
@@ -68,7 +78,7 @@ def build_metric(spec: Any, n_outputs: int = 1) -> MetricFn:
     if spec == "r2":
         return _r2
     if isinstance(spec, str):
-        return _on_whole_split(_keras_builtin(spec, n_outputs))
+        return _keras_builtin(spec, n_outputs)
     made = instantiate("eval.metrics", {key: value for key, value in spec.items()
                                         if key != "name"})
     if hasattr(made, "update_state") and hasattr(made, "result"):

@@ -14,11 +14,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from gradexp.schema import ConfigError
 
-# Built-in metrics: the Keras metric each is (gradexp.evaluation builds it on the model's outputs,
-# logits for a classification; one output: the binary kind) and its direction, as that Keras
-# class declares it (its `_direction`, up or down; tests/test_evaluation.py checks they agree).
-# Written here so that sweeps and early stopping know it before TensorFlow loads. Anything else:
-# a `{_target_: ...}` entry, e.g. {_target_: keras.metrics.AUC}.
+# Built-in metrics: the Keras metric each is (gradexp.evaluation computes it with that metric's
+# Keras function on the model's outputs, logits for a classification; one output: the binary
+# kind; r2 alone is ours) and its direction, as that Keras class declares it (its `_direction`,
+# up or down; tests/test_evaluation.py checks they agree). Written here so that sweeps and early
+# stopping know it before TensorFlow loads. Anything else: a `{_target_: ...}` entry, e.g.
+# {_target_: keras.metrics.AUC}.
 BUILTIN_METRICS: dict[str, tuple[tuple[str, ...], str]] = {
     "mse": (("keras.metrics.MeanSquaredError",), "minimize"),
     "mae": (("keras.metrics.MeanAbsoluteError",), "minimize"),
