@@ -14,7 +14,6 @@ StrEnums, so a value read from the config is already its text (`cfg.device.name 
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Callable
 from dataclasses import MISSING as NO_DEFAULT
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -57,7 +56,6 @@ SEED = Rule(lambda v: _is_int(v) and 0 <= v <= SEED_MAX, f"must be an integer in
 NAME = Rule(lambda v: isinstance(v, str) and v.strip() != "", "must be a name (not empty)")
 WIDTHS = Rule(lambda v: all(_is_int(w) and w >= 1 for w in v),
               "must be a list of integers >= 1, e.g. [32,32]")
-FINITE = Rule(lambda v: not isinstance(v, float) or math.isfinite(v), "must be a finite number")
 
 
 def setting(default: Any, doc: str, rule: Rule | None = None, *, accepted: str = "") -> Any:
@@ -97,14 +95,6 @@ def describe(schema: type, prefix: str = "") -> list[Described]:
         rows.append(Described(f"{prefix}{item.name}", kind, default,
                               item.metadata.get("doc", ""), accepted))
     return rows
-
-
-def rule_of(schema: type, name: str) -> Rule | None:
-    """The range rule on field `name` of `schema` (None: its type says it all)."""
-    for item in fields(schema):
-        if item.name == name:
-            return item.metadata.get("rule")
-    return None
 
 
 def accepted_words(schema: type, name: str) -> str:
