@@ -37,7 +37,7 @@ def test_every_option_composes_and_sets_name(group, option):
     name = cfg[group].name
     # data=sklearn names the data set it loads (data.name=digits); every other option itself
     expected = "diabetes" if (group, option) == ("data", "sklearn") else option
-    assert getattr(name, "value", name) == expected
+    assert name == expected and f"{name}" == expected  # StrEnum: its text as read
     check_ranges(cfg)
 
 
@@ -99,3 +99,107 @@ def test_composed_config_round_trips_to_yaml():
     cfg = compose_config("optimizer=adam", "loss=huber")
     text = OmegaConf.to_yaml(cfg)
     assert "_target_: keras.optimizers.Adam" in text and "delta: 1.0" in text
+
+
+# ---------------------------------------------------------------- one source per key
+def _all_schemas() -> list[type]:
+    from gradexp.schema import SCHEMAS, EvalConfig, SweepConfig
+
+    return [s for options in SCHEMAS.values() for s in options.values()] + [EvalConfig,
+                                                                              SweepConfig]
+
+
+def test_every_key_has_its_doc_type_default_and_range_on_its_schema_field():
+    from gradexp.schema import TrainerConfig, describe
+
+    for schema in _all_schemas():
+        for row in describe(schema):
+            assert row.doc, f"{schema.__name__}.{row.key} has no doc"
+    rows = {row.key: row for row in describe(TrainerConfig)}
+    assert rows["epochs"].default == 100 and rows["epochs"].type is int
+    assert rows["epochs"].accepted == "must be an integer >= 1"
+    assert rows["early_stopping.patience"].default == 10  # nested blocks as dotted keys
+
+
+def test_no_option_file_restates_a_schema_default():
+    """Each default is written once, in the schema: an option file sets its name, its _target_
+    and what differs (optimizer=rmsprop's learning_rate 0.01), nothing else."""
+    from gradexp.schema import SCHEMAS, describe
+
+    restated = []
+    for group, option in OPTIONS:
+        text = OmegaConf.to_container(OmegaConf.load(CONF / group / f"{option}.yaml"))
+        (entry,) = [e for e in text.pop("defaults") if str(e).startswith("/schema/")]
+        schema = SCHEMAS[group][entry.split("@")[0].rsplit("/", 1)[-1]]
+        defaults = {row.key: row.default for row in describe(schema)}
+        flat = OmegaConf.to_container(OmegaConf.create(text))
+        for key, value in flat.items():
+            if isinstance(value, dict):
+                restated += [f"{group}/{option}: {key}.{k}" for k, v in value.items()
+                             if defaults.get(f"{key}.{k}", "???") == v]
+            elif key in defaults and defaults[key] == value and value != "???":
+                restated.append(f"{group}/{option}: {key}")
+    assert restated == []
+
+
+EXTRA = {("data", "csv"): ["data.path=x.csv", "data.target=y"],
+         ("data", "custom"): ["data._target_=my_data.load"],
+         ("model", "custom"): ["model._target_=my_models.build"]}
+
+
+def _rule_cases() -> list[tuple[tuple[str, ...], str, str, str]]:
+    """(options chosen, key, a value its rule refuses, the expected line) for every field that
+    has a rule, found through each option's composed config: nothing here lists a rule."""
+    import typing
+    from dataclasses import fields, is_dataclass
+
+    from omegaconf import DictConfig
+
+    cases, seen = [], set()
+
+    def walk(chosen: tuple[str, ...], prefix: str, node: DictConfig) -> None:
+        schema = OmegaConf.get_type(node)
+        hints = typing.get_type_hints(schema)
+        for item in fields(schema):
+            key, rule = f"{prefix}.{item.name}", item.metadata.get("rule")
+            inner = node.get(item.name)
+            if isinstance(inner, DictConfig) and is_dataclass(OmegaConf.get_type(inner)):
+                walk(chosen, key, inner)
+            if rule is None or key in seen:
+                continue
+            kind = [a for a in typing.get_args(hints[item.name]) if a is not type(None)] or [
+                hints[item.name]]
+            kind = kind[0] if typing.get_origin(hints[item.name]) is not list else list
+            candidates = {int: [-1, 0, 1, 3], float: [-1.0, 0.0, 1.0], str: [""],
+                          list: [[0]]}[kind]
+            bad = next(value for value in candidates if not rule.test(value))
+            shown = f"[{bad[0]}]" if kind is list else bad
+            cases.append((chosen, key, shown, f"{key}={shown}: {rule.accepted}"))
+            seen.add(key)
+
+    for group, option in [*OPTIONS, (None, None)]:
+        chosen = (f"{group}={option}", *EXTRA.get((group, option), [])) if group else ()
+        cfg = compose_config(*chosen)
+        for prefix in ([group] if group else ["eval", "sweep"]):
+            walk(chosen, prefix, cfg[prefix])
+    return cases
+
+
+RULE_CASES = _rule_cases()
+
+
+def test_the_rules_cover_the_keys_with_a_range():
+    keys = {key for _, key, _, _ in RULE_CASES}
+    assert {"trainer.epochs", "optimizer.learning_rate", "optimizer.schedule.alpha",
+            "trainer.early_stopping.patience", "data.n_classes", "model.hidden", "eval.every",
+            "tracking.experiment", "gradcheck.order", "loss.delta"} <= keys
+    assert len(keys) >= 39  # validation.py's table had 39, and seeds were a separate walk
+
+
+@pytest.mark.parametrize(("chosen", "key", "value", "line"), RULE_CASES,
+                         ids=[f"{k}={v}" for _, k, v, _ in RULE_CASES])
+def test_every_range_rule_refuses_in_its_own_words(chosen, key, value, line):
+    with pytest.raises(ConfigError) as refused:
+        check_ranges(compose_config(*chosen, f"{key}={value!r}" if value == "" else
+                                    f"{key}={value}"))
+    assert str(refused.value) == line

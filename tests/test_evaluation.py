@@ -347,3 +347,72 @@ def test_evaluations_past_the_eager_ones_give_the_same_numbers_compiled():
     assert evaluator._compiled.experimental_get_tracing_count() == 1  # the last two compiled
     for key in values[0]:
         np.testing.assert_allclose(values[-1][key], values[0][key], rtol=1e-6)
+
+
+# ---------------------------------------------------------------- the Keras metrics
+def _reference(name: str, y: np.ndarray, p: np.ndarray) -> float:
+    """What gradexp's own formulas (float32 TensorFlow) gave before Keras' metrics replaced
+    them: gradexp/evaluation.py as issue 19 found it."""
+    import tensorflow as tf
+
+    y, p = tf.constant(y), tf.constant(p)
+    if name in ("mse", "rmse"):
+        mse = tf.reduce_mean(tf.square(y - p))
+        return float(tf.sqrt(mse) if name == "rmse" else mse)
+    if name == "mae":
+        return float(tf.reduce_mean(tf.abs(y - p)))
+    if name == "r2":
+        residual = tf.reduce_sum(tf.square(y - p), axis=0)
+        total = tf.reduce_sum(tf.square(y - tf.reduce_mean(y, axis=0)), axis=0)
+        return float(tf.reduce_mean(1.0 - residual / tf.maximum(total, 1e-12)))
+    if name == "accuracy":
+        hits = tf.equal(y > 0.5, p > 0.0) if y.shape[-1] == 1 else tf.equal(
+            tf.argmax(y, axis=-1), tf.argmax(p, axis=-1))
+        return float(tf.reduce_mean(tf.cast(hits, tf.float32)))
+    if y.shape[-1] == 1:
+        return float(tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=p)))
+    return float(tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=y, logits=p)))
+
+
+@pytest.mark.parametrize(("outputs", "names"), [
+    (1, ["mse", "mae", "rmse", "r2"]), (3, ["mse", "mae", "rmse", "r2"]),
+    (1, ["accuracy", "crossentropy"]), (4, ["accuracy", "crossentropy"])])
+def test_the_built_in_metrics_give_the_values_gradexp_computed_itself(outputs, names):
+    """Keras' metrics (eager and inside a compiled evaluation) agree with the formulas they
+    replaced to 1e-6 relative, on whole splits of two sizes."""
+    import tensorflow as tf
+
+    from gradexp.data import Split
+    from gradexp.evaluation import Evaluator
+
+    rng = np.random.default_rng(outputs)
+    splits = {}
+    for split, n in (("train", 200), ("val", 37)):
+        p = rng.normal(size=(n, outputs)).astype(np.float32)
+        if "accuracy" in names:
+            labels = rng.integers(0, max(outputs, 2), n)
+            y = (labels[:, None] if outputs == 1 else np.eye(outputs)[labels]).astype(np.float32)
+        else:
+            y = (p + rng.normal(scale=0.5, size=p.shape) + 2).astype(np.float32)
+        splits[split] = Split(p, y)  # x: the model's outputs themselves (an identity model)
+    evaluator = Evaluator(tf.identity, names, splits)
+    compiled = tf.function(evaluator.tensors)
+    for values in (evaluator(["train", "val"]),
+                   {k: float(v) for k, v in compiled(("train", "val")).items()}):
+        for split, (p, y) in ((s, (splits[s].x, splits[s].y)) for s in ("train", "val")):
+            for name in names:
+                assert values[f"{split}/{name}"] == pytest.approx(
+                    _reference(name, y, p), rel=1e-6), (split, name)
+
+
+def test_the_built_in_metrics_directions_are_the_ones_keras_declares():
+    import keras
+
+    from gradexp.objective import BUILTIN_METRICS, direction_of
+
+    for name, (classes, direction) in BUILTIN_METRICS.items():
+        for path in classes:
+            declared = getattr(keras.metrics, path.rsplit(".", 1)[-1])()._direction
+            assert {"up": "maximize", "down": "minimize"}[declared] == direction, path
+        assert direction_of(f"val/{name}") == direction
+    assert direction_of("val/auc") == "maximize" and direction_of("loss") == "minimize"

@@ -18,7 +18,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import CONF, compose_config
-from gradexp.errors import USER_ERRORS, one_line, target_error
+from gradexp.app import error_message
+from gradexp.errors import USER_ERRORS
 from gradexp.experiment import RunFailed, run_experiment
 from gradexp.schema import ConfigError
 
@@ -104,18 +105,18 @@ def launch(tmp_path_factory) -> Path:
 
 def answer(launch: Path, *overrides: str) -> str | None:
     """What `python -m gradexp OVERRIDES` says in its one `error:` line; None if it ran.
-    Anything else (a traceback) propagates and fails the test."""
+    The mapping is app.py's own (error_message); anything it does not map (a traceback)
+    propagates and fails the test."""
     store = f"tracking.uri=sqlite:///{launch / 'mlflow.db'}"
+    arguments = (store, *BASE, *overrides)
     try:
-        cfg = compose_config(store, *BASE, *overrides)
+        cfg = compose_config(*arguments)
     except USER_ERRORS as error:  # as app.main
-        return one_line(error)
+        return error_message(error, overrides=arguments)
     try:
         run_experiment(cfg, quiet=True, launch_dir=launch)
-    except (ConfigError, RunFailed) as error:  # as app.task
-        return str(error)
-    except USER_ERRORS as error:  # as app.task: a _target_ that cannot be imported
-        said = target_error(error, cfg)
+    except (ConfigError, RunFailed, *USER_ERRORS) as error:  # as app.task
+        said = error_message(error, cfg)
         if said is None:
             raise
         return said

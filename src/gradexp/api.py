@@ -167,7 +167,7 @@ def _launch(overrides: list[str], job: Callable[[Any], Any], launch_dir: str | P
             raise error from None
         raise GradexpError(stop.failure.line, stop.failure.exit_code) from error
     except Exception as error:
-        failure = launch_failure(error)  # e.g. an unknown key, an option that does not exist
+        failure = launch_failure(error, overrides)  # an unknown key, a missing option
         if failure is None:
             raise
         raise GradexpError(failure.line, failure.exit_code) from error

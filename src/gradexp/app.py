@@ -13,7 +13,7 @@ import contextlib
 import gc
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -75,12 +75,20 @@ def job_failure(error: BaseException, cfg: DictConfig) -> Failure | None:
     return None
 
 
-def launch_failure(error: BaseException) -> Failure | None:
+def launch_failure(error: BaseException, overrides: Sequence[str] = ()) -> Failure | None:
     """What the command line says for an error before (or around) the jobs: a config Hydra
-    cannot compose (an unknown key, a missing option); None for anything else."""
+    cannot compose from `overrides` (an unknown key, a missing option); None for anything else."""
     if isinstance(error, USER_ERRORS):
-        return Failure(one_line(error), EXIT_BAD_INPUT, sweep_goes_on=False)
+        return Failure(one_line(error, overrides), EXIT_BAD_INPUT, sweep_goes_on=False)
     return None
+
+
+def error_message(error: BaseException, cfg: DictConfig | None = None,
+                  overrides: Sequence[str] = ()) -> str | None:
+    """The one `error:` line for `error` (None: a bug, which stays a traceback): a job's (with
+    its `cfg`) or, without it, Hydra's composition of `overrides`."""
+    failure = job_failure(error, cfg) if cfg is not None else launch_failure(error, overrides)
+    return None if failure is None else failure.line
 
 
 def _exit(failure: Failure) -> NoReturn:
@@ -234,7 +242,7 @@ def _main() -> None:
     except USER_ERRORS as error:
         if wants_traceback:
             raise
-        _exit(launch_failure(error))
+        _exit(launch_failure(error, sys.argv[1:]))
 
 
 if __name__ == "__main__":

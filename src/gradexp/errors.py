@@ -1,18 +1,28 @@
 """Turn what Hydra and OmegaConf raise for a mistyped command line into one line for a person.
 
 Hydra's own reports span several lines (the override, the cause, the full key, the object type, a
-hint about HYDRA_FULL_ERROR). A person needs: which key or value, what is wrong, what is accepted.
+hint about HYDRA_FULL_ERROR). A person needs: which key or value, what is wrong, what is accepted:
+read from the exceptions' attributes and the schemas, not from the reports' text.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import fields
+from collections.abc import Sequence
+from dataclasses import fields, is_dataclass
+from enum import Enum
+from types import UnionType
+from typing import Union, get_args, get_origin, get_type_hints
 
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
-from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+from omegaconf.errors import (
+    ConfigAttributeError,
+    ConfigKeyError,
+    OmegaConfBaseException,
+    ValidationError,
+)
 
-from gradexp.schema import SCHEMAS, SweepConfig
+from gradexp.schema import SCHEMAS, SweepConfig, accepted_words
 from gradexp.validation import did_you_mean, group_keys
 
 USER_ERRORS = (HydraException, OmegaConfBaseException)
@@ -25,45 +35,49 @@ def known_keys() -> list[str]:
     return sorted(keys | {f"sweep.{f.name}" for f in fields(SweepConfig)})
 
 
-def one_line(error: BaseException) -> str:
-    """The message for a composition or config error, without Hydra's extra lines."""
+def one_line(error: BaseException, overrides: Sequence[str] = ()) -> str:
+    """The message for a composition or config error, without Hydra's extra lines.
+
+    Read from the exceptions' own attributes (OmegaConf's full_key, value and object_type,
+    Hydra's missing_cfg_file and options); `overrides` (the command line's) supply the value
+    of a key that does not exist, which OmegaConf does not carry."""
     cause = error.__cause__ or error.__context__
-    text = str(error)
     if isinstance(error, MissingConfigException):
-        return _missing_option(text)
+        return _missing_option(error)
     if isinstance(error, OverrideParseException):
-        return f"cannot read the override {error.override}: {_first_line(text)}"
-    override = re.search(r"(?:override|Could not override) '?([^'\s]+)'?", text)
-    shown = override.group(1) if override else None
-    appended = re.search(r"use \+(\S+)", text)  # Hydra: To append to your config use +k=v
-    if appended and shown and appended.group(1).startswith(shown + "="):
-        shown = appended.group(1)
-    if isinstance(cause, ConfigKeyError) or "Could not override" in text:
-        key = getattr(cause, "full_key", None) or (shown or "").split("=")[0]
-        return _unknown_key(key, shown)
+        return f"cannot read the override {error.override}: {_first_line(error.message)}"
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)):  # Could not override 'k'
+        return _unknown_key(cause.full_key, _override(cause.full_key, overrides))
     if isinstance(cause, ValidationError):
-        return f"{shown or cause.full_key}: {_plain_validation(cause)}"
+        return f"{cause.full_key}={cause.value}: {_plain_validation(cause)}"
     if isinstance(error, OmegaConfBaseException):
         key = getattr(error, "full_key", None)
-        message = _first_line(getattr(error, "msg", None) or text)
+        message = _first_line(getattr(error, "msg", None) or str(error))
         return f"{key}: {message}" if key else message
-    return _first_line(text) + (f": {_first_line(str(cause))}" if cause else "")
+    text = _first_line(str(error))
+    return text + (f": {_first_line(str(cause))}" if cause else "")
 
 
 def _first_line(text: str) -> str:
     return text.strip().splitlines()[0].strip() if text.strip() else text
 
 
-def _missing_option(text: str) -> str:
-    """Hydra: In 'config': Could not find 'optimizer/adamm' + the available options, one a line."""
-    found = re.search(r"Could not find '([^']+)'", text)
-    wanted = found.group(1) if found else "?"
+def _override(key: str, overrides: Sequence[str]) -> str | None:
+    """The override `key=value` (with or without + or ~) that set `key`, if one did."""
+    for override in overrides:
+        name, equals, _ = override.lstrip("+~").partition("=")
+        if name == key and equals:
+            return override.lstrip("+~")
+    return None
+
+
+def _missing_option(error: MissingConfigException) -> str:
+    """Hydra: Could not find 'optimizer/adamm', with the available options."""
+    wanted = error.missing_cfg_file or "?"
     group, _, option = wanted.rpartition("/")
-    listed = text.split("Config search path")[0]  # Hydra appends its search path after the list
-    options = [line.strip() for line in listed.splitlines() if line.startswith("\t")]
     if not group:
         return f"{wanted}: no such config"
-    accepted = ", ".join(options) if options else "none"
+    accepted = ", ".join(error.options) if error.options else "none"
     return f"{group}={option}: no such option; available: {accepted}"
 
 
@@ -79,26 +93,40 @@ def _unknown_key(key: str, override: str | None) -> str:
     return f"{override or key}: unknown key ({where}: {', '.join(accepted)}){hint}"
 
 
+# How a value of the wrong type is answered, by the field's declared type.
+KINDS = {float: "a float", int: "an integer", bool: "a boolean", str: "a string"}
+
+
 def _plain_validation(error: ValidationError) -> str:
-    """OmegaConf: Value 'abc' of type 'str' could not be converted to Float -> must be a float."""
-    message = _first_line(getattr(error, "msg", "") or str(error))
-    kind = re.search(r"could not be converted to (\w+)", message)
-    if kind:
-        return f"must be {_article(kind.group(1).lower())} {kind.group(1).lower()}"
-    invalid = re.search(r"Invalid value '([^']*)', expected one of \[([^\]]*)\]", message)
-    if invalid:
-        return f"must be one of {invalid.group(2)}"
-    return message
-
-
-def _article(word: str) -> str:
-    return "an" if word[:1] in "aeiou" else "a"
+    """What the field accepts, from its schema: `must be a float`, `must be one of a, b`."""
+    schema = error.object_type
+    if is_dataclass(schema) and error.key is not None:
+        words = accepted_words(schema, str(error.key))
+        if words:
+            return words
+        kind = get_type_hints(schema).get(str(error.key))
+    elif get_args(getattr(error, "ref_type", None)):  # an item of a typed list: List[int]
+        kind = get_args(error.ref_type)[0]
+    else:
+        return _first_line(error.msg or str(error))
+    if get_origin(kind) in (Union, UnionType):  # int | None: say int
+        options = [a for a in get_args(kind) if a is not type(None)]
+        kind = options[0] if len(options) == 1 else kind
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return f"must be one of {', '.join(member.value for member in kind)}"
+    if get_origin(kind) is list:
+        (item,) = get_args(kind) or (None,)
+        return f"must be a list of {KINDS[item][2:].lstrip('n ')}s" if item in KINDS else \
+            "must be a list"
+    return f"must be {KINDS[kind]}" if kind in KINDS else _first_line(error.msg or str(error))
 
 
 def target_error(error: BaseException, cfg) -> str | None:
     """A `_target_` that cannot be imported (a typo, user code not in the launch folder), as
     one line naming its key; None for any other error (a bug inside the target stays a
-    traceback)."""
+    traceback). A fallback: gradexp's own builders locate their `_target_` first
+    (gradexp.targets.instantiate), so this meets only one Hydra instantiated itself, and
+    Hydra's InstantiationException carries the target in its text alone."""
     from hydra.errors import InstantiationException
     from omegaconf import OmegaConf
 

@@ -4,9 +4,10 @@
 metric on whole splits. During training the trainer calls `tensors` inside its own compiled calls
 (gradexp.trainer), so an evaluation never ends a call; after training (the test split, restored
 weights) the Evaluator is called itself: eagerly for its first EAGER_CALLS calls, which cost less
-than a trace, compiled after. The models output
-logits for a classification, so accuracy takes the arg max (or the sign, for one output) and
-crossentropy applies the softmax (or the sigmoid) itself.
+than a trace, compiled after. The built-in names are Keras' metric functions
+(gradexp.objective.BUILTIN_METRICS; r2 alone is ours, see _r2), a `_target_` any Keras metric or
+function. The models output logits for a classification, so accuracy is Keras' categorical one
+(or the binary one at threshold 0, for one output) and crossentropy is told from_logits.
 """
 
 from __future__ import annotations
@@ -19,64 +20,69 @@ import tensorflow as tf
 
 from gradexp.data import Split
 from gradexp.objective import metric_name
-from gradexp.targets import with_autograph
+from gradexp.targets import instantiate, with_autograph
 
 MetricFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 EAGER_CALLS = 30  # evaluations run eagerly before the compiled function takes over
 
 
-def _mse(y: tf.Tensor, p: tf.Tensor) -> tf.Tensor:
-    return tf.reduce_mean(tf.square(y - p))
-
-
-def _mae(y: tf.Tensor, p: tf.Tensor) -> tf.Tensor:
-    return tf.reduce_mean(tf.abs(y - p))
-
-
-def _rmse(y: tf.Tensor, p: tf.Tensor) -> tf.Tensor:
-    return tf.sqrt(_mse(y, p))
-
-
 def _r2(y: tf.Tensor, p: tf.Tensor) -> tf.Tensor:
-    """1 - SS_res / SS_tot per output column, averaged (scikit-learn's r2_score)."""
+    """1 - SS_res / SS_tot per output column, averaged (scikit-learn's r2_score). Not Keras'
+    R2Score: it sums y and y² in one pass, and SS_tot = Σy² - (Σy)²/n loses float32 digits when
+    the targets' mean is large beside their spread (1.6e-6 relative already at y = 2 ± 1.1,
+    tests/test_evaluation.py); this subtracts the mean first."""
     residual = tf.reduce_sum(tf.square(y - p), axis=0)
     total = tf.reduce_sum(tf.square(y - tf.reduce_mean(y, axis=0)), axis=0)
     return tf.reduce_mean(1.0 - residual / tf.maximum(total, 1e-12))
 
 
-def _accuracy(y: tf.Tensor, p: tf.Tensor) -> tf.Tensor:
-    if y.shape[-1] == 1:  # one output: a binary label, the logit's sign
-        hits = tf.equal(y > 0.5, p > 0.0)
-    else:
-        hits = tf.equal(tf.argmax(y, axis=-1), tf.argmax(p, axis=-1))
-    return tf.reduce_mean(tf.cast(hits, tf.float32))
+def _keras_builtin(name: str, n_outputs: int) -> MetricFn:
+    """A built-in name (gradexp.objective.BUILTIN_METRICS) as Keras computes it, on logits:
+    Keras' per-row metric functions averaged over the split (what its stateful classes
+    accumulate, without their variables: cheaper to trace, and the same numbers)."""
+    import keras
+
+    binary = n_outputs == 1  # one output: a binary label, the logit's sign
+    per_row = {
+        "mse": keras.metrics.mean_squared_error,
+        "rmse": keras.metrics.mean_squared_error,
+        "mae": keras.metrics.mean_absolute_error,
+        "accuracy": (lambda y, p: keras.metrics.binary_accuracy(y, p, threshold=0.0)) if binary
+        else keras.metrics.categorical_accuracy,
+        "crossentropy": (lambda y, p: keras.metrics.binary_crossentropy(y, p, from_logits=True))
+        if binary else (lambda y, p: keras.metrics.categorical_crossentropy(
+            y, p, from_logits=True)),
+    }[name]
+
+    def compute(y: tf.Tensor, p: tf.Tensor) -> tf.Tensor:
+        mean = tf.reduce_mean(tf.cast(per_row(y, p), tf.float32))
+        return tf.sqrt(mean) if name == "rmse" else mean
+
+    return compute
 
 
-def _crossentropy(y: tf.Tensor, p: tf.Tensor) -> tf.Tensor:
-    if y.shape[-1] == 1:
-        return tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=p))
-    return tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=y, logits=p))
+def _on_whole_split(metric: Any) -> MetricFn:
+    """A stateful Keras metric as a function of one whole split: reset, update, result."""
+    def compute(y: tf.Tensor, p: tf.Tensor) -> tf.Tensor:
+        metric.reset_state()
+        metric.update_state(y, p)
+        return tf.cast(metric.result(), tf.float32)
+
+    return compute
 
 
-BUILTIN: dict[str, MetricFn] = {"mse": _mse, "mae": _mae, "rmse": _rmse, "r2": _r2,
-                                "accuracy": _accuracy, "crossentropy": _crossentropy}
-
-
-def build_metric(spec: Any) -> MetricFn:
-    """A built-in by name, or a `_target_`: a Keras metric (stateful: reset, update, result on
-    the whole split) or any callable (y_true, y_pred) whose result is averaged."""
+def build_metric(spec: Any, n_outputs: int = 1) -> MetricFn:
+    """A built-in by name (a Keras metric; r2 our own), or a `_target_`: a Keras metric
+    (stateful: reset, update, result on the whole split) or any callable (y_true, y_pred)
+    whose result is averaged."""
+    if spec == "r2":
+        return _r2
     if isinstance(spec, str):
-        return BUILTIN[spec]
-    from hydra.utils import instantiate
-
-    made = instantiate({key: value for key, value in spec.items() if key != "name"})
+        return _keras_builtin(spec, n_outputs)
+    made = instantiate("eval.metrics", {key: value for key, value in spec.items()
+                                        if key != "name"})
     if hasattr(made, "update_state") and hasattr(made, "result"):
-        def keras_metric(y: tf.Tensor, p: tf.Tensor) -> tf.Tensor:
-            made.reset_state()
-            made.update_state(y, p)
-            return tf.cast(made.result(), tf.float32)
-
-        return keras_metric
+        return _on_whole_split(made)
     user_metric = with_autograph(made)  # the trainer's compiled loop calls it (no autograph)
     return lambda y, p: tf.reduce_mean(tf.cast(user_metric(y, p), tf.float32))
 
@@ -87,9 +93,10 @@ class Evaluator:
     def __init__(self, model: Callable[[tf.Tensor], tf.Tensor], specs: Iterable[Any],
                  splits: Mapping[str, Split]):
         self.model = model
-        self.metrics = {metric_name(spec): build_metric(spec) for spec in specs}
         self.splits = {name: (tf.constant(split.x), tf.constant(split.y))
                        for name, split in splits.items()}
+        outputs = next((y.shape[-1] for _, y in self.splits.values()), 1)
+        self.metrics = {metric_name(spec): build_metric(spec, outputs) for spec in specs}
         self._compiled = tf.function(self._evaluate)
         self.calls = 0
 

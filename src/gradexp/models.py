@@ -281,23 +281,32 @@ def _uncallable(target: str, n_features: int, n_outputs: int, kwargs: dict,
 
 
 def build_model(cfg: DictConfig, n_features: int, n_outputs: int) -> Model:
-    """The model `model._target_` names, sized for the data."""
-    from gradexp.targets import locate
+    """The model `model._target_` names, sized for the data (hydra.utils.instantiate)."""
+    from hydra.errors import InstantiationException
+
+    from gradexp.targets import instantiate, locate
 
     options = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    target = options.pop("_target_")
-    build = locate("model._target_", target)
-    if getattr(build, "__module__", None) == __name__:
-        network = build(n_features=n_features, n_outputs=n_outputs, **options)
-    else:  # a person's builder: the sizes and model.kwargs
-        kwargs = options.get("kwargs", {})
-        try:
-            network = build(n_features=n_features, n_outputs=n_outputs, **kwargs)
-        except TypeError as error:
-            raise _uncallable(target, n_features, n_outputs, kwargs, error) from None
-        if not isinstance(network, keras.Model):
-            raise ConfigError(f"model._target_={target}: returned a {type(network).__name__}, "
-                              "not a keras.Model")
+    target = options["_target_"]
+    # As plain values (_convert_), the layers of model=keras left for sequential() to build.
+    sizes = {"n_features": n_features, "n_outputs": n_outputs, "_convert_": "all",
+             "_recursive_": False}
+    own = getattr(locate("model._target_", target), "__module__", None) == __name__
+    # gradexp's own builders take the option's keys; a person's, the sizes and model.kwargs
+    kwargs = options.get("kwargs", {})
+    spec = options if own else {"_target_": target, **kwargs}
+    try:
+        network = instantiate("model._target_", spec, **sizes)
+    except InstantiationException as error:  # the builder raised: say what it raised
+        cause = error.__cause__
+        if cause is None:
+            raise
+        if not own and isinstance(cause, TypeError):
+            raise _uncallable(target, n_features, n_outputs, kwargs, cause) from None
+        raise cause from None
+    if not own and not isinstance(network, keras.Model):
+        raise ConfigError(f"model._target_={target}: returned a {type(network).__name__}, "
+                          "not a keras.Model")
     if not network.built:  # a subclassed model makes its variables at its first call
         network(np.zeros((1, n_features), np.float32))
     return Model(network, n_features)

@@ -14,15 +14,28 @@ from omegaconf import DictConfig, OmegaConf
 
 from gradexp.schema import ConfigError
 
-# Built-in metrics (gradexp.evaluation computes them on the model's outputs, logits for a
-# classification). Anything else: a `{_target_: ...}` entry, e.g. {_target_: keras.metrics.AUC}.
-BUILTIN_METRICS = ("mse", "mae", "rmse", "r2", "accuracy", "crossentropy")
+# Built-in metrics: the Keras metric each is (gradexp.evaluation computes it with that metric's
+# Keras function on the model's outputs, logits for a classification; one output: the binary
+# kind; r2 alone is ours) and its direction, as that Keras class declares it (its `_direction`,
+# up or down; tests/test_evaluation.py checks they agree). Written here so that sweeps and early
+# stopping know it before TensorFlow loads. Anything else: a `{_target_: ...}` entry, e.g.
+# {_target_: keras.metrics.AUC}.
+BUILTIN_METRICS: dict[str, tuple[tuple[str, ...], str]] = {
+    "mse": (("keras.metrics.MeanSquaredError",), "minimize"),
+    "mae": (("keras.metrics.MeanAbsoluteError",), "minimize"),
+    "rmse": (("keras.metrics.RootMeanSquaredError",), "minimize"),
+    "r2": (("keras.metrics.R2Score",), "maximize"),  # its direction; the values are ours
+    "accuracy": (("keras.metrics.BinaryAccuracy", "keras.metrics.CategoricalAccuracy"),
+                 "maximize"),
+    "crossentropy": (("keras.metrics.BinaryCrossentropy", "keras.metrics.CategoricalCrossentropy"),
+                     "minimize"),
+}
 DEFAULT_METRICS = {"regression": ["mse", "mae", "r2"],
                    "classification": ["accuracy", "crossentropy"]}
 DEFAULT_OBJECTIVE = {"regression": "val/mse", "classification": "val/accuracy"}
 SPLITS = ("train", "val", "test")
-# A metric whose name ends in one of these is better when larger; every other (errors, losses,
-# crossentropy) when smaller.
+# Any other metric (a `_target_` one, or a name logged elsewhere): better when larger if its name
+# ends in one of these; every other (errors, losses) when smaller.
 HIGHER_IS_BETTER = ("accuracy", "r2", "auc", "precision", "recall", "f1", "iou")
 FALLBACK = "final_loss"  # the objective when no run has the one asked for, labelled as such
 
@@ -35,7 +48,7 @@ def task_of(data_cfg: DictConfig) -> str:
         from gradexp.data import SKLEARN_SETS
 
         return SKLEARN_SETS.get(data_cfg.name, (None, "regression"))[1]
-    return getattr(task, "value", task)
+    return str(task)
 
 
 def metric_name(spec: Any) -> str:
@@ -64,8 +77,11 @@ def metric_specs(cfg: DictConfig, task: str) -> list[Any]:
 
 
 def direction_of(metric: str) -> str:
-    """maximize for accuracy, r2 and the like; minimize for errors and losses."""
+    """maximize for accuracy, r2 and the like; minimize for errors and losses: a built-in's as
+    Keras declares it, any other's from its name."""
     leaf = metric.rsplit("/", 1)[-1].lower()
+    if leaf in BUILTIN_METRICS:
+        return BUILTIN_METRICS[leaf][1]
     return "maximize" if leaf.endswith(HIGHER_IS_BETTER) else "minimize"
 
 
@@ -76,7 +92,7 @@ def objective(cfg: DictConfig, task: str | None = None) -> tuple[str, str]:
     metric = cfg.sweep.objective
     if metric == "auto":
         metric = DEFAULT_OBJECTIVE[task]
-    direction = getattr(cfg.sweep.direction, "value", cfg.sweep.direction)
+    direction = cfg.sweep.direction
     return metric, direction_of(metric) if direction == "auto" else direction
 
 

@@ -52,7 +52,7 @@ def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
 
     run_id = str(cfg.trainer.resume)
     key = f"trainer.resume={run_id}"
-    if getattr(cfg.tracking.name, "value", cfg.tracking.name) == "none":
+    if cfg.tracking.name == "none":
         raise ConfigError(f"{key}: needs tracking=mlflow (the run to continue is an MLflow run)")
     uri = resolve_uri(cfg.tracking.uri, launch_dir)
     client = open_client(uri)

@@ -17,7 +17,7 @@ def learning_rate(cfg: DictConfig, steps_per_epoch: int, epochs: int) -> Any:
 
     rate = cfg.learning_rate
     schedule = cfg.schedule
-    name = getattr(schedule.name, "value", schedule.name)
+    name = schedule.name
     steps = lambda n_epochs: max(1, int(round(n_epochs * steps_per_epoch)))  # noqa: E731
     if name == "none":
         return rate
@@ -40,9 +40,10 @@ def learning_rate(cfg: DictConfig, steps_per_epoch: int, epochs: int) -> Any:
 
 def build_optimizer(cfg: DictConfig, steps_per_epoch: int, epochs: int) -> Any:
     """The Keras optimizer `optimizer._target_` names, its learning rate a schedule if asked."""
-    from hydra.utils import instantiate
+    from gradexp.targets import instantiate
 
     options = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     options.pop("schedule", None)
     options.pop("learning_rate")
-    return instantiate(options, learning_rate=learning_rate(cfg, steps_per_epoch, epochs))
+    return instantiate("optimizer._target_", options,
+                       learning_rate=learning_rate(cfg, steps_per_epoch, epochs))

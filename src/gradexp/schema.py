@@ -1,22 +1,125 @@
-"""Config schemas: what every config group accepts, checked before TensorFlow loads.
+"""Config schemas: what every config group accepts, with each key's default, doc and range.
 
 Each group option in conf/ starts its defaults list with its schema from here (for example
 `/schema/optimizer/adam@_here_`), so Hydra rejects a wrong type or an unknown key at composition
-and names the full key. `gradexp.validation.check_ranges` then checks what Hydra cannot
-(learning_rate > 0, no unread key, ...).
-Enums stand for closed choices: hydra-core 1.3 has no Literal.
+and names the full key. Every field is declared with `setting(default, doc, rule)`: the default
+is written here once (an option file sets only `name`, `_target_` and what differs), the one-line
+doc and the range rule sit on the field, and `gradexp.validation.check_ranges` applies the rules
+before TensorFlow loads. Read them programmatically with `describe(SchemaClass)` (a docs page can
+be generated from it). Enums stand for closed choices (hydra-core 1.3 has no Literal); they are
+StrEnums, so a value read from the config is already its text (`cfg.device.name == "cpu"`,
+`f"{cfg.device.name}"` is `cpu`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import copy
+from collections.abc import Callable
+from dataclasses import MISSING as NO_DEFAULT
+from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple, get_type_hints
 
 from omegaconf import MISSING
 
 
-class Activation(str, Enum):
+# ---------------------------------------------------------------- rules and settings
+@dataclass(frozen=True)
+class Rule:
+    """What a field accepts beyond its type: `test(value)` is true, else `accepted` is said
+    (`trainer.epochs=0: must be an integer >= 1`). A null value is not tested."""
+
+    test: Callable[[Any], bool]
+    accepted: str
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def at_least(minimum: int, note: str = "") -> Rule:
+    return Rule(lambda v: _is_int(v) and v >= minimum, f"must be an integer >= {minimum}{note}")
+
+
+def positive(what: str = "a number") -> Rule:
+    return Rule(lambda v: v > 0, f"must be {what} > 0")
+
+
+def fraction(what: str = "a fraction") -> Rule:
+    return Rule(lambda v: 0 <= v < 1, f"must be {what} in [0, 1)")
+
+
+# Every seed (data.seed, model.seed, trainer.seed, any *_seed): what numpy and TensorFlow accept.
+SEED_MAX = 2**32 - 1
+NON_NEGATIVE = Rule(lambda v: v >= 0, "must be a number >= 0")
+SEED = Rule(lambda v: _is_int(v) and 0 <= v <= SEED_MAX, f"must be an integer in [0, {SEED_MAX}]")
+NAME = Rule(lambda v: isinstance(v, str) and v.strip() != "", "must be a name (not empty)")
+COLUMNS = Rule(lambda v: len(v) > 0 and all(isinstance(n, str) for n in v),
+               "must be a list of column names, e.g. [area,rooms], or null for every other column")
+WIDTHS = Rule(lambda v: all(_is_int(w) and w >= 1 for w in v),
+              "must be a list of integers >= 1, e.g. [32,32]")
+
+
+def setting(default: Any, doc: str, rule: Rule | None = None, *, accepted: str = "") -> Any:
+    """A schema field: its default (MISSING: the option file or the person sets it), a one-line
+    doc (unit, meaning of null), the rule its values pass. `accepted` words a closed set (an
+    Enum) better than OmegaConf's list where a reason helps (gradcheck.dtype)."""
+    metadata = {"doc": doc, "rule": rule, "accepted": accepted}
+    if isinstance(default, type) and is_dataclass(default):
+        return field(default_factory=default, metadata=metadata)
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+class Described(NamedTuple):
+    key: str
+    type: Any
+    default: Any  # MISSING ("???"): set by the option file or required
+    doc: str
+    accepted: str  # the rule's words, or ""
+
+
+def describe(schema: type, prefix: str = "") -> list[Described]:
+    """Every key of `schema` (nested blocks as dotted keys) with its type, default, doc and
+    range, in declaration order: what a reference page of the config is made of."""
+    hints = get_type_hints(schema)
+    rows: list[Described] = []
+    for item in fields(schema):
+        kind = hints[item.name]
+        if isinstance(kind, type) and is_dataclass(kind):
+            rows += describe(kind, f"{prefix}{item.name}.")
+            continue
+        default = item.default if item.default is not NO_DEFAULT else (
+            item.default_factory() if item.default_factory is not NO_DEFAULT else MISSING)
+        rule = item.metadata.get("rule")
+        accepted = item.metadata.get("accepted") or (rule.accepted if rule else "")
+        rows.append(Described(f"{prefix}{item.name}", kind, default,
+                              item.metadata.get("doc", ""), accepted))
+    return rows
+
+
+def accepted_words(schema: type, name: str) -> str:
+    """How a closed set's field words what it accepts, when it says more than the list."""
+    for item in fields(schema):
+        if item.name == name:
+            return item.metadata.get("accepted", "")
+    return ""
+
+
+# ---------------------------------------------------------------- closed sets
+class StrEnum(str, Enum):
+    """A closed set whose members are their text (`f"{Device.cpu}"` is `cpu`): enum.StrEnum,
+    which Python 3.10 (supported) does not have."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class Activation(StrEnum):
     relu = "relu"
     tanh = "tanh"
     sigmoid = "sigmoid"
@@ -26,191 +129,55 @@ class Activation(str, Enum):
     swish = "swish"
 
 
-class Device(str, Enum):
+class Device(StrEnum):
     auto = "auto"
     cpu = "cpu"
     gpu = "gpu"
     mirrored = "mirrored"
 
 
-class CheckMethod(str, Enum):
+class CheckMethod(StrEnum):
     auto = "auto"  # probes; the exact Jacobian too where it costs about an epoch or less
     jacobian = "jacobian"
     probe = "probe"
     both = "both"
 
 
-class CheckWrt(str, Enum):
+class CheckWrt(StrEnum):
     variables = "variables"
     inputs = "inputs"
     both = "both"
 
 
-class CheckMode(str, Enum):
+class CheckMode(StrEnum):
     train = "train"  # the training-mode computation: what a training step differentiates
     inference = "inference"
     both = "both"
 
 
-class OnFail(str, Enum):
+class CheckDtype(StrEnum):
+    # float16/bfloat16 are refused: their finite differences are too coarse (rtol 5e-2 and 1e-1
+    # in gradexp.gradcheck) to judge a hand-written gradient by.
+    float64 = "float64"
+    float32 = "float32"
+
+
+class OnFail(StrEnum):
     warn = "warn"
     fail = "fail"
 
 
-class Tracker(str, Enum):
+class Tracker(StrEnum):
     mlflow = "mlflow"
     none = "none"
 
 
-# ---------------------------------------------------------------- data
-class Task(str, Enum):
+class Task(StrEnum):
     regression = "regression"
     classification = "classification"
 
 
-@dataclass
-class SyntheticData:
-    """Drawn from a generator: n_samples training rows, n_val validation rows (0 = none)."""
-
-    _target_: str = MISSING
-    name: str = MISSING
-    task: Task = Task.regression
-    n_samples: int = 100
-    n_val: int = 100
-    seed: int = 0
-
-
-@dataclass
-class LinearData(SyntheticData):
-    _target_: str = "gradexp.data.linear"
-    name: str = "linear"
-    n_features: int = 1
-    slope: float = 3.0
-    intercept: float = 4.0
-    noise: float = 0.1
-    outliers: float = 0.0
-    outlier_scale: float = 10.0
-
-
-@dataclass
-class SineData(SyntheticData):
-    _target_: str = "gradexp.data.sine"
-    name: str = "sine"
-    n_samples: int = 256
-    frequency: float = 1.0
-    noise: float = 0.1
-
-
-@dataclass
-class BlobsData(SyntheticData):
-    _target_: str = "gradexp.data.blobs"
-    name: str = "blobs"
-    task: Task = Task.classification
-    n_samples: int = 300
-    n_features: int = 2
-    n_classes: int = 3
-    spread: float = 1.0
-
-
-@dataclass
-class TabularData:
-    """Rows read from a file, split at random into train / val / test."""
-
-    _target_: str = MISSING
-    name: str = MISSING
-    task: Task = Task.regression
-    val_fraction: float = 0.2
-    test_fraction: float = 0.0
-    split_seed: int = 0
-    standardize: bool = True
-
-
-@dataclass
-class CsvData(TabularData):
-    _target_: str = "gradexp.data.csv_table"
-    name: str = "csv"
-    path: str = MISSING
-    target: str = MISSING
-    features: Any = None  # null = every column but the target; else a list of column names
-
-
-@dataclass
-class CustomData(TabularData):
-    _target_: str = MISSING  # your loader, e.g. my_data.load (a module in the launch folder)
-    name: str = "custom"
-    kwargs: dict[str, Any] = field(default_factory=dict)  # passed to your loader
-    materialize_mb: float = 1024  # a tf.data.Dataset is read into memory up to this size
-    steps_per_epoch: int | None = None  # batches per epoch of a streamed (infinite) tf.data.Dataset
-
-
-@dataclass
-class SklearnData(TabularData):
-    _target_: str = "gradexp.data.sklearn"
-    name: str = "diabetes"
-    task: Any = None  # null = the data set's own (diabetes: regression, the others: classification)
-
-
-# ---------------------------------------------------------------- model
-@dataclass
-class LinearModel:
-    _target_: str = "gradexp.models.linear"
-    name: str = "linear"
-    init_scale: float = 1.0
-    seed: int = 0
-
-
-@dataclass
-class MlpModel:
-    _target_: str = "gradexp.models.mlp"
-    name: str = "mlp"
-    hidden: list[int] = field(default_factory=lambda: [32, 32])
-    activation: Activation = Activation.tanh
-    dropout: float = 0.0
-    seed: int = 0
-
-
-@dataclass
-class BuggyLinearModel(LinearModel):
-    _target_: str = "gradexp.models.buggy_linear"
-    name: str = "buggy_linear"
-    bug_scale: float = 1.1
-
-
-@dataclass
-class SequentialModel:
-    _target_: str = "gradexp.models.sequential"
-    name: str = "keras"
-    layers: list[Any] = field(default_factory=list)  # each {_target_: keras.layers.X, ...}
-    output_layer: bool = True
-    seed: int = 0
-
-
-@dataclass
-class CustomModel:
-    _target_: str = MISSING  # your builder, e.g. my_models.build
-    name: str = "custom"
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-
-# ---------------------------------------------------------------- loss
-@dataclass
-class Loss:
-    _target_: str = MISSING
-    name: str = MISSING
-
-
-@dataclass
-class HuberLoss(Loss):
-    delta: float = 1.0
-
-
-@dataclass
-class CrossEntropyLoss(Loss):
-    from_logits: bool = True
-
-
-# ---------------------------------------------------------------- optimizer
-class ScheduleName(str, Enum):
+class ScheduleName(StrEnum):
     none = "none"
     cosine = "cosine"
     exponential = "exponential"
@@ -218,137 +185,362 @@ class ScheduleName(str, Enum):
     warmup_cosine = "warmup_cosine"
 
 
-@dataclass
-class Schedule:
-    name: ScheduleName = ScheduleName.none
-    alpha: float = 0.0  # cosine: the final rate, as a fraction of learning_rate
-    warmup_epochs: float = 5.0  # warmup_cosine
-    decay_epochs: float = 10.0  # exponential: epochs per factor of decay_rate
-    decay_rate: float = 0.5  # exponential
-    boundaries: list[float] = field(default_factory=lambda: [50.0])  # piecewise, epochs
-    factors: list[float] = field(default_factory=lambda: [1.0, 0.1])  # piecewise: one more
-
-
-@dataclass
-class Optimizer:
-    _target_: str = MISSING
-    name: str = MISSING
-    learning_rate: float = 0.1
-    schedule: Schedule = field(default_factory=Schedule)
-
-
-@dataclass
-class SgdOptimizer(Optimizer):
-    momentum: float = 0.0
-    nesterov: bool = False
-
-
-@dataclass
-class AdamOptimizer(Optimizer):
-    beta_1: float = 0.9
-    beta_2: float = 0.999
-    epsilon: float = 1e-7
-
-
-@dataclass
-class AdamWOptimizer(AdamOptimizer):
-    weight_decay: float = 0.004
-
-
-@dataclass
-class RmspropOptimizer(Optimizer):
-    rho: float = 0.9
-    momentum: float = 0.0
-    epsilon: float = 1e-7
-
-
-@dataclass
-class AdagradOptimizer(Optimizer):
-    initial_accumulator_value: float = 0.1
-    epsilon: float = 1e-7
-
-
-# ---------------------------------------------------------------- the rest
-@dataclass
-class DeviceConfig:
-    name: Device = Device.auto
-    cpu_replicas: int = 0  # mirrored without a GPU: split the CPU into this many devices
-
-
-@dataclass
-class EarlyStoppingConfig:
-    enabled: bool = False
-    monitor: str = "auto"  # a logged metric; auto = the sweep objective (val/mse, val/accuracy)
-    patience: int = 10  # epochs without improvement
-    min_delta: float = 0.0
-    restore_best: bool = True
-
-
-@dataclass
-class TrainerConfig:
-    name: str = "default"
-    epochs: int = 100
-    batch_size: int | None = None
-    seed: int = 0
-    log_every: int = 10
-    compile: bool = True
-    jit_compile: bool = False
-    deterministic: bool = False
-    early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
-    checkpoint_every: int | None = None  # epochs; null = about once a minute; 0 = never
-    resume: str | None = None  # an MLflow run id to continue
-
-
-@dataclass
-class GradcheckConfig:
-    name: str = "default"
-    enabled: bool = True
-    method: CheckMethod = CheckMethod.auto
-    probes: int = 4
-    every_n_epochs: int | None = None
-    at_start: bool = True
-    at_end: bool = True
-    wrt: CheckWrt = CheckWrt.variables
-    mode: CheckMode = CheckMode.train
-    on_fail: OnFail = OnFail.warn
-    dtype: str = "float64"
-    max_jacobian_size: int = 2000
-    max_rows: int | None = 512  # training rows checked (a fixed seeded subset); null = all
-    plots: bool = True
-    order: int = 1  # 1: gradients; 2: second derivatives too (gradcheck/second_order.py)
-
-
-@dataclass
-class TrackingConfig:
-    name: Tracker = Tracker.mlflow
-    uri: str | None = None
-    experiment: str = "gradexp"
-    run_name: str | None = None
-    max_points: int = 320  # what the MLflow UI's charts draw (conf/tracking/mlflow.yaml)
-    log_model: bool = True
-    stale_after: float = 10.0  # minutes without a heartbeat: a run elsewhere is dead (liveness)
-
-
-@dataclass
-class EvalConfig:
-    metrics: Any = None  # a list of metric names or {_target_: ...}; null = the task's defaults
-    every: int | None = None  # epochs; null = at the progress points and the last epoch
-
-
-class Direction(str, Enum):
+class Direction(StrEnum):
     auto = "auto"
     minimize = "minimize"
     maximize = "maximize"
 
 
+# ---------------------------------------------------------------- data
+NAME_DOC = "the option's name (set by its file in conf/); user code renames it to its _target_"
+TARGET_DOC = "the code that builds it, module.Name (set by the option file; yours: my_module.f)"
+
+
+@dataclass
+class SyntheticData:
+    """Drawn from a generator: n_samples training rows, n_val validation rows (0 = none)."""
+
+    _target_: str = setting(MISSING, TARGET_DOC)
+    name: str = setting(MISSING, NAME_DOC)
+    task: Task = setting(Task.regression, "regression | classification: picks the default "
+                         "metrics and the sweep objective")
+    n_samples: int = setting(100, "training rows", at_least(2))
+    n_val: int = setting(100, "validation rows from the same generator (own stream); 0 = none",
+                         at_least(0, " (0: no validation set)"))
+    seed: int = setting(0, "numpy seed of the data", SEED)
+
+
+@dataclass
+class LinearData(SyntheticData):
+    """y = slope·x + intercept + noise·N(0,1), x uniform in [0,1): seed 004's data set."""
+
+    n_features: int = setting(1, "columns of x (W and b are logged as metrics only for 1)",
+                              at_least(1))
+    slope: float = setting(3.0, "true W (every feature gets the same slope)")
+    intercept: float = setting(4.0, "true b")
+    noise: float = setting(0.1, "std of the Gaussian noise added to y", NON_NEGATIVE)
+    outliers: float = setting(0.0, "fraction of rows whose y is pushed far off", fraction())
+    outlier_scale: float = setting(10.0, "how far: outlier rows get + outlier_scale·|N(0,1)|")
+
+
+@dataclass
+class SineData(SyntheticData):
+    """y = sin(2π·frequency·x) + noise·N(0,1), x uniform in [-1, 1)."""
+
+    n_samples: int = setting(256, "training rows", at_least(2))
+    frequency: float = setting(1.0, "periods per unit of x")
+    noise: float = setting(0.1, "std of the Gaussian noise added to y", NON_NEGATIVE)
+
+
+@dataclass
+class BlobsData(SyntheticData):
+    """Gaussian blobs around random centres in [-5, 5]; the target is one-hot."""
+
+    task: Task = setting(Task.classification, "regression | classification")
+    n_samples: int = setting(300, "training rows", at_least(2))
+    n_features: int = setting(2, "dimensions of each point", at_least(1))
+    n_classes: int = setting(3, "blobs", at_least(2))
+    spread: float = setting(1.0, "std of each blob around its centre", positive())
+
+
+@dataclass
+class TabularData:
+    """Rows read from a file, split at random into train / val / test."""
+
+    _target_: str = setting(MISSING, TARGET_DOC)
+    name: str = setting(MISSING, NAME_DOC)
+    task: Task = setting(Task.regression, "regression | classification (the target holds "
+                         "class labels)")
+    val_fraction: float = setting(0.2, "share of rows held out for validation (val/<metric>)",
+                                  fraction())
+    test_fraction: float = setting(0.0, "share held out until training ends (test/<metric>, "
+                                   "once)", fraction())
+    split_seed: int = setting(0, "seed of the shuffle before the split", SEED)
+    standardize: bool = setting(True, "scale each feature by the training rows' mean and std "
+                                "(held-out rows unseen)")
+
+
+@dataclass
+class CsvData(TabularData):
+    """Your own table: data=csv data.path=houses.csv data.target=price."""
+
+    path: str = setting(MISSING, "the csv file, relative to the launch folder or absolute")
+    target: str = setting(MISSING, "the column to predict")
+    features: Any = setting(None, "the feature columns, e.g. [area,rooms]; null = every column "
+                            "but the target (a text feature is an error)", COLUMNS)
+
+
+@dataclass
+class CustomData(TabularData):
+    """Your own loader: data=custom data._target_=my_data.load."""
+
+    kwargs: dict[str, Any] = setting({}, "arguments for your loader, e.g. "
+                                     "+data.kwargs.n_rows=500")
+    materialize_mb: float = setting(1024, "a tf.data.Dataset is read into memory up to this "
+                                    "many MB; a larger or infinite one is streamed",
+                                    positive("a number of megabytes"))
+    steps_per_epoch: int | None = setting(None, "batches an epoch of a streamed Dataset; null = "
+                                          "one pass (an infinite .repeat() Dataset needs it)",
+                                          at_least(1, ", or null for one pass"))
+
+
+@dataclass
+class SklearnData(TabularData):
+    """A data set bundled with scikit-learn; `name` picks it."""
+
+    name: str = setting(MISSING, "the data set: diabetes | iris | wine | breast_cancer | digits")
+    task: Any = setting(None, "null = the data set's own (diabetes: regression, the others: "
+                        "classification)")
+
+
+# ---------------------------------------------------------------- model
+@dataclass
+class LinearModel:
+    """y = x·W + b, seed 004's model: a Keras model whose two variables are named W and b."""
+
+    _target_: str = setting(MISSING, TARGET_DOC)
+    name: str = setting(MISSING, NAME_DOC)
+    init_scale: float = setting(1.0, "W and b start as init_scale·N(0,1) (seed 004)",
+                                NON_NEGATIVE)
+    seed: int = setting(0, "seed of the initial values", SEED)
+
+
+@dataclass
+class MlpModel:
+    """Keras Dense hidden layers, then a linear output layer (logits for a classification)."""
+
+    _target_: str = setting(MISSING, TARGET_DOC)
+    name: str = setting(MISSING, NAME_DOC)
+    hidden: list[int] = setting([32, 32], "widths of the hidden layers", WIDTHS)
+    activation: Activation = setting(Activation.tanh, "the hidden layers' activation")
+    dropout: float = setting(0.0, "Dropout after each hidden layer while training; 0 = none",
+                             fraction())
+    seed: int = setting(0, "seed of the initial values (Glorot uniform weights, zero biases)",
+                        SEED)
+
+
+@dataclass
+class BuggyLinearModel(LinearModel):
+    """The linear model with a deliberately wrong custom gradient for W."""
+
+    bug_scale: float = setting(1.1, "the backward pass multiplies dLoss/dW by this (1.0 = "
+                               "correct)")
+
+
+@dataclass
+class SequentialModel:
+    """Any keras.Sequential, its layers written with _target_ (Hydra instantiates each)."""
+
+    _target_: str = setting(MISSING, TARGET_DOC)
+    name: str = setting(MISSING, NAME_DOC)
+    layers: list[Any] = setting([], "the hidden layers, input to output, each "
+                                "{_target_: keras.layers.X, ...}")
+    output_layer: bool = setting(True, "add Dense(n_outputs) at the end (false: your last "
+                                 "layer is the output)")
+    seed: int = setting(0, "keras.utils.set_random_seed before the layers are built", SEED)
+
+
+@dataclass
+class CustomModel:
+    """Your own builder: model=custom model._target_=my_models.build."""
+
+    _target_: str = setting(MISSING, "your builder's dotted path, called build(n_features=..., "
+                            "n_outputs=..., **kwargs)")
+    name: str = setting(MISSING, NAME_DOC)
+    kwargs: dict[str, Any] = setting({}, "arguments for your builder besides the sizes")
+
+
+# ---------------------------------------------------------------- loss
+@dataclass
+class Loss:
+    """A Keras loss (or yours) by `_target_`; its other keys are the loss's arguments."""
+
+    _target_: str = setting(MISSING, TARGET_DOC)
+    name: str = setting(MISSING, NAME_DOC)
+
+
+@dataclass
+class HuberLoss(Loss):
+    delta: float = setting(1.0, "where the loss turns from quadratic to linear", positive())
+
+
+@dataclass
+class CrossEntropyLoss(Loss):
+    from_logits: bool = setting(True, "the models output logits (no sigmoid/softmax layer)")
+
+
+# ---------------------------------------------------------------- optimizer
+@dataclass
+class Schedule:
+    """The learning rate over the run, counted in epochs (every optimizer has it)."""
+
+    name: ScheduleName = setting(ScheduleName.none, "the schedule's shape")
+    alpha: float = setting(0.0, "cosine, warmup_cosine: final (and warmup's first) rate / "
+                           "learning_rate", fraction())
+    warmup_epochs: float = setting(5.0, "warmup_cosine: epochs rising to learning_rate",
+                                   positive("a number of epochs"))
+    decay_epochs: float = setting(10.0, "exponential: the rate is multiplied by decay_rate "
+                                  "every decay_epochs", positive("a number of epochs"))
+    decay_rate: float = setting(0.5, "exponential: the factor per decay_epochs", positive())
+    boundaries: list[float] = setting([50.0], "piecewise: epochs where the rate changes")
+    factors: list[float] = setting([1.0, 0.1], "piecewise: learning_rate times these, one more "
+                                   "than boundaries")
+
+
+@dataclass
+class Optimizer:
+    """A Keras optimizer by `_target_`; its other keys are the optimizer's arguments."""
+
+    _target_: str = setting(MISSING, TARGET_DOC)
+    name: str = setting(MISSING, NAME_DOC)
+    learning_rate: float = setting(0.1, "step size (seed 004: 0.1)", positive())
+    schedule: Schedule = setting(Schedule, "the learning rate over the run")
+
+
+@dataclass
+class SgdOptimizer(Optimizer):
+    momentum: float = setting(0.0, "fraction of the previous step kept", NON_NEGATIVE)
+    nesterov: bool = setting(False, "Nesterov momentum")
+
+
+@dataclass
+class AdamOptimizer(Optimizer):
+    beta_1: float = setting(0.9, "decay of the first-moment estimate", fraction("a number"))
+    beta_2: float = setting(0.999, "decay of the second-moment estimate", fraction("a number"))
+    epsilon: float = setting(1e-7, "added to the denominator for stability", positive())
+
+
+@dataclass
+class AdamWOptimizer(AdamOptimizer):
+    weight_decay: float = setting(0.004, "decoupled weight decay per step", NON_NEGATIVE)
+
+
+@dataclass
+class RmspropOptimizer(Optimizer):
+    rho: float = setting(0.9, "decay of the squared-gradient average", fraction("a number"))
+    momentum: float = setting(0.0, "fraction of the previous step kept", NON_NEGATIVE)
+    epsilon: float = setting(1e-7, "added to the denominator for stability", positive())
+
+
+@dataclass
+class AdagradOptimizer(Optimizer):
+    initial_accumulator_value: float = setting(0.1, "starting sum of squared gradients")
+    epsilon: float = setting(1e-7, "added to the denominator for stability", positive())
+
+
+# ---------------------------------------------------------------- the rest
+@dataclass
+class DeviceConfig:
+    name: Device = setting(MISSING, "auto | cpu | gpu | mirrored (set by the option file)")
+    cpu_replicas: int = setting(0, "mirrored without a GPU: split the CPU into this many "
+                                "logical devices; 0 = GPUs only", at_least(0, " (0: GPUs only)"))
+
+
+@dataclass
+class EarlyStoppingConfig:
+    enabled: bool = setting(False, "stop when `monitor` has not improved for `patience` epochs")
+    monitor: str = setting("auto", "a logged metric, e.g. val/mae; auto = the sweep objective")
+    patience: int = setting(10, "epochs without an improvement of at least min_delta (checked "
+                            "at the evaluations: eval.every)", at_least(1, " (epochs)"))
+    min_delta: float = setting(0.0, "the smallest change that counts as an improvement",
+                               NON_NEGATIVE)
+    restore_best: bool = setting(True, "end with the weights of the best epoch")
+
+
+@dataclass
+class TrainerConfig:
+    name: str = setting(MISSING, NAME_DOC)
+    epochs: int = setting(100, "passes over the data (seed 004: 100)", at_least(1))
+    batch_size: int | None = setting(None, "rows per step; null = the full batch, one step an "
+                                     "epoch (seed 004)",
+                                     at_least(1, ", or null for the full batch"))
+    seed: int = setting(0, "TensorFlow seed: batch shuffling", SEED)
+    log_every: int = setting(10, "progress lines fall on multiples of this (every epoch's "
+                             "metrics are kept either way)", at_least(1))
+    compile: bool = setting(True, "run the steps inside tf.function (false: eager, as seed 004)")
+    jit_compile: bool = setting(False, "also compile with XLA")
+    deterministic: bool = setting(False, "TensorFlow op determinism and every seed set: "
+                                  "identical runs, bit for bit")
+    early_stopping: EarlyStoppingConfig = setting(EarlyStoppingConfig, "stop on a plateau")
+    checkpoint_every: int | None = setting(
+        None, "epochs between checkpoints (checkpoints/RUN_ID/); null = about once a minute; "
+        "0 = never", at_least(0, " (0: never), or null"))
+    resume: str | None = setting(None, "an MLflow run id: continue that run from its last "
+                                 "checkpoint")
+
+
+@dataclass
+class GradcheckConfig:
+    name: str = setting(MISSING, NAME_DOC)
+    enabled: bool = setting(True, "check gradients at all")
+    method: CheckMethod = setting(CheckMethod.auto, "auto: probes, plus the exact Jacobian "
+                                  "where it costs about 2 epochs or less; both: probes plus "
+                                  "every Jacobian up to max_jacobian_size")
+    probes: int = setting(4, "random directions per variable", at_least(1))
+    every_n_epochs: int | None = setting(None, "also check every N epochs; null = only at start "
+                                         "and end", at_least(1, ", or null for never"))
+    at_start: bool = setting(True, "check before the first step")
+    at_end: bool = setting(True, "check after the last step")
+    wrt: CheckWrt = setting(CheckWrt.variables, "what the loss is differentiated by (seed 000 "
+                            "checks dLoss/dinputs)")
+    mode: CheckMode = setting(CheckMode.train, "the model's mode checked; train = what a "
+                              "training step differentiates")
+    on_fail: OnFail = setting(OnFail.warn, "fail: the run ends FAILED, non-zero exit, report "
+                              "kept")
+    dtype: CheckDtype = setting(
+        CheckDtype.float64, "evaluate the check in this dtype (code that cannot run in float64 "
+        "is checked in the dtype it trains in)",
+        accepted="must be float64 or float32 (float16 and bfloat16 finite differences are too "
+                 "coarse to check gradients with)")
+    max_jacobian_size: int = setting(2000, "largest variable given the exact Jacobian, in "
+                                     "elements", at_least(1))
+    max_rows: int | None = setting(512, "training rows checked (a fixed seeded subset); null = "
+                                   "all", at_least(1, ", or null for all rows"))
+    plots: bool = setting(True, "heat maps of Jacobian-checked variables of 2 to 400 elements")
+    order: int = setting(1, "1: gradients; 2: second derivatives too (about 3x the cost)",
+                         Rule(lambda v: v in (1, 2),
+                              "must be 1 (gradients) or 2 (second derivatives)"))
+
+
+@dataclass
+class TrackingConfig:
+    name: Tracker = setting(MISSING, "mlflow | none (set by the option file)")
+    uri: str | None = setting(None, "null = MLflow's embedded store sqlite:///mlflow.db in the "
+                              "launch folder; or a server, http://HOST:PORT")
+    experiment: str = setting("gradexp", "MLflow experiment name", NAME)
+    run_name: str | None = setting(None, "null = from the overrides, e.g. "
+                                   "loss=mae,optimizer=adam")
+    max_points: int = setting(320, "per-epoch metrics go to MLflow at no more than this many "
+                              "evenly spaced epochs (what the MLflow UI draws)", at_least(1))
+    log_model: bool = setting(True, "log the trained model as the run's LoggedModel `model`")
+    stale_after: float = setting(10.0, "minutes without a heartbeat after which a RUNNING run "
+                                 "elsewhere is dead (marked KILLED)",
+                                 positive("a number of minutes"))
+
+
+@dataclass
+class EvalConfig:
+    metrics: Any = setting(None, "a list of metric names or {_target_: ...}; null = the task's: "
+                           "regression [mse,mae,r2], classification [accuracy,crossentropy]")
+    every: int | None = setting(None, "epochs between evaluations; null = at the progress lines "
+                                "and after the last epoch",
+                                at_least(1, ", or null for the progress points"))
+
+
 @dataclass
 class SweepConfig:
-    skip_finished: bool = False
-    resume_killed: bool = False
-    continue_on_failure: bool = True
-    objective: str = "auto"  # a logged metric, e.g. val/mse; auto = val/mse or val/accuracy
-    direction: Direction = Direction.auto
-    best_per: list[str] = field(default_factory=list)  # params, e.g. [optimizer.name]
+    skip_finished: bool = setting(False, "-m only: skip jobs that already have a FINISHED run "
+                                  "with the same config")
+    resume_killed: bool = setting(False, "-m only: a job whose run with the same config was "
+                                  "KILLED continues it from its checkpoint")
+    continue_on_failure: bool = setting(True, "-m only: a failing job does not stop the others; "
+                                        "exit non-zero at the end")
+    objective: str = setting("auto", "the metric sweeps rank by, e.g. val/mse; auto = val/mse "
+                             "(regression) or val/accuracy (classification)")
+    direction: Direction = setting(Direction.auto, "auto: maximize accuracy, r2, auc...; "
+                                   "minimize the rest")
+    best_per: list[str] = setting([], "params to report the best run of each value of, e.g. "
+                                  "[optimizer.name]")
 
 
 @dataclass
@@ -361,9 +553,9 @@ class Config:
     trainer: Any = MISSING
     gradcheck: Any = MISSING
     tracking: Any = MISSING
-    callbacks: Any = None  # name -> {_target_, __init__ args} (conf/callbacks/, docs/callbacks.md)
     eval: EvalConfig = field(default_factory=EvalConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
+    callbacks: Any = None  # name -> {_target_, __init__ args} (conf/callbacks/, docs/callbacks.md)
 
 
 SCHEMAS: dict[str, dict[str, type]] = {

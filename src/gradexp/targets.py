@@ -4,20 +4,21 @@ named truthfully.
     loss._target_=mylosses.pseudo_huber    a function or class in mylosses.py beside the command
 
 `importable` puts the launch folder on the import path (as `python -m` does for the current
-folder, and the `gradexp` script and in-process runs do not). `locate` imports a dotted path and
-turns every way that can fail into one line naming the key and the path, so a typo ends before
-an MLflow run exists. `label_by_target` sets a group's `name` to the user's `_target_`, so MLflow
-params and `gradexp compare` do not call a run `loss=mse` that trained with `mylosses.pseudo_huber`.
+folder, and the `gradexp` script and in-process runs do not). `locate` imports a dotted path
+(hydra.utils.get_object) and `instantiate` builds from a `_target_` (hydra.utils.instantiate),
+turning every way the import can fail into one line naming the key and the path, so a typo ends
+before an MLflow run exists. `label_by_target` sets a group's `name` to the user's `_target_`,
+so MLflow params and `gradexp compare` do not call a run `loss=mse` that trained with
+`mylosses.pseudo_huber`.
 """
 
 from __future__ import annotations
 
-import importlib
+import logging
 import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -38,32 +39,55 @@ def importable(launch_dir: Path) -> None:
 
 
 def locate(key: str, path: str) -> Any:
-    """The object a dotted `path` names; ConfigError `key=path: what is wrong` if there is none.
+    """The object a dotted `path` names (hydra.utils.get_object); ConfigError `key=path: what is
+    wrong` if there is none: no module, no attribute, or an error raised while importing."""
+    from hydra.utils import get_object
 
-    Modules are imported from the top down, then attributes followed, so the message can say
-    which part is missing: no module, no attribute, or an error raised while importing.
-    """
     parts = str(path).split(".")
     if not path or not all(part.isidentifier() for part in parts):
         raise ConfigError(f"{key}={path}: not a dotted path such as mymodule.my_function")
     if len(parts) == 1:
         raise ConfigError(f"{key}={path}: name the module too, e.g. {key}=mymodule.{path}")
-    obj: Any = _import(key, path, parts[0])
-    for depth in range(1, len(parts)):
-        name = parts[depth]
-        if hasattr(obj, name):
-            obj = getattr(obj, name)
-            continue
-        if not isinstance(obj, ModuleType):
-            where = ".".join(parts[:depth])
-            raise ConfigError(f"{key}={path}: {where} has no attribute '{name}'")
-        module_name = ".".join(parts[: depth + 1])
-        try:
-            obj = _import(key, path, module_name)
-        except _NoSuchModule:
-            raise ConfigError(f"{key}={path}: module {obj.__name__} has no attribute "
-                              f"'{name}'") from None
-    return obj
+    from gradexp.setup_checks import before_importing
+
+    before_importing(key, parts[0])  # a module of yours that loads TensorFlow says so
+    hydra_log = logging.getLogger("hydra.utils")
+    level = hydra_log.level
+    hydra_log.setLevel(logging.CRITICAL)  # get_object logs each miss: ours is the one line
+    try:
+        return get_object(str(path))
+    except (ImportError, ValueError) as error:
+        raise ConfigError(f"{key}={path}: {_why(parts, error.__cause__ or error)}") from None
+    finally:
+        hydra_log.setLevel(level)
+
+
+def _why(parts: list[str], cause: BaseException) -> str:
+    """What get_object's cause says went wrong, in a person's words."""
+    if isinstance(cause, ModuleNotFoundError) and cause.name in (
+            ".".join(parts[:depth]) for depth in range(1, len(parts) + 1)):
+        missing = cause.name.split(".")
+        if len(missing) == 1:
+            return (f"no module named '{cause.name}' (looked in the launch folder and the "
+                    "installed packages)")
+        return f"module {'.'.join(missing[:-1])} has no attribute '{missing[-1]}'"
+    if isinstance(cause, AttributeError) and cause.name in parts:
+        where = ".".join(parts[:parts.index(cause.name)])
+        return f"{where} has no attribute '{cause.name}'"
+    # The import of one of the path's modules raised: the first that is not imported now.
+    importing = next((".".join(parts[:depth]) for depth in range(1, len(parts) + 1)
+                      if ".".join(parts[:depth]) not in sys.modules), parts[0])
+    verb = "failed" if isinstance(cause, ImportError) else "raised"
+    return f"importing {importing} {verb}{':' if verb == 'failed' else ''} {_one_line(cause)}"
+
+
+def instantiate(key: str, spec: Any, **kwargs: Any) -> Any:
+    """hydra.utils.instantiate(spec, **kwargs), its `_target_` located first, so a wrong one
+    is one line naming `key` (Hydra's own error is several, naming no key)."""
+    from hydra.utils import instantiate as hydra_instantiate
+
+    locate(key, str(spec["_target_"]))
+    return hydra_instantiate(spec, **kwargs)
 
 
 def check_modules_exist(cfg: DictConfig, launch_dir: Path,
@@ -81,30 +105,6 @@ def check_modules_exist(cfg: DictConfig, launch_dir: Path,
                 and importlib.util.find_spec(top) is None:
             raise ConfigError(f"{group}._target_={path}: no module named '{top}' (looked in "
                               "the launch folder and the installed packages)")
-
-
-class _NoSuchModule(Exception):
-    pass
-
-
-def _import(key: str, path: str, module_name: str) -> ModuleType:
-    """Import one module; a missing top-level module is one line, a submodule is the caller's."""
-    from gradexp.setup_checks import before_importing
-
-    before_importing(key, module_name)  # a module that loads TensorFlow says so
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        if error.name == module_name and "." in module_name:
-            raise _NoSuchModule() from None
-        if error.name == module_name:
-            raise ConfigError(f"{key}={path}: no module named '{module_name}' (looked in the "
-                              "launch folder and the installed packages)") from None
-        raise ConfigError(f"{key}={path}: importing {module_name} failed: "
-                          f"{_one_line(error)}") from None
-    except Exception as error:  # noqa: BLE001 - the user's module raised while importing
-        raise ConfigError(f"{key}={path}: importing {module_name} raised "
-                          f"{_one_line(error)}") from None
 
 
 def _one_line(error: BaseException) -> str:

@@ -1,8 +1,10 @@
-"""Config checks Hydra cannot make, run before TensorFlow loads: values in range (learning_rate
-> 0, seeds in numpy's range, nothing NaN), no key that gradexp would not read, and which option
-files name which `_target_` (to tell gradexp's code from a person's).
+"""Config checks Hydra cannot make, run before TensorFlow loads: values in range (the rules on
+the schema fields: learning_rate > 0, ...; seeds in numpy's range, nothing NaN), no key that
+gradexp would not read, and which option files name which `_target_` (to tell gradexp's code
+from a person's).
 
-The types and the known keys come from the dataclass schemas in gradexp.schema.
+The types, the known keys and the range rules come from the dataclass schemas in gradexp.schema;
+nothing here lists a key.
 """
 
 from __future__ import annotations
@@ -15,95 +17,16 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from gradexp.resources import resource_dir
-from gradexp.schema import SCHEMAS, ConfigError
+from gradexp.schema import SCHEMAS, SEED_MAX, Config, ConfigError
 
 
 # ---------------------------------------------------------------- range checks
-def _positive(value: Any) -> bool:
-    return value > 0
-
-
-def _at_least(minimum: int):
-    return lambda value: isinstance(value, int) and value >= minimum
-
-
-def _non_negative(value: Any) -> bool:
-    return value >= 0
-
-
-def _fraction(value: Any) -> bool:
-    return 0 <= value < 1
-
-
-def _non_empty(value: Any) -> bool:
-    return isinstance(value, str) and value.strip() != ""
-
-
-def _widths(value: Any) -> bool:
-    return all(isinstance(width, int) and width >= 1 for width in value)
-
-
-# (key, check, what is accepted). A missing key (other data or model option) is skipped.
-RANGE_RULES: list[tuple[str, Any, str]] = [
-    ("optimizer.learning_rate", _positive, "must be a number > 0"),
-    ("optimizer.momentum", _non_negative, "must be a number >= 0"),
-    ("optimizer.weight_decay", _non_negative, "must be a number >= 0"),
-    ("optimizer.epsilon", _positive, "must be a number > 0"),
-    ("optimizer.beta_1", _fraction, "must be a number in [0, 1)"),
-    ("optimizer.beta_2", _fraction, "must be a number in [0, 1)"),
-    ("optimizer.rho", _fraction, "must be a number in [0, 1)"),
-    ("loss.delta", _positive, "must be a number > 0"),
-    ("trainer.epochs", _at_least(1), "must be an integer >= 1"),
-    ("trainer.batch_size", _at_least(1), "must be an integer >= 1, or null for the full batch"),
-    ("trainer.log_every", _at_least(1), "must be an integer >= 1"),
-    ("gradcheck.probes", _at_least(1), "must be an integer >= 1"),
-    ("tracking.max_points", _at_least(1), "must be an integer >= 1"),
-    ("gradcheck.every_n_epochs", _at_least(1), "must be an integer >= 1, or null for never"),
-    ("gradcheck.max_jacobian_size", _at_least(1), "must be an integer >= 1"),
-    ("gradcheck.max_rows", _at_least(1), "must be an integer >= 1, or null for all rows"),
-    ("gradcheck.order", lambda v: v in (1, 2), "must be 1 (gradients) or 2 (second derivatives)"),
-    ("data.n_samples", _at_least(2), "must be an integer >= 2"),
-    ("data.n_val", _at_least(0), "must be an integer >= 0 (0: no validation set)"),
-    ("data.val_fraction", _fraction, "must be a fraction in [0, 1)"),
-    ("data.test_fraction", _fraction, "must be a fraction in [0, 1)"),
-    ("data.split_seed", _at_least(0), "must be an integer >= 0"),
-    ("eval.every", _at_least(1), "must be an integer >= 1, or null for the progress points"),
-    ("data.n_features", _at_least(1), "must be an integer >= 1"),
-    ("data.n_classes", _at_least(2), "must be an integer >= 2"),
-    ("data.noise", _non_negative, "must be a number >= 0"),
-    ("data.spread", _positive, "must be a number > 0"),
-    ("data.outliers", _fraction, "must be a fraction in [0, 1)"),
-    ("data.materialize_mb", _positive, "must be a number of megabytes > 0"),
-    ("data.steps_per_epoch", _at_least(1), "must be an integer >= 1, or null for one pass"),
-    ("data.features", lambda v: len(v) > 0 and all(isinstance(n, str) for n in v),
-     "must be a list of column names, e.g. [area,rooms], or null for every other column"),
-    ("model.hidden", _widths, "must be a list of integers >= 1, e.g. [32,32]"),
-    ("model.init_scale", _non_negative, "must be a number >= 0"),
-    ("model.dropout", _fraction, "must be a fraction in [0, 1)"),
-    ("device.cpu_replicas", _at_least(0), "must be an integer >= 0 (0: GPUs only)"),
-    ("trainer.early_stopping.patience", _at_least(1), "must be an integer >= 1 (epochs)"),
-    ("trainer.early_stopping.min_delta", _non_negative, "must be a number >= 0"),
-    ("trainer.checkpoint_every", _at_least(0), "must be an integer >= 0 (0: never), or null"),
-    ("optimizer.schedule.alpha", _fraction, "must be a fraction in [0, 1)"),
-    ("optimizer.schedule.warmup_epochs", _positive, "must be a number of epochs > 0"),
-    ("optimizer.schedule.decay_epochs", _positive, "must be a number of epochs > 0"),
-    ("optimizer.schedule.decay_rate", _positive, "must be a number > 0"),
-    ("tracking.experiment", _non_empty, "must be a name (not empty)"),
-    ("tracking.stale_after", _positive, "must be a number of minutes > 0"),
-]
-
-# What a gradient check may evaluate in. float16/bfloat16 are refused: their finite differences
-# are too coarse (rtol 5e-2 and 1e-1 in gradexp.gradcheck) to judge a hand-written gradient by.
-GRADCHECK_DTYPES = ("float64", "float32")
-
-# Every seed (data.seed, model.seed, trainer.seed, any *_seed): what numpy and TensorFlow accept.
-SEED_MAX = 2**32 - 1
-
-
 def check_ranges(cfg: DictConfig, *, missing_ok: bool = False) -> None:
     """Raise ConfigError on the first value outside its range, naming key, value and the range.
 
-    missing_ok: a sweep's base config, whose swept keys (data.path=a.csv,b.csv) come per job."""
+    The ranges are the rules on the schema fields (gradexp.schema.setting), applied to every
+    node that came from a schema. missing_ok: a sweep's base config, whose swept keys
+    (data.path=a.csv,b.csv) come per job."""
     check_known_keys(cfg)
     missing = [] if missing_ok else sorted(OmegaConf.missing_keys(cfg))
     if missing:
@@ -111,17 +34,30 @@ def check_ranges(cfg: DictConfig, *, missing_ok: bool = False) -> None:
         raise ConfigError(f"{key} is required here: set it on the command line, {key}=VALUE")
     check_seeds(cfg)
     check_finite(cfg)
-    for key, accepted, accepted_text in RANGE_RULES:
-        value = OmegaConf.select(cfg, key, default=None)
-        if value is None:
+    for key in cfg:
+        if key != "hydra" and not OmegaConf.is_missing(cfg, key) \
+                and isinstance(cfg[key], DictConfig):
+            _check_rules(cfg[key], f"{key}.")
+
+
+def _check_rules(node: DictConfig, prefix: str) -> None:
+    """Apply each field's rule to its value, into nested schema blocks (trainer.early_stopping)."""
+    schema = OmegaConf.get_type(node)
+    if not is_dataclass(schema):
+        return  # a free-form node (data.kwargs, callbacks): nothing declared to check
+    for item in fields(schema):
+        if item.name not in node or OmegaConf.is_missing(node, item.name):
             continue
-        if isinstance(value, bool) or not accepted(value):
+        value = node[item.name]
+        if isinstance(value, DictConfig):
+            _check_rules(value, f"{prefix}{item.name}.")
+            continue
+        rule = item.metadata.get("rule")
+        if rule is None or value is None:
+            continue
+        if isinstance(value, bool) or not rule.test(value):
             shown = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
-            raise ConfigError(f"{key}={shown}: {accepted_text}")
-    dtype = OmegaConf.select(cfg, "gradcheck.dtype", default=None)
-    if dtype is not None and dtype not in GRADCHECK_DTYPES:
-        raise ConfigError(f"gradcheck.dtype={dtype}: must be float64 or float32 (float16 and "
-                          "bfloat16 finite differences are too coarse to check gradients with)")
+            raise ConfigError(f"{prefix}{item.name}={shown}: {rule.accepted}")
 
 
 def check_seeds(cfg: DictConfig) -> None:
@@ -219,16 +155,45 @@ def check_known_keys(cfg: DictConfig) -> None:
     """Refuse a key that no schema declares, with or without `+` (`+trainer.patience=10`).
 
     gradexp reads only what the schemas declare; any other key would do nothing, yet the run
-    would record it as a param, as if it had. Driven by the schemas' fields, so a field added to
-    a schema is accepted here at once.
+    would record it as a param, as if it had. Each node that came from a schema is compared with
+    its schema's fields, so a field added to a schema is accepted at once. (Merging each group
+    into a fresh OmegaConf.structured copy of its schema refuses the same keys, but costs ~8 ms
+    a group, 4x the whole check: benchmarks/bench_config_errors.py.)
     """
-
+    declared = [f.name for f in fields(Config)]
     trusted = {group for group in ARGUMENT_GROUPS if user_target(cfg, group)}
-    found = _unknown_key(cfg, "", trusted)
-    if found is None:
-        return
-    key, value, accepted = found
-    group, _, name = key.rpartition(".")
+    for group in cfg:
+        if group == "hydra":  # Hydra's own node (callbacks see it)
+            continue
+        if group not in declared:
+            _refuse(cfg, str(group), declared)
+        if group not in trusted and not OmegaConf.is_missing(cfg, group) \
+                and isinstance(cfg[group], DictConfig):
+            found = _undeclared(cfg[group], f"{group}.")
+            if found:
+                _refuse(cfg, *found)
+
+
+def _undeclared(node: DictConfig, prefix: str) -> tuple[str, list[str]] | None:
+    """The first key of `node` (or of a block inside it) that its schema lacks, and the keys the
+    schema has; None for a node from no schema (free-form: data.kwargs, callbacks)."""
+    schema = OmegaConf.get_type(node)
+    if not is_dataclass(schema):
+        return None
+    accepted = [f.name for f in fields(schema)]
+    for key in node:
+        if key not in accepted:
+            return f"{prefix}{key}", accepted
+        if not OmegaConf.is_missing(node, key) and isinstance(node[key], DictConfig):
+            found = _undeclared(node[key], f"{prefix}{key}.")
+            if found:
+                return found
+    return None
+
+
+def _refuse(cfg: DictConfig, key: str, accepted: list[str]) -> None:
+    group, _, _ = key.rpartition(".")
+    value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
     where = f"{group}={_option(cfg, group)}" if group else "the config"
     shown = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
     meant = did_you_mean(key, shown, accepted if group else None)
@@ -238,31 +203,7 @@ def check_known_keys(cfg: DictConfig) -> None:
 
 def _option(cfg: DictConfig, group: str) -> str:
     name = OmegaConf.select(cfg, f"{group}.name", default=None)
-    return getattr(name, "value", name) if name is not None else "..."
-
-
-def _unknown_key(node: DictConfig, prefix: str, trusted: set[str] | None = None
-                 ) -> tuple[str, Any, list[str]] | None:
-    """The first (dotted key, value, accepted keys) that the node's schema does not declare;
-    the top-level groups in `trusted` (keys that go to user code) are not looked into."""
-    schema = OmegaConf.get_type(node)
-    if not is_dataclass(schema):
-        return None  # not from a schema (a free-form value): nothing to compare with
-    accepted = [f.name for f in fields(schema)]
-    for key in node.keys():
-        if prefix == "" and key in (trusted or ()):
-            continue
-        if key in accepted or (key == "_target_" and prefix.rstrip(".") in USER_CODE_GROUPS):
-            if not OmegaConf.is_missing(node, key) and isinstance(node[key], DictConfig):
-                found = _unknown_key(node[key], f"{prefix}{key}.")
-                if found:
-                    return found
-            continue
-        if prefix == "" and key == "hydra":  # Hydra's own node (callbacks see it)
-            continue
-        value = None if OmegaConf.is_missing(node, key) else node[key]
-        return f"{prefix}{key}", value, accepted
-    return None
+    return str(name) if name is not None else "..."
 
 
 # ---------------------------------------------------------------- options and user code
