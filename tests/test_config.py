@@ -170,10 +170,11 @@ def _rule_cases() -> list[tuple[tuple[str, ...], str, str, str]]:
             kind = [a for a in typing.get_args(hints[item.name]) if a is not type(None)] or [
                 hints[item.name]]
             kind = kind[0] if typing.get_origin(hints[item.name]) is not list else list
+            kind = list if typing.get_origin(kind) is list else kind  # list[str] | None
             candidates = {int: [-1, 0, 1, 3], float: [-1.0, 0.0, 1.0], str: [""],
-                          list: [[0]]}[kind]
+                          list: [[0], []]}[kind]
             bad = next(value for value in candidates if not rule.test(value))
-            shown = f"[{bad[0]}]" if kind is list else bad
+            shown = f"[{','.join(map(str, bad))}]" if kind is list else bad
             cases.append((chosen, key, shown, f"{key}={shown}: {rule.accepted}"))
             seen.add(key)
 

@@ -54,7 +54,7 @@ SEED_MAX = 2**32 - 1
 NON_NEGATIVE = Rule(lambda v: v >= 0, "must be a number >= 0")
 SEED = Rule(lambda v: _is_int(v) and 0 <= v <= SEED_MAX, f"must be an integer in [0, {SEED_MAX}]")
 NAME = Rule(lambda v: isinstance(v, str) and v.strip() != "", "must be a name (not empty)")
-COLUMNS = Rule(lambda v: len(v) > 0 and all(isinstance(n, str) for n in v),
+COLUMNS = Rule(lambda v: len(v) > 0,
                "must be a list of column names, e.g. [area,rooms], or null for every other column")
 WIDTHS = Rule(lambda v: all(_is_int(w) and w >= 1 for w in v),
               "must be a list of integers >= 1, e.g. [32,32]")
@@ -266,8 +266,9 @@ class CsvData(TabularData):
 
     path: str = setting(MISSING, "the csv file, relative to the launch folder or absolute")
     target: str = setting(MISSING, "the column to predict")
-    features: Any = setting(None, "the feature columns, e.g. [area,rooms]; null = every column "
-                            "but the target (a text feature is an error)", COLUMNS)
+    features: list[str] | None = setting(None, "the feature columns, e.g. [area,rooms]; null = "
+                                         "every column but the target (a text feature is an "
+                                         "error)", COLUMNS)
 
 
 @dataclass
