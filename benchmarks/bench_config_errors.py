@@ -17,9 +17,9 @@ import time
 from hydra import compose, initialize_config_dir
 
 from gradexp.app import register_experiments
+from gradexp.config_checks import check_ranges
 from gradexp.resources import resource_dir
 from gradexp.schema import register_schemas
-from gradexp.validation import check_ranges
 
 
 def _cli_seconds(runs: int) -> list[float]:

@@ -54,7 +54,7 @@ COLD = r"""
 import sys, time
 sys.path.insert(0, sys.argv[1])
 from gradexp.liveness import mark_dead_in_experiment
-from gradexp.tracking import open_client
+from gradexp.mlflow_store import open_client
 started = time.perf_counter()
 open_client(sys.argv[2]).search_experiments(max_results=1)
 opened = time.perf_counter()

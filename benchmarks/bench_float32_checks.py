@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO / "examples"))
 from hydra import compose, initialize_config_dir  # noqa: E402
 
 from gradexp.app import register_experiments, resource_dir  # noqa: E402
-from gradexp.experiment import run_experiment  # noqa: E402
+from gradexp.loop import run_experiment  # noqa: E402
 from gradexp.schema import register_schemas  # noqa: E402
 
 OUTLIERS = "data.outliers=0.1"  # a tenth of the rows far off: the robust losses' large branch

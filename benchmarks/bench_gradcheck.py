@@ -64,7 +64,7 @@ def functions(n: int) -> dict:
 
     # The same function as a tf.function, as training code passes it, and checked eagerly
     # (compile=False): plain functions are probed as tf.functions by default
-    # (gradcheck/compiling.py), whose evaluations and VJPs run as one compiled call each.
+    # (gradcheck/plain_functions.py), whose evaluations and VJPs run as one compiled call each.
     return {"tanh -> dense": tanh_dense, "tanh -> dense (tf.function)": tf.function(tanh_dense),
             "tanh -> dense (compile=False)": tanh_dense, "elementwise": f, "linear": linear}
 
@@ -293,7 +293,7 @@ def fused_floor(run) -> None:
     import tensorflow as tf
 
     from gradexp.losses import build_loss
-    from gradexp.verification import _without_graph_optimizer, checked_rows
+    from gradexp.run_checks import _without_graph_optimizer, checked_rows
 
     cfg, model, data = run.cfg, run.model, run.data
     rows = checked_rows(len(data.x), cfg.gradcheck.max_rows)

@@ -29,8 +29,8 @@ def main(repeats: int = 5) -> None:
 
     from gradexp.data import Dataset, Split, Standardization
     from gradexp.export import export
+    from gradexp.mlflow_store import MlflowTracker
     from gradexp.models import linear, mlp
-    from gradexp.tracking import MlflowTracker
 
     rng = np.random.default_rng(0)
     line = Dataset("linear", "regression", rng.random((100, 1), "float32"),

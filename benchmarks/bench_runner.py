@@ -24,7 +24,7 @@ The loops, in one process (TensorFlow and MLflow warm, so their imports are char
   (the epochs after the first, until the run has ended and its queued metrics are written);
   and, on seed's workload, seed 004's own eager loop (its code verbatim, via exec).
 - gradexp with default settings, tracking ON into a real sqlite store in a temp folder:
-  `gradexp.experiment.run_experiment` on configs composed like the command line (Hydra's compose
+  `gradexp.loop.run_experiment` on configs composed like the command line (Hydra's compose
   API). `gradexp.trainer.Trainer.train` is wrapped (from outside; the package is not changed) to
   time the training: from the call to the end of its last stretch, callbacks included. Its
   steady cost per epoch is the difference between runs of two lengths (N1 = the workload's, and
@@ -345,7 +345,7 @@ class Gradexp:
         from gradexp.schema import register_schemas
 
         with contextlib.suppress(ImportError):  # older checkouts have no resolver to register
-            from gradexp.objective import register_resolver
+            from gradexp.metrics import register_resolver
 
             register_resolver()
         with contextlib.suppress(ImportError):  # MLflow's INFO lines, as `python -m gradexp`
@@ -369,7 +369,7 @@ class Gradexp:
                 workload.data = load_data(workload.cfg.data, folder)
 
     def run(self, workload: Workload, epochs: int, log_model: bool = True) -> GradexpRun:
-        from gradexp.experiment import run_experiment
+        from gradexp.loop import run_experiment
 
         cfg = self.configs[workload.name, epochs, log_model]
         record = GradexpRun(epochs, log_model)
@@ -387,7 +387,7 @@ class Gradexp:
 def clocks(record: GradexpRun) -> Iterator[None]:
     """Time Trainer.train (a generator of EpochMetrics stretches, or, should it become one, a
     plain call) and MlflowTracker.end, from outside, for one run; unwrap afterwards."""
-    import gradexp.tracking
+    import gradexp.mlflow_store
     import gradexp.trainer
 
     trainer_class = gradexp.trainer.Trainer
@@ -411,7 +411,7 @@ def clocks(record: GradexpRun) -> Iterator[None]:
         record.trained = getattr(trainer, "epoch", record.trained)
         return result
 
-    tracker_class = getattr(gradexp.tracking, "MlflowTracker", None)
+    tracker_class = getattr(gradexp.mlflow_store, "MlflowTracker", None)
     end = getattr(tracker_class, "end", None)
 
     @functools.wraps(end or timed_train)

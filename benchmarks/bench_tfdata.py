@@ -4,7 +4,7 @@ streamed tf.data.Dataset (data.materialize_mb below its size), trained alike.
     python benchmarks/bench_tfdata.py                 # 20,000 rows x 8 features, about a minute
     python benchmarks/bench_tfdata.py --rows 100000 --epochs 3
 
-Each way runs `gradexp.experiment.run_experiment` in this process (tracking=none, gradcheck=off,
+Each way runs `gradexp.loop.run_experiment` in this process (tracking=none, gradcheck=off,
 a linear model, SGD, MSE, trainer.batch_size=256) for --epochs epochs; the table gives the time
 from the first to the last stretch of training (`Trainer.train`, wrapped from outside), per
 epoch, and the whole run's wall time (loading and, when streamed, the statistics pass included).
@@ -44,7 +44,7 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from conftest import compose_config
-    from gradexp.experiment import run_experiment
+    from gradexp.loop import run_experiment
     from gradexp.trainer import Trainer
 
     seconds: list[float] = []

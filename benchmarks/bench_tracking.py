@@ -32,7 +32,7 @@ import json, sys, tempfile, time
 from pathlib import Path
 sys.path.insert(0, sys.argv[1] + "/../tests")
 from conftest import compose_config
-from gradexp.experiment import run_experiment
+from gradexp.loop import run_experiment
 import gradexp.loop as loop
 from mlflow import MlflowClient
 

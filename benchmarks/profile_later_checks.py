@@ -46,34 +46,34 @@ def main() -> None:
     parser.add_argument("--epoch", type=int, default=30, help="the check repeated")
     args = parser.parse_args()
 
-    import gradexp.verification as verification
-    from gradexp.gradcheck import api, joint, probe, targets
+    import gradexp.run_checks as verification
+    from gradexp.gradcheck import checked_function, checker, joint, probe
 
     parts = [(verification, "_check_in", "verification._check_in"),
              (verification, "check_jointly", "joint.check_jointly"),
              (verification, "_without_graph_optimizer", "_without_graph_optimizer (enter)"),
              (probe, "_crosses_kink", "probe._crosses_kink"),
              (probe, "_measure", "probe._measure"),
-             (targets._Target, "directional", "target.directional"),
-             (targets._Target, "vjp_at", "target.vjp_at"),
-             (targets._Target, "evaluate", "target.evaluate"),
+             (checked_function._Target, "directional", "target.directional"),
+             (checked_function._Target, "vjp_at", "target.vjp_at"),
+             (checked_function._Target, "evaluate", "target.evaluate"),
              (joint.JointFunction, "__call__", "JointFunction call (y)"),
-             (joint, "check_gradients", "api.check_gradients (in joint)"),
-             (api, "_run", "api._run"),
-             (api, "_try_dtype", "api._try_dtype"),
-             (targets._Target, "start", "target.start"),
+             (joint, "check_gradients", "checker.check_gradients (in joint)"),
+             (checker, "_run", "checker._run"),
+             (checker, "_try_dtype", "checker._try_dtype"),
+             (checked_function._Target, "start", "target.start"),
              (probe, "_probe_entries", "probe._probe_entries"),
-             (targets._Target, "vjps", "target.vjps (probe VJPs)"),
+             (checked_function._Target, "vjps", "target.vjps (probe VJPs)"),
              (probe, "_probe_one", "probe._probe_one"),
-             (targets._FunctionTarget, "first_directionals", "first_directionals"),
-             (targets, "_direction", "targets._direction"),
+             (checked_function._FunctionTarget, "first_directionals", "first_directionals"),
+             (checked_function, "_direction", "checked_function._direction"),
              (probe, "_judge", "probe._judge"),
              (joint, "_split", "joint._split")]
     for owner, name, label in parts:
         timed(owner, name, label)
     # compiled calls: wrap the tf.functions' __call__ via the factories
     for factory in ("compiled_vjp", "compiled_directionals"):
-        original = getattr(targets, factory)
+        original = getattr(checked_function, factory)
 
         def make(original=original, factory=factory):
             def patched(*a, **k):
@@ -89,8 +89,8 @@ def main() -> None:
                     return out
                 return call
             return patched
-        setattr(targets, factory, make())
-    joint.compiled_vjp = targets.compiled_vjp
+        setattr(checked_function, factory, make())
+    joint.compiled_vjp = checked_function.compiled_vjp
 
     check = verification.check_training_gradients
     results = []

@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 
 import gradexp
 from gradexp.app import register_experiments, resource_dir
-from gradexp.objective import register_resolver
+from gradexp.metrics import register_resolver
 from gradexp.schema import register_schemas
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -52,7 +52,7 @@ def run(store: str, *overrides: str, launch_dir: Path | None = None, quiet: bool
         **kwargs):
     """One run as `python -m gradexp tracking.uri=STORE OVERRIDES` does it, in-process: its
     RunResult. The suite's one way to run an experiment (each file adds its own defaults)."""
-    from gradexp.experiment import run_experiment
+    from gradexp.loop import run_experiment
 
     cfg = compose_config(f"tracking.uri={store}", *overrides)
     return run_experiment(cfg, quiet=quiet, launch_dir=launch_dir, **kwargs)
@@ -149,7 +149,7 @@ def run_cli(*args: str, cwd: Path, timeout: float = 300, env: dict | None = None
 # an audit hook fails any process start, so an unmarked spawning test cannot hide. Let through:
 # two tiny commands that the code under test runs itself, not a test.
 _ALLOWED = {
-    ("git", "rev-parse", "HEAD"),  # each run's source commit (gradexp.tracking.git_commit)
+    ("git", "rev-parse", "HEAD"),  # each run's source commit (gradexp.mlflow_store.git_commit)
     ("uname", "-p"),  # platform.processor(): `import mlflow` asks it once a process
 }
 _PROCESS_EVENTS = {"subprocess.Popen", "os.posix_spawn", "os.fork", "os.forkpty", "os.exec",

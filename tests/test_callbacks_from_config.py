@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from conftest import compose_config, run_cli
-from gradexp.experiment import run_experiment
+from gradexp.loop import run_experiment
 from gradexp.schema import ConfigError
 
 USER_CALLBACK = '''

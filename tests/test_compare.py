@@ -35,7 +35,7 @@ EPOCHS = "10"
 
 
 def run_in_process(uri: str, folder: Path, *overrides: str, run_name: str):
-    from gradexp.experiment import RunFailed
+    from gradexp.loop import RunFailed
 
     try:
         return conftest.run(uri, f"trainer.epochs={EPOCHS}", *overrides, run_name=run_name,
@@ -239,7 +239,7 @@ def test_plot_draws_every_epoch_from_the_history_artifact_and_mlflow_without_it(
     from mlflow import MlflowClient
 
     import gradexp.plots
-    from gradexp.experiment import run_experiment
+    from gradexp.loop import run_experiment
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cfg = compose_config(f"tracking.uri={uri}", "trainer.epochs=30", "tracking.max_points=5",

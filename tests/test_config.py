@@ -8,8 +8,8 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from conftest import CONF, compose_config
+from gradexp.config_checks import check_ranges
 from gradexp.schema import ConfigError
-from gradexp.validation import check_ranges
 
 GROUPS = ["data", "model", "loss", "optimizer", "device", "trainer", "gradcheck", "tracking"]
 OPTIONS = [(group, path.stem) for group in GROUPS for path in sorted((CONF / group).glob("*.yaml"))]

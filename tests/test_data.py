@@ -14,7 +14,7 @@ import pytest
 
 from conftest import compose_config
 from gradexp.data import load_data, read_csv
-from gradexp.experiment import run_experiment
+from gradexp.loop import run_experiment
 from gradexp.schema import ConfigError
 
 LOADERS = '''

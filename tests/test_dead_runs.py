@@ -130,7 +130,7 @@ def test_gradexp_compare_marks_dead_runs_too(store, client, tmp_path, capsys):
 
 
 def test_the_heartbeat_is_refreshed_at_most_every_30_seconds(store, client):
-    from gradexp.tracking import MlflowTracker
+    from gradexp.mlflow_store import MlflowTracker
 
     tracker = MlflowTracker(store, "gradexp", "beating")
     old = "2020-01-01T00:00:00+00:00"

@@ -41,8 +41,8 @@ def test_mirrored_on_two_cpu_replicas_equals_one_device(tmp_path):
 
 def test_cpu_replicas_out_of_range_is_one_line():
     from conftest import compose_config
+    from gradexp.config_checks import check_ranges
     from gradexp.schema import ConfigError
-    from gradexp.validation import check_ranges
 
     with pytest.raises(ConfigError, match="device.cpu_replicas=-1: must be an integer >= 0"):
         check_ranges(compose_config("device=mirrored", "device.cpu_replicas=-1"))

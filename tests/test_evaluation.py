@@ -14,7 +14,7 @@ import conftest
 from conftest import compose_config, run_cli
 from gradexp.compare import main as compare
 from gradexp.data import load_data
-from gradexp.objective import objective
+from gradexp.metrics import objective
 from gradexp.schema import ConfigError
 
 
@@ -408,7 +408,7 @@ def test_the_built_in_metrics_give_the_values_gradexp_computed_itself(outputs, n
 def test_the_built_in_metrics_directions_are_the_ones_keras_declares():
     import keras
 
-    from gradexp.objective import BUILTIN_METRICS, direction_of
+    from gradexp.metrics import BUILTIN_METRICS, direction_of
 
     for name, (classes, direction) in BUILTIN_METRICS.items():
         for path in classes:

@@ -19,8 +19,8 @@ from omegaconf import OmegaConf
 
 from conftest import CONF, compose_config
 from gradexp.app import error_message
-from gradexp.errors import USER_ERRORS
-from gradexp.experiment import RunFailed, run_experiment
+from gradexp.config_errors import USER_ERRORS
+from gradexp.loop import RunFailed, run_experiment
 from gradexp.schema import ConfigError
 
 GROUPS = ["data", "model", "loss", "optimizer", "device", "trainer", "gradcheck", "tracking"]

@@ -16,8 +16,8 @@ import pytest
 import tensorflow as tf
 
 from conftest import compose_config
-from gradexp.experiment import run_experiment
 from gradexp.gradcheck import check_gradients
+from gradexp.loop import run_experiment
 
 FAST = [
     # wrong before: jacobian false alarms (mixed scale; softsign's second derivative at 0)

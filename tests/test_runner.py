@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import compose_config, run
-from gradexp.experiment import Diverged, run_experiment
+from gradexp.loop import Diverged, run_experiment
 
 
 def test_default_run_learns_seed_004s_line(store, client):

@@ -215,7 +215,7 @@ def test_checking_a_model_leaves_keras_layer_names_as_they_were(launch):
 
     from gradexp.data import load_data
     from gradexp.setup_checks import check_model_fits_data
-    from gradexp.targets import importable
+    from gradexp.user_code import importable
 
     importable(launch)
     cfg = compose_config("model=custom", "model._target_=wrong_models.build")

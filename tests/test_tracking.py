@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from conftest import compose_config, run_cli
-from gradexp.experiment import run_experiment
+from gradexp.loop import run_experiment
+from gradexp.mlflow_store import MlflowTracker, mask_secrets, open_client, redact_uri, resolve_uri
 from gradexp.schema import ConfigError
-from gradexp.tracking import MlflowTracker, mask_secrets, open_client, redact_uri, resolve_uri
 
 
 def test_secret_looking_keys_and_uri_credentials_are_masked():
@@ -206,7 +206,7 @@ def test_a_resumed_run_keeps_every_epoch_in_its_artifact(store, client, tmp_path
 
 def test_an_interrupted_run_keeps_its_history_and_last_epoch(store, client, tmp_path,
                                                              monkeypatch):
-    from gradexp.callbacks.evaluation import HeldOutEvaluation
+    from gradexp.callbacks.held_out import HeldOutEvaluation
 
     def interrupt(self, run, stretch, logs):  # Ctrl-C after epoch 35, between two kept epochs
         if run.trainer.epoch >= 35:

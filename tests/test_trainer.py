@@ -11,8 +11,8 @@ from conftest import compose_config
 from gradexp.data import load_data
 from gradexp.evaluation import Evaluator
 from gradexp.losses import build_loss
+from gradexp.metrics import metric_specs
 from gradexp.models import build_model
-from gradexp.objective import metric_specs
 from gradexp.schedules import build_optimizer
 from gradexp.trainer import FIRST_STRETCH, Trainer
 

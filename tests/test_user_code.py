@@ -14,11 +14,11 @@ import pytest
 
 import conftest
 from conftest import REPO, compose_config, read_report, run_cli
-from gradexp.errors import USER_ERRORS
-from gradexp.experiment import GradientCheckFailed
+from gradexp.config_checks import check_ranges
+from gradexp.config_errors import USER_ERRORS
+from gradexp.loop import GradientCheckFailed
 from gradexp.schema import ConfigError
-from gradexp.targets import label_by_target
-from gradexp.validation import check_ranges
+from gradexp.user_code import label_by_target
 
 FAST = ("trainer.epochs=5", "data.n_samples=32", "data.outliers=0.1", "gradcheck.plots=false")
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from conftest import run
-from gradexp.experiment import GradientCheckFailed
+from gradexp.loop import GradientCheckFailed
 
 
 def read_json(client, run_id: str, path: str) -> dict:
@@ -94,7 +94,7 @@ def test_heat_maps_keep_the_variables_shape_and_mark_the_worst_element():
     from gradexp.gradcheck import check_gradients
     from gradexp.heatmaps import heatmaps
     from gradexp.plots import jacobian_heatmaps
-    from gradexp.verification import CheckResult
+    from gradexp.run_checks import CheckResult
 
     x = tf.constant(np.random.default_rng(0).normal(size=(5, 3)))
     mask = np.ones((3, 2))
@@ -135,7 +135,7 @@ def test_heat_maps_keep_the_variables_shape_and_mark_the_worst_element():
 
 
 def test_max_rows_checks_a_fixed_subset_and_says_how_many(store, client):
-    from gradexp.verification import checked_rows
+    from gradexp.run_checks import checked_rows
 
     rows = checked_rows(1000, 100)
     assert len(set(rows)) == 100 and list(rows) == sorted(rows)
@@ -155,7 +155,7 @@ def test_max_rows_checks_a_fixed_subset_and_says_how_many(store, client):
 def test_a_large_model_is_checked_on_fewer_rows_and_says_how_many(store, client):
     # 2 x 1024 + 1024 x 512 + 512 x 3 weights (~530k): 2^26 / that = 126 rows of the 300, not
     # max_rows' 512 (a 1.1M-parameter model's float64 check on 512 rows cost ~1.3 s)
-    from gradexp.verification import MIN_ROWS, ROW_WORK
+    from gradexp.run_checks import MIN_ROWS, ROW_WORK
 
     result = run(store, "model=mlp", "model.hidden=[1024,512]", "data=blobs",
                  "loss=categorical_crossentropy", "trainer.epochs=1", "gradcheck=probe",
@@ -240,7 +240,7 @@ def test_a_runs_later_checks_report_what_a_fresh_eager_check_reports(store, monk
                                                                      overrides):
     """Every check of a run that checks every epoch (compiled, traced once, its VJPs, directions
     and shapes kept from check to check) against a fresh eager check of the same parameters."""
-    import gradexp.verification as verification
+    import gradexp.run_checks as verification
 
     check = verification.check_training_gradients
     pairs = []

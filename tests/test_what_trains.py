@@ -189,8 +189,8 @@ def model_and_data(user_models, builder, seed):
 @pytest.mark.parametrize("builder", ["dropout_mlp", "batch_norm_mlp"])
 def test_dropout_and_batch_norm_pass_in_train_mode_and_keep_their_state(tmp_path, user_models,
                                                                         builder):
-    from gradexp.experiment import check_user_code
-    from gradexp.verification import check_training_gradients
+    from gradexp.loop import check_user_code
+    from gradexp.run_checks import check_training_gradients
 
     check_user_code(compose_config(), tmp_path)  # the launch folder importable
     for seed in range(3):
@@ -210,9 +210,9 @@ def test_the_checked_training_loss_is_not_the_inference_loss(tmp_path, user_mode
     same at every evaluation of one check."""
     import tensorflow as tf
 
-    from gradexp.experiment import check_user_code
+    from gradexp.loop import check_user_code
     from gradexp.losses import build_loss
-    from gradexp.verification import training_loss
+    from gradexp.run_checks import training_loss
 
     check_user_code(compose_config(), tmp_path)
     cfg, model, data = model_and_data(user_models, "dropout_mlp", 0)

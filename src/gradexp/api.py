@@ -40,7 +40,7 @@ from gradexp.resources import resource_dir
 from gradexp.schema import ConfigError
 
 if TYPE_CHECKING:
-    from gradexp.experiment import RunResult
+    from gradexp.loop import RunResult
 
 __all__ = ["GradexpError", "run", "sweep"]
 

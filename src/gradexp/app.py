@@ -24,10 +24,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from gradexp.config_errors import USER_ERRORS, one_line, target_error
 from gradexp.console import error_line, note_line, quiet_libraries
 from gradexp.endings import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED
-from gradexp.errors import USER_ERRORS, one_line, target_error
-from gradexp.objective import register_resolver
+from gradexp.metrics import register_resolver
 from gradexp.resources import resource_dir
 from gradexp.schema import ConfigError, register_schemas
 
@@ -114,7 +114,7 @@ def run_job(cfg: DictConfig, stop: Callable[[Failure], NoReturn]):
 
     A failure a person can act on goes to `stop`, which does not return: the command line says
     the line and exits, gradexp.run raises it."""
-    from gradexp.experiment import run_experiment
+    from gradexp.loop import run_experiment
     from gradexp.sweeps import parent_run_file, resume_killed_run, reuse_finished_run
 
     # Again in the job: Hydra has set up its logging by now, and some launchers (Ray) run jobs

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gradexp.objective import direction_of
+from gradexp.metrics import direction_of
 
 DEFAULT_EXPERIMENT = "gradexp"
 DEFAULT_SORT = "final_loss"
@@ -128,8 +128,8 @@ def check_args(args: argparse.Namespace) -> None:
 def open_store(uri_arg: str | None):
     """(client, uri) for --tracking-uri / MLFLOW_TRACKING_URI / ./mlflow.db, without creating
     an empty store where none is (a sqlite URI to a missing file would make one)."""
+    from gradexp.mlflow_store import open_client, redact_uri, resolve_uri
     from gradexp.schema import ConfigError
-    from gradexp.tracking import open_client, redact_uri, resolve_uri
 
     uri = resolve_uri(uri_arg, Path.cwd())
     local = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else (
@@ -396,7 +396,7 @@ def build_table(title: str, cols: dict[str, list], params: list[str], width: int
 def print_table(selection: Selection, sort: str, desc: bool, uri: str) -> None:
     """The table, what it leaves out, and where the same runs are in the MLflow UI."""
     from gradexp.console import console
-    from gradexp.tracking import redact_uri, runs_view_link
+    from gradexp.mlflow_store import redact_uri, runs_view_link
 
     out = console()
     if not out.is_terminal and "COLUMNS" not in os.environ:

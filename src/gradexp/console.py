@@ -1,4 +1,4 @@
-"""What a person sees in the terminal: the config tree, a progress bar, the summary table."""
+"""What a person sees in the terminal: the config line, a progress bar, the summary table."""
 
 from __future__ import annotations
 

@@ -92,7 +92,7 @@ def load_data(cfg: DictConfig, base_dir: Path | None = None) -> Dataset:
     Relative paths (`data.path`, a user loader's own files) start at `base_dir`, the launch
     folder: a sweep job may run in another working folder (Ray, SLURM).
     """
-    from gradexp.targets import importable, locate
+    from gradexp.user_code import importable, locate
 
     kwargs = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     importable(base_dir or Path.cwd())  # data._target_=my_data.load names my_data.py there

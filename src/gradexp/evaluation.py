@@ -5,7 +5,7 @@ metric on whole splits. During training the trainer calls `tensors` inside its o
 (gradexp.trainer), so an evaluation never ends a call; after training (the test split, restored
 weights) the Evaluator is called itself: eagerly for its first EAGER_CALLS calls, which cost less
 than a trace, compiled after. The built-in names are Keras' metric functions
-(gradexp.objective.BUILTIN_METRICS; r2 alone is ours, see _r2), a `_target_` any Keras metric or
+(gradexp.metrics.BUILTIN_METRICS; r2 alone is ours, see _r2), a `_target_` any Keras metric or
 function. The models output logits for a classification, so accuracy is Keras' categorical one
 (or the binary one at threshold 0, for one output) and crossentropy is told from_logits.
 """
@@ -19,8 +19,8 @@ import numpy as np
 import tensorflow as tf
 
 from gradexp.data import Split
-from gradexp.objective import metric_name
-from gradexp.targets import instantiate, with_autograph
+from gradexp.metrics import metric_name
+from gradexp.user_code import instantiate, with_autograph
 
 MetricFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 EAGER_CALLS = 30  # evaluations run eagerly before the compiled function takes over
@@ -37,7 +37,7 @@ def _r2(y: tf.Tensor, p: tf.Tensor) -> tf.Tensor:
 
 
 def _keras_builtin(name: str, n_outputs: int) -> MetricFn:
-    """A built-in name (gradexp.objective.BUILTIN_METRICS) as Keras computes it, on logits:
+    """A built-in name (gradexp.metrics.BUILTIN_METRICS) as Keras computes it, on logits:
     Keras' per-row metric functions averaged over the split (what its stateful classes
     accumulate, without their variables: cheaper to trace, and the same numbers)."""
     import keras

@@ -7,9 +7,9 @@
 The trained network is not copied or changed: the served model calls it as a layer, so it holds
 the network's current weights (after early stopping's restore_best, the restored ones: the run
 logs its model after restoring). `export` also finds the classes of yours the network's config
-names (your layers, by module) and the files of their modules, which the tracker bundles with the
-model (gradexp.tracking, gradexp.serving loads them), so the model loads where your module is not
-importable. Plain values out; MLflow is the tracker's (gradexp.tracking).
+names (your layers, by module) and the files of their modules, which the tracker bundles with
+the model (gradexp.mlflow_store, gradexp.serving loads them), so the model loads where your
+module is not importable. Plain values out; MLflow is the tracker's (gradexp.mlflow_store).
 """
 
 from __future__ import annotations

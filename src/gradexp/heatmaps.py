@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gradexp.verification import CheckResult
+from gradexp.run_checks import CheckResult
 
 HEATMAP_SIZES = range(2, 401)  # a 1-element map says nothing; beyond ~400 cells it is a blur
 

@@ -110,7 +110,7 @@ def run_curves(client, run_id: str, keys: Sequence[str]) -> dict[str, Curve]:
     """The run's series `keys` at full resolution from its history.parquet artifact; from
     MLflow's metric history (perhaps thinned) for a run without it or a key not in it. Keys the
     run has nowhere are left out."""
-    from gradexp.tracking import retry_locked
+    from gradexp.mlflow_store import retry_locked
 
     found: dict[str, Curve] = {}
     with tempfile.TemporaryDirectory() as folder:

@@ -108,7 +108,7 @@ def find_dead_runs(client, experiment_ids: Sequence[str],
                    stale_after_minutes: float) -> list[DeadRun]:
     """The RUNNING runs of these experiments that are dead: one search, and one more per dead
     candidate that might be a parent (rare)."""
-    from gradexp.tracking import retry_locked
+    from gradexp.mlflow_store import retry_locked
 
     if not experiment_ids:
         return []
@@ -140,7 +140,7 @@ def mark_dead_runs(client, experiment_ids: Sequence[str], stale_after_minutes: f
                    say: Callable[[str], None] | None = None) -> list[str]:
     """Mark the dead RUNNING runs KILLED (tag gradexp.status_reason, end time = when last heard
     of), each said in one line; returns their ids."""
-    from gradexp.tracking import mark_killed, retry_locked
+    from gradexp.mlflow_store import mark_killed, retry_locked
 
     marked = []
     for found in find_dead_runs(client, experiment_ids, stale_after_minutes):
@@ -159,7 +159,7 @@ def mark_dead_runs(client, experiment_ids: Sequence[str], stale_after_minutes: f
 def mark_dead_in_experiment(uri: str, experiment: str, stale_after_minutes: float,
                             say: Callable[[str], None] | None = None) -> list[str]:
     """`mark_dead_runs` in one experiment, by name, of the store at `uri` (a run's start)."""
-    from gradexp.tracking import open_client, retry_locked
+    from gradexp.mlflow_store import open_client, retry_locked
 
     client = open_client(uri)
     found = retry_locked(lambda: client.get_experiment_by_name(experiment))

@@ -25,16 +25,16 @@ from omegaconf import DictConfig
 
 from gradexp import console
 from gradexp.callbacks import build_callbacks, check_callbacks
+from gradexp.config_checks import check_ranges
 from gradexp.data import data_record, load_data
 from gradexp.devices import check_device
 from gradexp.endings import Diverged, GradientCheckFailed, RunFailed, Terminated, status_of
-from gradexp.objective import check_objective, metric_specs, objective
+from gradexp.metrics import check_objective, metric_specs, objective
+from gradexp.mlflow_store import check_server, check_store_folder, config_params, resolve_uri
 from gradexp.resume import prepare_resume
 from gradexp.run_view import RunResult, RunView
 from gradexp.setup_checks import check_against_data, check_config
-from gradexp.targets import check_modules_exist, importable, label_by_target, locate
-from gradexp.tracking import check_server, check_store_folder, config_params, resolve_uri
-from gradexp.validation import check_ranges
+from gradexp.user_code import check_modules_exist, importable, label_by_target, locate
 
 __all__ = ["Diverged", "GradientCheckFailed", "RunFailed", "RunResult", "Terminated",
            "run_experiment"]
@@ -201,7 +201,7 @@ class Loop:
         from gradexp.tensorflow_import import import_tensorflow
 
         tf = import_tensorflow()
-        from gradexp.callbacks.evaluation import eval_epochs
+        from gradexp.callbacks.held_out import eval_epochs
         from gradexp.devices import select_device
         from gradexp.evaluation import Evaluator
         from gradexp.losses import build_loss

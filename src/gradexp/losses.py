@@ -4,7 +4,7 @@
     loss._target_=mylosses.PseudoHuber              a class: the other keys go to its constructor
     loss._target_=mylosses.pseudo_huber             a function: the other keys are bound to it
 
-`name` is gradexp's label for the run (see gradexp.targets.label_by_target), never an argument:
+`name` is gradexp's label for the run (see gradexp.user_code.label_by_target), never an argument:
 passing it is what made `loss._target_=mylosses.pseudo_huber` fail with "unexpected keyword
 argument 'name'". A function's result is averaged, as Keras does for `compile(loss=fn)`, so a
 function returning one loss per sample trains like one returning their mean.
@@ -19,7 +19,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from gradexp.schema import ConfigError
-from gradexp.targets import locate
+from gradexp.user_code import locate
 
 KEY = "loss._target_"
 LABELS = ("_target_", "name")  # what the config says about the loss, not arguments to it

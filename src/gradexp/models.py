@@ -256,7 +256,7 @@ def check_builder(cfg: DictConfig, n_features: int, n_outputs: int) -> None:
     run opens, and without building anything."""
     import inspect
 
-    from gradexp.targets import locate
+    from gradexp.user_code import locate
 
     target = str(cfg["_target_"])
     build = locate("model._target_", target)
@@ -284,7 +284,7 @@ def build_model(cfg: DictConfig, n_features: int, n_outputs: int) -> Model:
     """The model `model._target_` names, sized for the data (hydra.utils.instantiate)."""
     from hydra.errors import InstantiationException
 
-    from gradexp.targets import instantiate, locate
+    from gradexp.user_code import instantiate, locate
 
     options = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     target = options["_target_"]

@@ -3,7 +3,7 @@
 The run's recorded config (its config.yaml artifact, written when the run started) is what runs
 again; from the command line only a larger `trainer.epochs` is taken, to train on. The
 checkpoint (model, optimizer state, epoch, shuffling generator) is in checkpoints/RUN_ID/ in the
-launch folder; metrics already recorded are not written twice (gradexp.tracking). A run KILLED
+launch folder; metrics already recorded are not written twice (gradexp.mlflow_store). A run KILLED
 before its first checkpoint (kill -9: gradexp.liveness marks it) starts again from epoch 0 as a
 new run, tagged gradexp.restart_of=RUN_ID.
 """
@@ -48,7 +48,7 @@ def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
     run, no checkpoint of a run that was not killed, nothing left to train."""
     import tensorflow as tf
 
-    from gradexp.tracking import open_client, resolve_uri, retry_locked
+    from gradexp.mlflow_store import open_client, resolve_uri, retry_locked
 
     run_id = str(cfg.trainer.resume)
     key = f"trainer.resume={run_id}"

@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 # on_train_begin(run)                  the parts are built; before the first epoch still to run
 # on_stretch_end(run, stretch, logs)   a compiled stretch of epochs ended (gradexp.trainer's
 #                                      EpochMetrics); `logs` (a dict) is recorded at run.epoch
-# on_check(run, check)                 a gradient check ran (gradexp.verification's result)
+# on_check(run, check)                 a gradient check ran (gradexp.run_checks's result)
 # on_train_end(run, status)            once, however the run ended: FINISHED, FAILED, KILLED
 EVENTS = ("on_run_begin", "on_train_begin", "on_stretch_end", "on_check", "on_train_end")
 
@@ -95,7 +95,7 @@ class RunView:
     history: dict[str, list[np.ndarray]] = field(default_factory=dict)  # per-epoch, by stretch
     first_epochs: list[int] = field(default_factory=list)  # each kept stretch's first epoch
     evaluations: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # (step, value)
-    checks: list = field(default_factory=list)  # gradient checks (gradexp.verification)
+    checks: list = field(default_factory=list)  # gradient checks (gradexp.run_checks)
     earlier_checks: int = 0  # a resumed run's checks before its checkpoint
     stop_training: bool = False  # set by a callback (early stopping): training ends cleanly
     restored_epoch: int | None = None  # early stopping put back this epoch's weights

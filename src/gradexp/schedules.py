@@ -40,7 +40,7 @@ def learning_rate(cfg: DictConfig, steps_per_epoch: int, epochs: int) -> Any:
 
 def build_optimizer(cfg: DictConfig, steps_per_epoch: int, epochs: int) -> Any:
     """The Keras optimizer `optimizer._target_` names, its learning rate a schedule if asked."""
-    from gradexp.targets import instantiate
+    from gradexp.user_code import instantiate
 
     options = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     options.pop("schedule", None)

@@ -4,7 +4,7 @@ Each group option in conf/ starts its defaults list with its schema from here (f
 `/schema/optimizer/adam@_here_`), so Hydra rejects a wrong type or an unknown key at composition
 and names the full key. Every field is declared with `setting(default, doc, rule)`: the default
 is written here once (an option file sets only `name`, `_target_` and what differs), the one-line
-doc and the range rule sit on the field, and `gradexp.validation.check_ranges` applies the rules
+doc and the range rule sit on the field, and `gradexp.config_checks.check_ranges` applies the rules
 before TensorFlow loads. Read them programmatically with `describe(SchemaClass)` (a docs page can
 be generated from it). Enums stand for closed choices (hydra-core 1.3 has no Literal); they are
 StrEnums, so a value read from the config is already its text (`cfg.device.name == "cpu"`,

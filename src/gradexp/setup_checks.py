@@ -22,8 +22,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from gradexp.config_checks import NO_OPTION, shipped_target
 from gradexp.schema import ConfigError
-from gradexp.validation import NO_OPTION, shipped_target
 
 # Groups whose option's keys go to the option's own code only: a person's `_target_` in their
 # place is called with `kwargs` (model=custom, data=custom), never with the option's keys.

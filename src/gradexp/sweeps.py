@@ -32,7 +32,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from gradexp.objective import FALLBACK, objective
+from gradexp.metrics import FALLBACK, objective
 
 SUMMARY_FILE = "sweep_summary.json"
 OPTUNA_RESULTS_FILE = "optimization_results.yaml"  # what hydra/sweeper=optuna writes at the end
@@ -59,7 +59,7 @@ class MlflowSweepCallback(Callback):
     # sweep themselves (SystemExit passes Hydra's guard): one line for what a person can fix,
     # a traceback for a bug.
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from gradexp.validation import check_ranges
+        from gradexp.config_checks import check_ranges
 
         with _stop_the_sweep_on_error():
             # What every job shares (the overrides that are not swept) is checked once, before
@@ -78,7 +78,7 @@ class MlflowSweepCallback(Callback):
             self._close_parent(config)
 
     def _open_parent(self, config: DictConfig) -> None:
-        from gradexp.tracking import MlflowTracker, git_commit, resolve_uri
+        from gradexp.mlflow_store import MlflowTracker, git_commit, resolve_uri
 
         launch_dir = Path.cwd()
         overrides = " ".join(config.hydra.overrides.task) or "defaults"
@@ -164,11 +164,11 @@ def check_every_job(config: DictConfig) -> None:
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from gradexp.errors import USER_ERRORS, one_line
+    from gradexp.config_checks import check_ranges
+    from gradexp.config_errors import USER_ERRORS, one_line
     from gradexp.schema import ConfigError
     from gradexp.setup_checks import check_config
-    from gradexp.targets import check_modules_exist
-    from gradexp.validation import check_ranges
+    from gradexp.user_code import check_modules_exist
 
     if _plugin_name(config.hydra.sweeper) != "BasicSweeper" \
             or not GlobalHydra.instance().is_initialized():
@@ -229,7 +229,7 @@ def summarize_sweep(tracker, best_per: list[str] | None = None) -> SweepSummary:
     (sweep.skip_finished), those marked `reused`.
     """
     from gradexp.compare import differing_params, is_swept
-    from gradexp.tracking import retry_locked, tag_run
+    from gradexp.mlflow_store import retry_locked, tag_run
 
     client, parent_id = tracker.client, tracker.run_id
     children = retry_locked(lambda: client.search_runs(
@@ -337,14 +337,15 @@ def print_sweep(summary: SweepSummary, tracker) -> None:
     from rich.table import Table
 
     from gradexp.console import console, print_table
-    from gradexp.tracking import redact_uri, runs_view_link
+    from gradexp.mlflow_store import redact_uri, runs_view_link
 
     out = console()
     if summary.fell_back:
         out.print("note: no run has the sweep objective "
                   f"({tracker_objective(tracker)}; held-out data off?): ranked by final_loss, "
                   "the training loss, which differs in meaning between losses", highlight=False)
-    arrow = "↓" if summary.direction == "minimize" else "↑"
+    # As gradexp compare: ↑ smallest first (values grow down the table), ↓ largest first.
+    arrow = "↑" if summary.direction == "minimize" else "↓"
     table = Table(title=f"sweep {tracker.run_id} · best first by {summary.metric} {arrow}",
                   title_justify="left")
     for column in ("run", "status", f"{summary.metric} {arrow}", "final loss", "gradient check"):
@@ -372,7 +373,7 @@ def print_sweep(summary: SweepSummary, tracker) -> None:
 
 
 def tracker_objective(tracker) -> str:
-    from gradexp.tracking import retry_locked
+    from gradexp.mlflow_store import retry_locked
 
     tags = retry_locked(lambda: tracker.client.get_run(tracker.run_id)).data.tags
     return tags.get("gradexp.objective", FALLBACK)
@@ -392,8 +393,8 @@ def reuse_finished_run(cfg: DictConfig, hydra_cfg: DictConfig) -> float | None:
     if not cfg.sweep.skip_finished or _tracking_off(cfg):
         return None
     from gradexp.console import console
-    from gradexp.targets import label_by_target
-    from gradexp.tracking import config_params, open_client, resolve_uri
+    from gradexp.mlflow_store import config_params, open_client, resolve_uri
+    from gradexp.user_code import label_by_target
 
     launch_dir = Path(hydra_cfg.runtime.cwd)
     client = open_client(resolve_uri(cfg.tracking.uri, launch_dir))
@@ -416,9 +417,9 @@ def resume_killed_run(cfg: DictConfig, hydra_cfg: DictConfig) -> DictConfig:
     unchanged otherwise. The run it continues is noted on the new parent, as a reused one."""
     from omegaconf import open_dict
 
+    from gradexp.mlflow_store import config_params, open_client, resolve_uri
     from gradexp.resume import checkpoint_folder
-    from gradexp.targets import label_by_target
-    from gradexp.tracking import config_params, open_client, resolve_uri
+    from gradexp.user_code import label_by_target
 
     if not cfg.sweep.resume_killed or _tracking_off(cfg) or cfg.trainer.resume:
         return cfg
@@ -437,7 +438,7 @@ def resume_killed_run(cfg: DictConfig, hydra_cfg: DictConfig) -> DictConfig:
 
 def _note_reused(client, launch_dir: Path, hydra_cfg: DictConfig, run_id: str) -> None:
     """Tag the sweep's parent with a run of an earlier sweep that this job reuses."""
-    from gradexp.tracking import tag_run
+    from gradexp.mlflow_store import tag_run
 
     parent = parent_run_file(launch_dir / hydra_cfg.sweep.dir)
     if parent.exists():
@@ -448,7 +449,7 @@ def find_finished_run(client, experiment: str, params: Mapping[str, str],
                       status: str = "FINISHED"):
     """The newest child run of `experiment` in `status` whose params are `params` (sweep.*
     aside) and, when FINISHED, which has a finite final loss; None if there is none."""
-    from gradexp.tracking import retry_locked
+    from gradexp.mlflow_store import retry_locked
 
     found = retry_locked(lambda: client.get_experiment_by_name(experiment))
     if found is None:

@@ -16,7 +16,7 @@ The loss minimized is the one Keras' `fit` minimizes: the data loss plus the mod
 The loops are written as `tf.while_loop`s, and the function is traced without autograph:
 converting this module's Python loops cost ~0.4 s of every run's first call, more than the rest
 of its tracing. User code the loop calls (a loss, a metric) is still converted, as tf.function
-would convert it (gradexp.targets.with_autograph). The loops' bounds are tensors, not a
+would convert it (gradexp.user_code.with_autograph). The loops' bounds are tensors, not a
 `tf.range`, because XLA (trainer.jit_compile) wants a range's size known when compiling.
 """
 
@@ -31,7 +31,7 @@ import tensorflow as tf
 
 from gradexp.data import Dataset
 from gradexp.models import Model
-from gradexp.targets import with_autograph
+from gradexp.user_code import with_autograph
 
 STRETCH_SECONDS = 0.25  # a compiled call's length when no host event comes sooner
 FIRST_STRETCH = 16  # epochs in the first call, which also traces: its speed says little
@@ -127,7 +127,7 @@ class Trainer:
                               autograph=False)
         self._run = run
 
-    def evaluate(self) -> float:
+    def final_loss(self) -> float:
         """The loss on the whole training set with the current parameters, as Keras'
         `evaluate` reports it: in inference mode, the model's own losses included."""
         if self.stream is not None:  # a streamed set: the row-weighted mean over an epoch

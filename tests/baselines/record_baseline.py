@@ -95,8 +95,8 @@ def in_process_records(name: str, overrides: list[str]) -> dict:
     from hydra import compose, initialize_config_dir
 
     from gradexp.app import register_experiments, resource_dir
-    from gradexp.experiment import RunFailed, run_experiment
-    from gradexp.objective import register_resolver
+    from gradexp.loop import RunFailed, run_experiment
+    from gradexp.metrics import register_resolver
     from gradexp.schema import register_schemas
 
     register_schemas()

@@ -64,7 +64,7 @@ def ordered(cfg: DictConfig) -> Iterator[tuple[str, Any]]:
 def check_callbacks(cfg: DictConfig) -> None:
     """Each callback's `_target_` imports and takes the arguments given: one line otherwise,
     before any MLflow run opens (the launch folder is importable by now)."""
-    from gradexp.targets import locate
+    from gradexp.user_code import locate
 
     for name, node in ordered(cfg):
         key = f"callbacks.{name}"

@@ -28,7 +28,7 @@ class Callback:
         """After a compiled stretch of epochs; `run.epoch` epochs are done."""
 
     def on_check(self, run: RunView, check: Any) -> None:
-        """After a gradient check (gradexp.verification's result: .passed, .epoch, ...)."""
+        """After a gradient check (gradexp.run_checks's result: .passed, .epoch, ...)."""
 
     def on_train_end(self, run: RunView, status: str) -> None:
         """Once, however the run ended: FINISHED, FAILED or KILLED (perhaps before training

@@ -41,7 +41,7 @@ class GradientChecks(Callback):
             self.check(run, run.epoch)
 
     def check(self, run: RunView, epoch: int) -> None:
-        from gradexp.verification import (
+        from gradexp.run_checks import (
             EAGER_CHECKS,
             check_training_gradients,
             disconnected_variables,

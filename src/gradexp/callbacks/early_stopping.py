@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 
 from gradexp.callbacks.base import Callback
-from gradexp.callbacks.evaluation import eval_epochs
-from gradexp.objective import direction_of
+from gradexp.callbacks.held_out import eval_epochs
+from gradexp.metrics import direction_of
 from gradexp.run_view import RunView
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gradexp import console
 from gradexp.callbacks.base import Callback
-from gradexp.callbacks.evaluation import print_every
+from gradexp.callbacks.held_out import print_every
 from gradexp.run_view import RunView
 
 

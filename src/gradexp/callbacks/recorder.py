@@ -14,8 +14,8 @@ from pathlib import Path
 
 from gradexp.callbacks.base import Callback
 from gradexp.endings import status_of
+from gradexp.mlflow_store import NullTracker
 from gradexp.run_view import Records, RunView
-from gradexp.tracking import NullTracker
 
 
 class MlflowRecorder(Callback):
@@ -28,7 +28,7 @@ class MlflowRecorder(Callback):
 
         from gradexp.console import note_line
         from gradexp.liveness import mark_dead_in_experiment
-        from gradexp.tracking import MlflowTracker, config_params, resolve_uri, source_tags
+        from gradexp.mlflow_store import MlflowTracker, config_params, resolve_uri, source_tags
 
         cfg = run.cfg
         if getattr(cfg.tracking.name, "value", cfg.tracking.name) == "none":

@@ -32,7 +32,7 @@ def verdict(run: RunView) -> str | None:
 
 
 def print_summary(run: RunView) -> None:
-    from gradexp.tracking import redact_uri, runs_view_link
+    from gradexp.mlflow_store import redact_uri, runs_view_link
 
     result = run.result()
     objective = result.objective_value

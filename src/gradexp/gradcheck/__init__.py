@@ -51,16 +51,16 @@ The package, one module per part, imports flowing one way (each only from those 
     report.py    GradCheckReport, GradCheckEntry, to_dict(), the text of str(report)
     directions.py  probe directions, drawn once per (seed, input, probe) and kept
     compiled.py  a tf.function's compiled calls: all VJPs in one, all f(x ± h·u) in another
-    targets.py   what is checked: a function of tensors or a loss of variables; its VJPs
+    checked_function.py what is checked: a function of tensors or a loss of variables; its VJPs
     entries.py   one entry per input: its step and tolerances, shared judgements
     jacobian.py  the jacobian method
-    locate.py    bisection to the wrong element of a failing probe
+    bisection.py bisection to the wrong element of a failing probe
     probe.py     the probe method, miss_probability
     connected.py which inputs get no gradient at all (report.disconnected)
     forward.py   modes=("rev", "fwd"): forward-mode JVPs against reverse mode and differences
     second_order.py  order=2: the gradient as a function, checked to first order
-    compiling.py compile=True: a plain callable probed as a tf.function, with an eager fallback
-    api.py       check_gradients, check_variables
+    plain_functions.py  compile=True: a plain callable probed as a tf.function (eager fallback)
+    checker.py   check_gradients, check_variables
     joint.py     check_jointly: one probe set over several inputs (a run's checks use it)
     keras_model.py  check_model: a Keras model's training loss, in training mode, as a run checks
     culprits.py  find_culprits: which layer of a Keras model is wrong, each checked alone
@@ -68,7 +68,7 @@ The package, one module per part, imports flowing one way (each only from those 
 TensorFlow is imported inside the functions that need it, so importing this package is cheap.
 """
 
-from gradexp.gradcheck.api import check_gradients, check_variables
+from gradexp.gradcheck.checker import check_gradients, check_variables
 from gradexp.gradcheck.keras_model import check_model
 from gradexp.gradcheck.options import EVALUATION_DTYPES as EVALUATION_DTYPES  # public, as before
 from gradexp.gradcheck.options import METHODS as METHODS  # public, as before

@@ -4,10 +4,10 @@ A check compares a zero analytical gradient with finite differences either way (
 numpy that breaks the tape still fails, since its finite differences are not zero), but an
 input that does not reach the output (a variable no layer uses, a branch never taken) would
 pass as "0 = 0" without a word. So the report names it (``GradCheckReport.disconnected``, and a
-note on its entry). Asked only for the inputs whose first VJP was all zeros (targets.py records
-them): one more forward and backward pass, with UnconnectedGradients.NONE, and none at all for
-the usual check where every input has a gradient. A run asks once, at its first check
-(unconnected_names).
+note on its entry). Asked only for the inputs whose first VJP was all zeros
+(checked_function.py records them): one more forward and backward pass, with
+UnconnectedGradients.NONE, and none at all for the usual check where every input has a
+gradient. A run asks once, at its first check (unconnected_names).
 """
 
 from __future__ import annotations

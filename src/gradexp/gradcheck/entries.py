@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from gradexp.gradcheck.checked_function import _Target
 from gradexp.gradcheck.options import _EPS, _coarsest, _defaults, _Options
 from gradexp.gradcheck.report import GradCheckEntry
-from gradexp.gradcheck.targets import _Target
 
 
 def _noisy(entry: GradCheckEntry) -> bool:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from gradexp.gradcheck.checked_function import _Target
 from gradexp.gradcheck.entries import _errors, _index, _linearity, _new_entry, _shape_error
 from gradexp.gradcheck.options import _EPS, _cotangent, _element_steps, _Options, _rounding
 from gradexp.gradcheck.report import GradCheckEntry
-from gradexp.gradcheck.targets import _Target
 
 # A disagreeing column is measured again at up to this many smaller steps (as probe.py's kinks).
 _RETRIES = 3

@@ -3,7 +3,7 @@
 A directional derivative of f along a direction over all inputs concatenated is the sum over
 the inputs, so one probe set checks every input: K probes cost 2K evaluations, not 2K per input.
 A wrong gradient anywhere makes that sum disagree with the central differences; bisection over
-the concatenated vector (locate.py, unchanged) then points at one element, hence one input. That
+the concatenated vector (bisection.py, unchanged) then points at one element, hence one input. That
 input is reported wrong and the others are checked again, jointly, without it.
 
 Dilution, and what keeps a wrong bias visible among large kernels:
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from gradexp.gradcheck.api import check_gradients
+from gradexp.gradcheck.checker import check_gradients
 from gradexp.gradcheck.compiled import compiled_vjp
 from gradexp.gradcheck.options import _EPS, _TOLERANCES, _coarsest
 from gradexp.gradcheck.probe import plain_directions, scalar_cotangents
@@ -44,7 +44,7 @@ _MAX_DILUTION = 100.0
 class JointFunction:
     """f(*xs) as a function of one flat vector θ' = concat(x_k / c_k); compiled if f is.
 
-    Built once per run (verification.py keeps it): the shapes and scales depend only on the
+    Built once per run (gradexp.run_checks keeps it): the shapes and scales depend only on the
     variables' sizes, and tracing again at every check would cost more than the check.
     """
 

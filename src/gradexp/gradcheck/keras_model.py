@@ -13,7 +13,7 @@ model whose training-mode output is random at a fixed point (raw `tf.random` in 
 checked in inference mode instead, and the report's notes say why. When the check fails, the
 layers whose own backward is wrong are searched for as a run does (culprits.py, each layer
 checked alone on at most CULPRIT_ROWS of x) and named in ``report.culprits``. The same rules as
-a run's checks (src/gradexp/verification.py), for a notebook.
+a run's checks (src/gradexp/run_checks.py), for a notebook.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def check_model(model: Any, x: Any, y: Any = None, *, loss: Callable[[Any, Any],
     import numpy as np
     import tensorflow as tf
 
-    from gradexp.gradcheck.api import check_gradients
+    from gradexp.gradcheck.checker import check_gradients
     from gradexp.models import Model
 
     if mode not in MODES:

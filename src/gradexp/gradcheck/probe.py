@@ -5,7 +5,7 @@ where the gradient is large, _direction_weights; miss_probability then holds for
 error w∘e); the analytical vᵀJu (from
 the shared backward passes) against central differences at steps h and 2h, whose gap measures the
 finite-difference error that widens the tolerance. Probes that step over a kink are repeated with
-smaller steps; a failing input is handed to locate.py. ``miss_probability`` is the chance that
+smaller steps; a failing input is handed to bisection.py. ``miss_probability`` is the chance that
 every probe misses a wrong gradient.
 """
 
@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from gradexp.gradcheck.bisection import _narrow
+from gradexp.gradcheck.checked_function import _Target
 from gradexp.gradcheck.entries import _linearity, _new_entry, _noisy, _shape_error
-from gradexp.gradcheck.locate import _narrow
 from gradexp.gradcheck.options import _EPS, _cotangent, _direction_bits, _Options, _rounding
 from gradexp.gradcheck.report import GradCheckEntry
-from gradexp.gradcheck.targets import _Target
 
 # How often a probe that stepped over a kink is repeated with a smaller step.
 _KINK_RETRIES = 3

@@ -109,7 +109,7 @@ def second_order_reports(targets: Sequence[tuple[str, Callable[..., Any], list[A
     adds the exact Jacobian of g only while all of g's elements fit max_jacobian_size: its
     analytical Jacobian costs one VJP of g per element of g, for each input.
     """
-    from gradexp.gradcheck.api import check_gradients  # api imports this module
+    from gradexp.gradcheck.checker import check_gradients  # api imports this module
 
     reports = {}
     for key, f, xs, names in targets:

@@ -16,7 +16,7 @@ evaluation. A callable that cannot be referenced weakly is checked eagerly, as b
 per check would trace at every check).
 
 If the compiled check raises (f calls ``.numpy()``, hands tensors to numpy, or otherwise does not
-trace), api.py checks f eagerly instead and forget() makes later checks of that f go straight to
+trace), checker.py checks f eagerly instead and forget() makes later checks of that f go straight to
 the eager path.
 """
 
@@ -42,7 +42,7 @@ def compiled(f: Callable[..., Any]) -> Any:
     import tensorflow as tf
 
     if isinstance(f, tf.types.experimental.PolymorphicFunction):
-        return None  # compiled already: targets.py takes its fast path for it
+        return None  # compiled already: checked_function.py takes its fast path for it
     owner, function = _owner(f)
     kept = _kept(owner)
     if kept is None:

@@ -23,8 +23,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from gradexp.config_checks import NO_OPTION, shipped_target
 from gradexp.schema import ConfigError
-from gradexp.validation import NO_OPTION, shipped_target
 
 LABELLED_GROUPS = ("data", "model", "loss")
 

@@ -22,8 +22,8 @@ from omegaconf.errors import (
     ValidationError,
 )
 
+from gradexp.config_checks import did_you_mean, group_keys
 from gradexp.schema import SCHEMAS, SweepConfig, accepted_words
-from gradexp.validation import did_you_mean, group_keys
 
 USER_ERRORS = (HydraException, OmegaConfBaseException)
 
@@ -125,7 +125,7 @@ def target_error(error: BaseException, cfg) -> str | None:
     """A `_target_` that cannot be imported (a typo, user code not in the launch folder), as
     one line naming its key; None for any other error (a bug inside the target stays a
     traceback). A fallback: gradexp's own builders locate their `_target_` first
-    (gradexp.targets.instantiate), so this meets only one Hydra instantiated itself, and
+    (gradexp.user_code.instantiate), so this meets only one Hydra instantiated itself, and
     Hydra's InstantiationException carries the target in its text alone."""
     from hydra.errors import InstantiationException
     from omegaconf import OmegaConf

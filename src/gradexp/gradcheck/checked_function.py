@@ -3,7 +3,7 @@
 A target (``_FunctionTarget`` for check_gradients, ``_VariableTarget`` for check_variables)
 evaluates the function with one input replaced, records one forward pass and returns VJPs from
 it, forms analytical Jacobian columns and full Jacobians, and counts what that costs. The methods
-(jacobian.py, probe.py, locate.py) get numpy arrays from a target and do their own arithmetic in
+(jacobian.py, probe.py, bisection.py) get numpy arrays from a target and do their own arithmetic in
 numpy; they never import TensorFlow.
 """
 

@@ -66,7 +66,7 @@ class FinalEvaluation(Callback):
             return
         if run.restored_epoch is not None:  # early stopping put the best weights back:
             evaluate(run, ("train", "val"))  # what the run ends on
-        run.final_loss = run.trainer.evaluate()
+        run.final_loss = run.trainer.final_loss()
         evaluate(run, ("test",))
         run.scalars = {key: float(value) for key, value in run.model.scalars().items()}
         for key, value in {"final_loss": run.final_loss,

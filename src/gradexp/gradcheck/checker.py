@@ -12,14 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from gradexp.gradcheck import compiling, connected, second_order
-from gradexp.gradcheck.entries import _noisy
-from gradexp.gradcheck.forward import check_modes, forward_entries
-from gradexp.gradcheck.jacobian import _jacobian_entries
-from gradexp.gradcheck.options import _coarsest, _Options
-from gradexp.gradcheck.probe import _probe_entries
-from gradexp.gradcheck.report import GradCheckReport
-from gradexp.gradcheck.targets import (
+from gradexp.gradcheck import connected, plain_functions, second_order
+from gradexp.gradcheck.checked_function import (
     _FunctionTarget,
     _skip_reason,
     _Target,
@@ -27,6 +21,12 @@ from gradexp.gradcheck.targets import (
     _variable_name,
     _VariableTarget,
 )
+from gradexp.gradcheck.entries import _noisy
+from gradexp.gradcheck.forward import check_modes, forward_entries
+from gradexp.gradcheck.jacobian import _jacobian_entries
+from gradexp.gradcheck.options import _coarsest, _Options
+from gradexp.gradcheck.probe import _probe_entries
+from gradexp.gradcheck.report import GradCheckReport
 
 
 def check_gradients(
@@ -93,13 +93,13 @@ def check_gradients(
         tensors = _try_dtype(f, tensors, opts.dtype, notes)
     # The jacobian method stays tf.test.compute_gradient on f as given: the exact reference for
     # small inputs, 2·n calls either way (compiled, float32 rounding differs by fused ops).
-    wrapped = compiling.compiled(f) if opts.compile and opts.method == "probe" else None
+    wrapped = plain_functions.compiled(f) if opts.compile and opts.method == "probe" else None
     if wrapped is not None:
         try:
             return _run(_FunctionTarget(wrapped, tensors, names), opts, list(notes), modes)
         except Exception:  # noqa: BLE001 - f that does not trace: checked eagerly below
             report = _run(_FunctionTarget(f, tensors, names), opts, notes, modes)  # f's error
-            compiling.forget(f)  # it runs eagerly but not compiled: eagerly from now on
+            plain_functions.forget(f)  # it runs eagerly but not compiled: eagerly from now on
             return report
     return _run(_FunctionTarget(f, tensors, names), opts, notes, modes)
 

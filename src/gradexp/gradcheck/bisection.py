@@ -11,10 +11,10 @@ import math
 
 import numpy as np
 
+from gradexp.gradcheck.checked_function import _Target
 from gradexp.gradcheck.entries import _errors, _index, _linearity_limit
 from gradexp.gradcheck.options import _EPS, _rounding
 from gradexp.gradcheck.report import GradCheckEntry
-from gradexp.gradcheck.targets import _Target
 
 # Bisection stops at this many elements; they are then checked one by one (4 evaluations each).
 _NARROW_BLOCK = 4
