@@ -1,4 +1,4 @@
-"""One MLflow writer per run: only the store module (tracking.py) calls MLflow's client to
+"""One MLflow writer per run: only the store module (mlflow_store.py) calls MLflow's client to
 write, only the recorder (callbacks/recorder.py) and the sweep's parent callback (sweeps.py) hold
 a tracker; everything else hands what it measured to the recorder (gradexp.run_view.Records)."""
 
@@ -21,8 +21,8 @@ def files_matching(pattern: re.Pattern) -> set[str]:
 
 
 def test_only_the_store_module_writes_through_the_mlflow_client():
-    assert files_matching(CLIENT_WRITE) == {"tracking.py"}
+    assert files_matching(CLIENT_WRITE) == {"mlflow_store.py"}
 
 
 def test_only_the_recorder_and_the_sweep_hold_a_tracker():
-    assert files_matching(TRACKER) <= {"callbacks/recorder.py", "sweeps.py", "tracking.py"}
+    assert files_matching(TRACKER) <= {"callbacks/recorder.py", "sweeps.py", "mlflow_store.py"}
