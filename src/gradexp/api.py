@@ -184,12 +184,10 @@ def _launched_from(folder: str | Path | None) -> Iterator[None]:
     if folder is None:
         yield
         return
-    before = os.getcwd()
-    os.chdir(folder)
-    try:
+    from gradexp.data import working_folder
+
+    with working_folder(Path(folder)):
         yield
-    finally:
-        os.chdir(before)
 
 
 def _restore_logging(handlers: list[logging.Handler], level: int) -> None:
