@@ -116,6 +116,8 @@ def test_sweep_runs_hydras_multirun_with_a_parent_run_and_returns_the_children(t
     client = MlflowClient(store)
     children = [client.get_run(result.run_id) for result in results]
     assert [child.data.params["optimizer.name"] for child in children] == ["sgd", "adam"]
+    # Named by what the sweep varies only, not by the overrides every job shares (QUICK).
+    assert [child.info.run_name for child in children] == ["optimizer=sgd", "optimizer=adam"]
     (parent_id,) = {child.data.tags["mlflow.parentRunId"] for child in children}
     parent = client.get_run(parent_id)  # opened and closed by the sweep callback, as with -m
     assert parent.info.status == "FINISHED" and parent.data.tags["gradexp.sweep"] == "true"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -136,6 +137,9 @@ def test_optuna_sweep_records_the_best_trial_on_the_parent(tmp_path):
     assert parent.data.tags["gradexp.sweeper"] == "OptunaSweeper"
     rates = [float(c.data.params["optimizer.learning_rate"]) for c in children]
     assert len(set(rates)) == 4 and all(1e-4 <= rate <= 0.85 for rate in rates)
+    # Named by the searched key only (hydra.sweeper.params), not trainer.epochs or the preset.
+    names = [c.info.run_name for c in children]
+    assert all(re.fullmatch(r"optimizer\.learning_rate=[0-9.e-]+", name) for name in names), names
     best = min(children, key=lambda c: c.data.metrics["val/mse"])  # the preset's objective
     assert float(parent.data.params["best.optimizer.learning_rate"]) == pytest.approx(
         float(best.data.params["optimizer.learning_rate"]))

@@ -115,7 +115,12 @@ def run_job(cfg: DictConfig, stop: Callable[[Failure], NoReturn]):
     A failure a person can act on goes to `stop`, which does not return: the command line says
     the line and exits, gradexp.run raises it."""
     from gradexp.loop import run_experiment
-    from gradexp.sweeps import parent_run_file, resume_killed_run, reuse_finished_run
+    from gradexp.sweeps import (
+        child_run_name,
+        parent_run_file,
+        resume_killed_run,
+        reuse_finished_run,
+    )
 
     # Again in the job: Hydra has set up its logging by now, and some launchers (Ray) run jobs
     # in processes that never ran main().
@@ -125,6 +130,7 @@ def run_job(cfg: DictConfig, stop: Callable[[Failure], NoReturn]):
     # From the launch folder: Ray and SLURM may run a job in another working folder (issue 4).
     sweep_dir = Path(hydra_cfg.runtime.cwd) / hydra_cfg.sweep.dir
     parent = parent_run_file(sweep_dir) if multirun else None
+    swept = child_run_name(hydra_cfg, sweep_dir) if multirun else None  # only what varies
     try:
         # sweep.skip_finished (issue 4, gradexp/sweeps.py): a config that FINISHED is not rerun.
         reused = reuse_finished_run(cfg, hydra_cfg) if multirun else None
@@ -134,7 +140,7 @@ def run_job(cfg: DictConfig, stop: Callable[[Failure], NoReturn]):
             cfg = resume_killed_run(cfg, hydra_cfg)
         return run_experiment(
             cfg,
-            run_name=cfg.tracking.run_name or hydra_cfg.job.override_dirname or "defaults",
+            run_name=cfg.tracking.run_name or swept or hydra_cfg.job.override_dirname or "defaults",
             launch_dir=Path(hydra_cfg.runtime.cwd),
             hydra_dir=Path(hydra_cfg.runtime.output_dir),
             parent_run_id=parent.read_text().strip() if parent and parent.exists() else None,

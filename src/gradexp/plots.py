@@ -59,8 +59,32 @@ def loss_curves(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], title: str 
     axes.set_title(title, fontsize=12 if "\n" not in title else 10)
     axes.grid(alpha=0.3)
     if len(curves) > 1:
-        axes.legend(fontsize=8)
+        _legend_outside(figure, axes)
     return figure
+
+
+def _legend_outside(figure, axes) -> None:
+    """The legend to the right of the axes, never over the curves, the figure widened by what
+    the legend takes so nothing is clipped (a sweep's labels are long; fixed margins, not
+    bbox_inches="tight": MLflow's log_figure saves with its own arguments)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(figure).get_renderer()  # to measure the legend's text
+    columns = 1
+    while True:
+        legend = axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                             borderaxespad=0.0, ncols=columns)
+        box = legend.get_window_extent(renderer)
+        height = box.height / figure.dpi
+        if height <= figure.get_figheight() * 0.9 or columns >= 8:
+            break
+        columns += 1  # too many jobs for one column: more columns, not a taller figure
+    width, old_width = box.width / figure.dpi + 0.3, figure.get_figwidth()
+    left, right = figure.subplotpars.left, figure.subplotpars.right
+    # Keep the axes' size in inches; the legend gets the added width on the right.
+    figure.set_figwidth(old_width + width)
+    figure.subplots_adjust(left=left * old_width / (old_width + width),
+                           right=right * old_width / (old_width + width))
 
 
 def jacobian_heatmaps(name: str, analytical: np.ndarray, numerical: np.ndarray,

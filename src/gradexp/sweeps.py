@@ -96,6 +96,7 @@ class MlflowSweepCallback(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         parent_run_file(sweep_dir).write_text(self.tracker.run_id)
+        swept_keys_file(sweep_dir).write_text("\n".join(swept_keys(config)))  # the children's names
         atexit.register(self._end_if_interrupted)
 
     def _close_parent(self, config: DictConfig) -> None:
@@ -206,6 +207,28 @@ def swept_keys(config: DictConfig) -> list[str]:
 def parent_run_file(sweep_dir: str | Path) -> Path:
     """Where a sweep's MLflow parent run id is left for its jobs (they may be other processes)."""
     return Path(sweep_dir) / ".mlflow_parent_run_id"
+
+
+def swept_keys_file(sweep_dir: str | Path) -> Path:
+    """Where the parent leaves the swept keys, one a line, for its jobs to name their runs."""
+    return Path(sweep_dir) / ".gradexp_swept_keys"
+
+
+def child_run_name(hydra_cfg: DictConfig, sweep_dir: Path) -> str | None:
+    """A sweep job's run name: its overrides of the swept keys only, in Hydra's override_dirname
+    form (`optimizer=adam,optimizer.learning_rate=0.1`), so the MLflow Run Name column tells the
+    children apart instead of repeating what every job shares. None when the parent left no keys
+    (tracking off, or nothing swept): the caller keeps override_dirname."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    keys_file = swept_keys_file(sweep_dir)
+    swept = set(keys_file.read_text().split()) if keys_file.exists() else set()
+    if not swept:
+        return None
+    parsed = OverridesParser.create().parse_overrides(list(hydra_cfg.overrides.task))
+    lines = sorted(o.input_line for o in parsed if o.key_or_group in swept and o.input_line)
+    separators = hydra_cfg.job.config.override_dirname
+    return separators.item_sep.join(lines).replace("=", separators.kv_sep) or None
 
 
 # ---------------------------------------------------------------- the sweep's end
