@@ -20,7 +20,7 @@ import pytest
 
 import conftest
 from conftest import finish, spawn_cli
-from gradexp.liveness import HEARTBEAT_TAG, HOST_TAG, PID_TAG, REASON_TAG
+from gradexp.tag_keys import HEARTBEAT_TAG, HOST_TAG, PID_TAG, REASON_TAG
 
 
 def run(store: str, *overrides: str, tmp_path: Path, quiet: bool = True):

@@ -23,13 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from gradexp.metrics import direction_of
+from gradexp.tag_keys import OBJECTIVE_TAG, PARENT_TAG, SWEEP_TAG, SWEPT_TAG
 
 DEFAULT_EXPERIMENT = "gradexp"
 DEFAULT_SORT = "final_loss"
 DEFAULT_LIMIT = 50
 SHORT = 8  # characters of a run id shown; --sweep accepts such a prefix
-SWEEP_TAG = "gradexp.sweep"
-PARENT_TAG = "mlflow.parentRunId"
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 NEWEST_FIRST = ["attributes.start_time DESC"]
 
@@ -193,7 +192,7 @@ def select(client, args: argparse.Namespace) -> Selection:
         runs = client.search_runs([parent.info.experiment_id],
                                   filter_string=f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'",
                                   order_by=NEWEST_FIRST, max_results=args.limit + 1)
-        swept = parent.data.tags.get("gradexp.swept")
+        swept = parent.data.tags.get(SWEPT_TAG)
         return Selection(f"sweep {parent.info.run_id[:SHORT]}: {sweep_label(parent)}",
                          parent.info.experiment_id, list(runs)[:args.limit], in_sweep=True,
                          more=len(runs) > args.limit,
@@ -266,7 +265,7 @@ def find_sweep(client, ref: str, experiment, experiment_arg: str | None):
 def shared_objective(runs: list) -> str | None:
     """The sweep objective the runs were recorded with (tag gradexp.objective), if they share
     one and any run has it."""
-    objectives = {run.data.tags.get("gradexp.objective") for run in runs}
+    objectives = {run.data.tags.get(OBJECTIVE_TAG) for run in runs}
     if len(objectives) == 1:
         name = objectives.pop()
         if name and any(name in run.data.metrics for run in runs):

@@ -18,6 +18,15 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from gradexp.schema import ConfigError
+from gradexp.tag_keys import (
+    DATA_BATCH_SIZE_TAG,
+    DATA_BATCHED_BY_TAG,
+    DATA_CLASSES_TAG,
+    DATA_ROWS_PREFIX,
+    DATA_SAMPLE_ROWS_TAG,
+    DATA_STANDARDIZED_TAG,
+    DATA_STREAMED_TAG,
+)
 
 
 @dataclass
@@ -141,22 +150,22 @@ def data_record(data: Dataset, trainer_batch_size: int | None) -> DataRecord:
                      f"epoch); gradient checks and train/ metrics use its first {len(data.x)} "
                      "rows" + ("" if data.val is not None else
                                "; it is not split (data.val_fraction): no validation rows"))
-    tags = {f"gradexp.data.rows.{name}": str(rows.get(name, 0))
+    tags = {DATA_ROWS_PREFIX + name: str(rows.get(name, 0))
             for name in ("train", "val", "test")}
-    tags["gradexp.data.standardized"] = str(data.standardization is not None).lower()
+    tags[DATA_STANDARDIZED_TAG] = str(data.standardization is not None).lower()
     if data.stream is not None:
-        tags["gradexp.data.streamed"] = "true"
-        tags["gradexp.data.sample_rows"] = str(len(data.x))
+        tags[DATA_STREAMED_TAG] = "true"
+        tags[DATA_SAMPLE_ROWS_TAG] = str(len(data.x))
     if data.batch_size is not None:
-        tags["gradexp.data.batched_by"] = "loader"
+        tags[DATA_BATCHED_BY_TAG] = "loader"
         ignored = (f"; trainer.batch_size={trainer_batch_size} is not used"
                    if trainer_batch_size not in (None, data.batch_size) else "")
         notes.append(f"the loader's tf.data.Dataset is batched: batches of {data.batch_size} "
                      f"rows train{ignored}")
     batch = data.batch_size or trainer_batch_size or rows["train"]
-    tags["gradexp.data.batch_size"] = str(min(batch, rows["train"]))
+    tags[DATA_BATCH_SIZE_TAG] = str(min(batch, rows["train"]))
     if data.labels is not None:
-        tags["gradexp.data.classes"] = str(len(data.labels))
+        tags[DATA_CLASSES_TAG] = str(len(data.labels))
     return DataRecord(tags, data.labels, notes)
 
 

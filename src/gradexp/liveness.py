@@ -26,11 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-HOST_TAG = "gradexp.host"
-PID_TAG = "gradexp.pid"
-HEARTBEAT_TAG = "gradexp.heartbeat"
-REASON_TAG = "gradexp.status_reason"
-PARENT_TAG = "mlflow.parentRunId"
+from gradexp.tag_keys import HEARTBEAT_TAG, HOST_TAG, PARENT_TAG, PID_TAG
+
 HEARTBEAT_SECONDS = 30.0  # a write (~12-25 ms on sqlite) at most this often: nothing to notice
 
 

@@ -34,6 +34,13 @@ from gradexp.mlflow_store import check_server, check_store_folder, config_params
 from gradexp.resume import prepare_resume
 from gradexp.run_view import RunResult, RunView
 from gradexp.setup_checks import check_against_data, check_config
+from gradexp.tag_keys import (
+    DIRECTION_TAG,
+    OBJECTIVE_TAG,
+    REPLICAS_TAG,
+    RESUMED_FROM_EPOCH_TAG,
+    TASK_TAG,
+)
 from gradexp.user_code import check_modules_exist, importable, label_by_target, locate
 
 __all__ = ["Diverged", "GradientCheckFailed", "RunFailed", "RunResult", "Terminated",
@@ -221,9 +228,9 @@ class Loop:
         device = select_device(getattr(cfg.device.name, "value", cfg.device.name),
                                cfg.device.cpu_replicas)
         run.set_tags({"tensorflow.version": tf.__version__, "device": device.used,
-                      "gradexp.replicas": device.replicas, "device.requested": device.requested,
-                      "gradexp.task": data.task, "gradexp.objective": run.objective,
-                      "gradexp.direction": run.direction})
+                      REPLICAS_TAG: device.replicas, "device.requested": device.requested,
+                      TASK_TAG: data.task, OBJECTIVE_TAG: run.objective,
+                      DIRECTION_TAG: run.direction})
         with device.scope():
             run.model = build_model(cfg.model, data.n_features, data.n_outputs)
         with device.run_scope():
@@ -241,7 +248,7 @@ class Loop:
                 evaluator=run.evaluator, eval_epochs=eval_epochs(cfg))
             if run.resume is not None:
                 run.resume.restore(run.trainer)
-                run.set_tags({"gradexp.resumed_from_epoch": run.trainer.epoch})
+                run.set_tags({RESUMED_FROM_EPOCH_TAG: run.trainer.epoch})
                 if not run.quiet:
                     console.console().print(
                         f"resuming run {run.resume.run_id} from epoch {run.trainer.epoch} "

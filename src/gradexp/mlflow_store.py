@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 from gradexp.liveness import HEARTBEAT_SECONDS, HEARTBEAT_TAG, now_utc, process_tags
 from gradexp.schema import ConfigError
+from gradexp.tag_keys import DATASET_SOURCE_TAG, PARENT_TAG
 
 T = TypeVar("T")
 
@@ -281,7 +282,7 @@ def tag_run(client, run_id: str, tags: Mapping[str, Any]) -> None:
 
 def mark_killed(client, run_id: str, reason: str, end_time_ms: int) -> None:
     """End a dead run (its process is gone, gradexp.liveness) KILLED, saying why."""
-    from gradexp.liveness import REASON_TAG
+    from gradexp.tag_keys import REASON_TAG
 
     retry_locked(lambda: client.set_tag(run_id, REASON_TAG, reason))
     retry_locked(lambda: client.set_terminated(run_id, "KILLED", end_time=end_time_ms))
@@ -409,7 +410,7 @@ class MlflowTracker(NullTracker):
         all_tags = {key: str(value) for key, value in (tags or {}).items() if value is not None}
         all_tags.update(process_tags())  # host, process, first heartbeat (gradexp.liveness)
         if parent_run_id:
-            all_tags["mlflow.parentRunId"] = parent_run_id
+            all_tags[PARENT_TAG] = parent_run_id
         run = retry_locked(lambda: self.client.create_run(
             self.experiment_id, run_name=run_name, tags=all_tags))
         self._start(run.info.run_id)
@@ -538,7 +539,7 @@ class MlflowTracker(NullTracker):
         from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
         # An explicit source: without one MLflow resolves the whole run context (git included).
-        origin = CodeDatasetSource(tags={"gradexp.data": source})
+        origin = CodeDatasetSource(tags={DATASET_SOURCE_TAG: source})
         inputs = [DatasetInput(mlflow.data.from_numpy(split.x, targets=split.y, name=name,
                                                       source=origin)._to_mlflow_entity(),
                                [InputTag(MLFLOW_DATASET_CONTEXT, split_name)])

@@ -33,11 +33,26 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from gradexp.metrics import FALLBACK, objective
+from gradexp.tag_keys import (
+    BEST_IN_SWEEP_TAG,
+    BEST_RUN_ID_TAG,
+    BEST_RUN_NAME_TAG,
+    DIRECTION_TAG,
+    LAUNCHER_TAG,
+    OBJECTIVE_TAG,
+    OPTUNA_BEST_TRIAL_TAG,
+    OPTUNA_STORAGE_TAG,
+    OPTUNA_STUDY_TAG,
+    PARENT_TAG,
+    REASON_TAG,
+    REUSED_TAG,
+    SWEEP_TAG,
+    SWEEPER_TAG,
+    SWEPT_TAG,
+)
 
 SUMMARY_FILE = "sweep_summary.json"
 OPTUNA_RESULTS_FILE = "optimization_results.yaml"  # what hydra/sweeper=optuna writes at the end
-REUSED_TAG = "gradexp.reused."  # + job number, on the parent: the FINISHED run a job reused
-PARENT_TAG = "mlflow.parentRunId"
 
 
 class MlflowSweepCallback(Callback):
@@ -85,12 +100,12 @@ class MlflowSweepCallback(Callback):
         self.tracker = MlflowTracker(
             resolve_uri(config.tracking.uri, launch_dir), config.tracking.experiment,
             f"sweep: {overrides}",
-            tags={"gradexp.sweep": "true", "mlflow.source.git.commit": git_commit(launch_dir),
-                  "gradexp.sweeper": _plugin_name(config.hydra.sweeper),
-                  "gradexp.launcher": _plugin_name(config.hydra.launcher)})
+            tags={SWEEP_TAG: "true", "mlflow.source.git.commit": git_commit(launch_dir),
+                  SWEEPER_TAG: _plugin_name(config.hydra.sweeper),
+                  LAUNCHER_TAG: _plugin_name(config.hydra.launcher)})
         metric, direction = objective(config)
-        self.tracker.set_tags({"gradexp.objective": metric, "gradexp.direction": direction,
-                               "gradexp.swept": ",".join(swept_keys(config))})
+        self.tracker.set_tags({OBJECTIVE_TAG: metric, DIRECTION_TAG: direction,
+                               SWEPT_TAG: ",".join(swept_keys(config))})
         self.tracker.log_params({"sweep.overrides": overrides})
         self.best_per = list(config.sweep.best_per)
         sweep_dir = Path(config.hydra.sweep.dir)
@@ -263,8 +278,8 @@ def summarize_sweep(tracker, best_per: list[str] | None = None) -> SweepSummary:
                         - {child.info.run_id for child in children})
     reused = [retry_locked(lambda run_id=run_id: client.get_run(run_id)) for run_id in reused_ids]
     runs = [*children, *reused]
-    metric = parent_tags.get("gradexp.objective", FALLBACK)
-    direction = parent_tags.get("gradexp.direction", "minimize")
+    metric = parent_tags.get(OBJECTIVE_TAG, FALLBACK)
+    direction = parent_tags.get(DIRECTION_TAG, "minimize")
     rows = [_row(run, metric, reused=run in reused) for run in runs]
     fell_back = metric != FALLBACK and not any(math.isfinite(r["objective"]) for r in rows)
     if fell_back:
@@ -274,7 +289,7 @@ def summarize_sweep(tracker, best_per: list[str] | None = None) -> SweepSummary:
     rank = _ranking(direction)
     rows.sort(key=lambda row: (row["status"] != "FINISHED", rank(row["objective"])))
     summary = SweepSummary(rows, metric, direction, fell_back)
-    swept = [key for key in parent_tags.get("gradexp.swept", "").split(",") if key]
+    swept = [key for key in parent_tags.get(SWEPT_TAG, "").split(",") if key]
     differ, _, _ = differing_params(runs) if len(runs) > 1 else ([], [], 0)
     summary.also_differ = [key for key in differ if not is_swept(key, swept)]
     tracker.log_dict({"parent_run_id": parent_id, "ranked_by": metric, "direction": direction,
@@ -284,9 +299,9 @@ def summarize_sweep(tracker, best_per: list[str] | None = None) -> SweepSummary:
     if finished:
         best = finished[0]
         if not best["reused"]:  # a reused run belongs to an earlier sweep: leave its tags alone
-            tag_run(client, best["run_id"], {"gradexp.best_in_sweep": "true"})
-        tracker.set_tags({"gradexp.best_run_id": best["run_id"],
-                          "gradexp.best_run_name": best["run_name"]})
+            tag_run(client, best["run_id"], {BEST_IN_SWEEP_TAG: "true"})
+        tracker.set_tags({BEST_RUN_ID_TAG: best["run_id"],
+                          BEST_RUN_NAME_TAG: best["run_name"]})
         tracker.log_metric("best_final_loss", best["final_loss"], 0)
         tracker.log_metric(f"best/{metric}", best["objective"], 0)
     params = {run.info.run_id: run.data.params for run in runs}
@@ -329,7 +344,7 @@ def _row(run, metric: str, *, reused: bool) -> dict[str, Any]:
         "objective": metrics.get(metric, math.nan),
         "final_loss": metrics.get("final_loss", math.nan),
         "gradcheck": None if passed is None else ("passed" if passed == 1.0 else "failed"),
-        "reason": run.data.tags.get("gradexp.status_reason"),
+        "reason": run.data.tags.get(REASON_TAG),
         "reused": reused,
     }
 
@@ -348,10 +363,10 @@ def record_optimization(tracker, results_file: Path) -> None:
     if "best_params" in results:  # the best trial of the study (this sweep's or earlier ones)
         tracker.log_params({f"best.{key}": value for key, value in results["best_params"].items()})
         tracker.log_metric("best_value", float(results["best_value"]), 0)
-        tracker.set_tags({"gradexp.optuna.best_trial": results["best_trial"]})
+        tracker.set_tags({OPTUNA_BEST_TRIAL_TAG: results["best_trial"]})
     if "study_name" in results:
-        tracker.set_tags({"gradexp.optuna.study": results["study_name"],
-                          "gradexp.optuna.storage": results["storage"]})
+        tracker.set_tags({OPTUNA_STUDY_TAG: results["study_name"],
+                          OPTUNA_STORAGE_TAG: results["storage"]})
     tracker.log_text(results_file.read_text(), OPTUNA_RESULTS_FILE)
 
 
@@ -399,7 +414,7 @@ def tracker_objective(tracker) -> str:
     from gradexp.mlflow_store import retry_locked
 
     tags = retry_locked(lambda: tracker.client.get_run(tracker.run_id)).data.tags
-    return tags.get("gradexp.objective", FALLBACK)
+    return tags.get(OBJECTIVE_TAG, FALLBACK)
 
 
 # ---------------------------------------------------------------- sweep.skip_finished

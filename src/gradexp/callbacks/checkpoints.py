@@ -14,6 +14,7 @@ from gradexp.callbacks.base import Callback
 from gradexp.callbacks.epoch_history import save_history
 from gradexp.history import ARTIFACT as HISTORY
 from gradexp.run_view import RunView
+from gradexp.tag_keys import CHECKPOINTS_TAG
 
 SAVE_SECONDS = 60.0  # checkpoint_every=null: about once a minute
 KEEP = 3
@@ -35,7 +36,7 @@ class Checkpoints(Callback):
         if self.every == 0 or run.run_id is None:
             return
         self.folder = checkpoint_folder(run.launch_dir, run.run_id)
-        run.set_tags({"gradexp.checkpoints": self.folder})
+        run.set_tags({CHECKPOINTS_TAG: self.folder})
         self.manager = tf.train.CheckpointManager(run.trainer.checkpoint(), str(self.folder),
                                                   KEEP)
         self.last_save = time.monotonic()

@@ -8,8 +8,15 @@ from gradexp import console
 from gradexp.callbacks.base import Callback
 from gradexp.endings import GradientCheckFailed
 from gradexp.run_view import RunView
+from gradexp.tag_keys import (
+    CULPRITS_TAG,
+    DISCONNECTED_TAG,
+    FAILURE_EPOCH_TAG,
+    FAILURE_TAG,
+    GRADCHECK_DTYPE_TAG,
+    GRADCHECK_TAG,
+)
 
-CULPRITS_TAG = "gradexp.gradcheck.culprits"
 # The console names at most this many affected variables (the json report has them all).
 MAX_AFFECTED = 6
 
@@ -56,12 +63,12 @@ class GradientChecks(Callback):
         run.checks.append(result)
         if result.disconnected:
             names = ", ".join(result.disconnected)
-            run.set_tags({"gradexp.gradcheck.disconnected": names})
+            run.set_tags({DISCONNECTED_TAG: names})
             if not run.quiet:
                 console.console().print(f"[yellow]warning:[/yellow] no gradient reaches {names}"
                                         " (not connected to the loss)", highlight=False)
         if result.notes and len(run.checks) == 1:  # e.g. user code that only runs in float32
-            run.set_tags({"gradexp.gradcheck_dtype": result.dtype})
+            run.set_tags({GRADCHECK_DTYPE_TAG: result.dtype})
             if not run.quiet:
                 console.console().print(f"[yellow]warning:[/yellow] {result.notes[0]}",
                                         highlight=False)
@@ -72,13 +79,12 @@ class GradientChecks(Callback):
         if run.cfg.gradcheck.plots and (epoch == run.cfg.trainer.epochs or not result.passed):
             self.log_heatmaps(run, result)
         if not result.passed:
-            run.set_tags({"gradexp.gradcheck": "failed"})
+            run.set_tags({GRADCHECK_TAG: "failed"})
             if result.culprits_searched:  # empty: no layer is wrong alone (the loss may be)
                 run.set_tags({CULPRITS_TAG: ",".join(v.name for v in result.culprits)})
             message = "\n".join(failure_lines(result))
             if run.cfg.gradcheck.on_fail == "fail":
-                run.set_tags({"gradexp.failure": "gradcheck",
-                                      "gradexp.failure_epoch": epoch})
+                run.set_tags({FAILURE_TAG: "gradcheck", FAILURE_EPOCH_TAG: epoch})
                 raise GradientCheckFailed(message)
             if not run.quiet:
                 from rich.markup import escape

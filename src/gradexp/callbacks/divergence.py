@@ -7,6 +7,7 @@ from __future__ import annotations
 from gradexp.callbacks.base import Callback
 from gradexp.endings import Diverged
 from gradexp.run_view import RunView
+from gradexp.tag_keys import FAILURE_EPOCH_TAG, FAILURE_TAG
 
 
 class Divergence(Callback):
@@ -14,7 +15,7 @@ class Divergence(Callback):
         bad_epoch = stretch.first_nonfinite_epoch()
         if bad_epoch is None:
             return
-        run.set_tags({"gradexp.failure": "diverged", "gradexp.failure_epoch": bad_epoch})
+        run.set_tags({FAILURE_TAG: "diverged", FAILURE_EPOCH_TAG: bad_epoch})
         lr = run.cfg.optimizer.learning_rate
         raise Diverged(
             f"the loss or its gradient became NaN or infinite at epoch {bad_epoch}: "

@@ -12,6 +12,7 @@ from gradexp.callbacks.base import Callback
 from gradexp.callbacks.held_out import eval_epochs
 from gradexp.metrics import direction_of
 from gradexp.run_view import RunView
+from gradexp.tag_keys import STOPPED_EARLY_TAG
 
 
 class EarlyStopping(Callback):
@@ -54,7 +55,7 @@ class EarlyStopping(Callback):
         elif self.best_epoch is not None and epoch - self.best_epoch >= self.patience:
             run.stop_training = True
             run.log_metric("stopped_epoch", epoch, epoch)
-            run.set_tags({"gradexp.stopped_early": f"{self.monitor} did not improve by "
+            run.set_tags({STOPPED_EARLY_TAG: f"{self.monitor} did not improve by "
                                   f"{self.min_delta} in {epoch - self.best_epoch} epochs"})
 
     def on_train_end(self, run: RunView, status: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from gradexp import console
 from gradexp.callbacks.base import Callback
 from gradexp.run_view import RunView
+from gradexp.tag_keys import MODEL_LOGGED_TAG
 
 
 class ModelLogger(Callback):
@@ -18,7 +19,7 @@ class ModelLogger(Callback):
             return  # tracking=none: nowhere to log it
 
         def not_logged(error: BaseException) -> None:
-            run.set_tags({"gradexp.model_logged": "false"})
+            run.set_tags({MODEL_LOGGED_TAG: "false"})
             if not run.quiet:
                 text = str(error).strip()
                 first = text.splitlines()[0][:200] if text else ""

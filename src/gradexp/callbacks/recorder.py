@@ -16,6 +16,7 @@ from gradexp.callbacks.base import Callback
 from gradexp.endings import status_of
 from gradexp.mlflow_store import NullTracker
 from gradexp.run_view import Records, RunView
+from gradexp.tag_keys import REASON_TAG, RESTART_OF_TAG
 
 
 class MlflowRecorder(Callback):
@@ -43,7 +44,7 @@ class MlflowRecorder(Callback):
         else:
             self.tracker = MlflowTracker(
                 uri, cfg.tracking.experiment, run.run_name, parent_run_id=run.parent_run_id,
-                tags={**source_tags(run.launch_dir), "gradexp.restart_of": run.restart_of})
+                tags={**source_tags(run.launch_dir), RESTART_OF_TAG: run.restart_of})
         run.run_id = self.tracker.run_id
         run.experiment_id = self.tracker.experiment_id
         run.tracking_uri = self.tracker.uri
@@ -81,7 +82,7 @@ class MlflowRecorder(Callback):
         try:
             self.write(run)
             if run.status_reason:
-                self.tracker.set_tags({"gradexp.status_reason": run.status_reason[:5000]})
+                self.tracker.set_tags({REASON_TAG: run.status_reason[:5000]})
             if run.traceback:
                 self.tracker.log_text(run.traceback, "error/traceback.txt")
         except BaseException as error:  # the run still ends, as what stopped the writes says
