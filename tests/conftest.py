@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,23 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def wait_for_mlflow_server(url: str, process: subprocess.Popen, log: Path, seconds: float) -> None:
+    """Until the `mlflow server` at `url` answers gradexp's own probe (mlflow_store.check_server,
+    what a run asks before it opens), so a test starts when a run could; fails with the server's
+    log if it exits, or with the probe's line after `seconds`."""
+    from gradexp.mlflow_store import check_server
+    from gradexp.schema import ConfigError
+
+    deadline = time.monotonic() + seconds
+    while True:
+        assert process.poll() is None, log.read_text()[-3000:]
+        try:
+            return check_server(url, timeout=2)
+        except ConfigError as error:
+            assert time.monotonic() < deadline, f"after {seconds:.0f} s: {error}"
+            time.sleep(0.3)  # the server boots (10-40 s); ask again
 
 
 def imported_modules(stderr: str) -> set[str]:

@@ -18,8 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -379,15 +377,7 @@ def _start_server_early(server):
 
 @pytest.mark.slow
 def test_http_tracking_uri_reads_a_real_mlflow_server(capsys, server, runs):
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            with urllib.request.urlopen(server["url"] + "/health", timeout=2):
-                break
-        except OSError:
-            assert server["process"].poll() is None, server["log"].read_text()[-2000:]
-            assert time.monotonic() < deadline, "mlflow server did not answer /health in 90 s"
-            time.sleep(0.3)
+    conftest.wait_for_mlflow_server(server["url"], server["process"], server["log"], 90)
     code, out, err = compare(capsys, "--tracking-uri", server["url"], "--sweep",
                              runs["parent"].info.run_id[:8])
     assert code == 0, err

@@ -18,7 +18,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from itertools import product
 from pathlib import Path
 
@@ -26,7 +25,15 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from conftest import CONF, cli_env, default_signals, free_port, run_cli, spawn_cli
+from conftest import (
+    CONF,
+    cli_env,
+    default_signals,
+    free_port,
+    run_cli,
+    spawn_cli,
+    wait_for_mlflow_server,
+)
 
 TINY = ("trainer.epochs=3", "gradcheck=off")
 OPTIMIZERS = ("sgd", "adam", "rmsprop", "adagrad")
@@ -221,16 +228,7 @@ def mlflow_server(tmp_path):
         stdin=subprocess.DEVNULL, preexec_fn=default_signals)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert server.poll() is None, (store / "server.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "mlflow server did not answer in 180 s"
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.5)
+        wait_for_mlflow_server(url, server, store / "server.log", 180)
         yield url
     finally:
         stop(server)
