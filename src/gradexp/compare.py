@@ -127,7 +127,7 @@ def check_args(args: argparse.Namespace) -> None:
 def open_store(uri_arg: str | None):
     """(client, uri) for --tracking-uri / MLFLOW_TRACKING_URI / ./mlflow.db, without creating
     an empty store where none is (a sqlite URI to a missing file would make one)."""
-    from gradexp.mlflow_store import open_client, redact_uri, resolve_uri
+    from gradexp.mlflow_store import experiments, open_client, redact_uri, resolve_uri
     from gradexp.schema import ConfigError
 
     uri = resolve_uri(uri_arg, Path.cwd())
@@ -138,7 +138,7 @@ def open_store(uri_arg: str | None):
                        "or pass --tracking-uri (or set MLFLOW_TRACKING_URI)")
     try:
         client = open_client(uri)
-        client.search_experiments(max_results=1)
+        experiments(client, max_results=1)  # a store it can read, or the reason why not
     except ConfigError as error:
         raise BadInput(str(error).replace("tracking.uri=", "--tracking-uri ", 1)) from None
     except Exception as error:  # not a database, an old schema, not an MLflow server, ...
@@ -152,16 +152,19 @@ def mark_dead(client) -> None:
     heartbeat is older than tracking.stale_after's default (10 minutes)."""
     from gradexp.console import note_line
     from gradexp.liveness import mark_dead_runs
+    from gradexp.mlflow_store import experiments
     from gradexp.schema import TrackingConfig
 
-    active = [experiment.experiment_id for experiment in client.search_experiments()]
+    active = [experiment.experiment_id for experiment in experiments(client)]
     mark_dead_runs(client, active, TrackingConfig.stale_after, say=note_line)
 
 
 def find_experiment(client, name: str):
-    found = client.get_experiment_by_name(name)
+    from gradexp.mlflow_store import experiment_named, experiments
+
+    found = experiment_named(client, name)
     if found is None or found.lifecycle_stage != "active":
-        names = sorted(e.name for e in client.search_experiments())
+        names = sorted(e.name for e in experiments(client))
         raise BadInput(f"--experiment {name}: no such experiment; existing: "
                        f"{', '.join(names) or '(none)'}")
     return found
@@ -170,12 +173,14 @@ def find_experiment(client, name: str):
 def newest_runs_experiment(client):
     """The experiment the newest run in the store belongs to (presets such as lr_search record
     into their own); experiment "gradexp" when the store has no run yet."""
-    active = {e.experiment_id: e for e in client.search_experiments()}
-    newest = client.search_runs(list(active), order_by=NEWEST_FIRST, max_results=1) if active \
+    from gradexp.mlflow_store import experiment_named, experiments, find_runs
+
+    active = {e.experiment_id: e for e in experiments(client)}
+    newest = find_runs(client, list(active), order_by=NEWEST_FIRST, max_results=1) if active \
         else []
     if newest:
         return active[newest[0].info.experiment_id]
-    found = client.get_experiment_by_name(DEFAULT_EXPERIMENT)
+    found = experiment_named(client, DEFAULT_EXPERIMENT)
     if found is None or found.lifecycle_stage != "active":
         raise BadInput("the store has no runs yet: record one with python -m gradexp first")
     return found
@@ -183,15 +188,17 @@ def newest_runs_experiment(client):
 
 def select(client, args: argparse.Namespace) -> Selection:
     """The runs asked for: one sweep's children, or the experiment's runs without sweep parents."""
+    from gradexp.mlflow_store import find_runs
+
     experiment = None
     if not (args.sweep and len(args.sweep) == 32):  # a full id names its own experiment
         experiment = (find_experiment(client, args.experiment) if args.experiment
                       else newest_runs_experiment(client))
     if args.sweep:
         parent = find_sweep(client, args.sweep, experiment, args.experiment)
-        runs = client.search_runs([parent.info.experiment_id],
-                                  filter_string=f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'",
-                                  order_by=NEWEST_FIRST, max_results=args.limit + 1)
+        runs = find_runs(client, [parent.info.experiment_id],
+                         f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'",
+                         order_by=NEWEST_FIRST, max_results=args.limit + 1)
         swept = parent.data.tags.get(SWEPT_TAG)
         return Selection(f"sweep {parent.info.run_id[:SHORT]}: {sweep_label(parent)}",
                          parent.info.experiment_id, list(runs)[:args.limit], in_sweep=True,
@@ -199,8 +206,8 @@ def select(client, args: argparse.Namespace) -> Selection:
                          swept=None if swept is None else [k for k in swept.split(",") if k])
     runs, token = [], None
     while len(runs) <= args.limit:  # sweep parents only hold the summary: skip them
-        page = client.search_runs([experiment.experiment_id], order_by=NEWEST_FIRST,
-                                  max_results=min(1000, 2 * args.limit), page_token=token)
+        page = find_runs(client, [experiment.experiment_id], order_by=NEWEST_FIRST,
+                         max_results=min(1000, 2 * args.limit), page_token=token)
         runs += [run for run in page if run.data.tags.get(SWEEP_TAG) != "true"]
         token = page.token
         if not token:
@@ -216,8 +223,10 @@ def select(client, args: argparse.Namespace) -> Selection:
 
 
 def newest_sweeps(client, experiment_id: str, count: int) -> list:
-    return list(client.search_runs([experiment_id], filter_string=f"tags.`{SWEEP_TAG}` = 'true'",
-                                   order_by=NEWEST_FIRST, max_results=count))
+    from gradexp.mlflow_store import find_runs
+
+    return list(find_runs(client, [experiment_id], f"tags.`{SWEEP_TAG}` = 'true'",
+                          order_by=NEWEST_FIRST, max_results=count))
 
 
 def sweep_label(parent) -> str:
@@ -229,9 +238,11 @@ def find_sweep(client, ref: str, experiment, experiment_arg: str | None):
     """The parent run `ref` names: a full run id, a prefix of one, or 'latest'."""
     from mlflow.exceptions import MlflowException
 
+    from gradexp.mlflow_store import find_runs, read_run
+
     if len(ref) == 32:
         try:
-            parent = client.get_run(ref)
+            parent = read_run(client, ref)
         except MlflowException:
             parent = None
         if parent is not None and experiment_arg:
@@ -239,9 +250,9 @@ def find_sweep(client, ref: str, experiment, experiment_arg: str | None):
             if parent.info.experiment_id != experiment.experiment_id:
                 parent = None
         if parent is not None:
-            if parent.data.tags.get(SWEEP_TAG) != "true" and not client.search_runs(
-                    [parent.info.experiment_id], max_results=1,
-                    filter_string=f"tags.`{PARENT_TAG}` = '{ref}'"):
+            if parent.data.tags.get(SWEEP_TAG) != "true" and not find_runs(
+                    client, [parent.info.experiment_id], f"tags.`{PARENT_TAG}` = '{ref}'",
+                    max_results=1):
                 own = parent.data.tags.get(PARENT_TAG)
                 raise BadInput(f"--sweep {ref}: that run is not a sweep (no child runs)"
                                + (f"; it is a job of sweep {own}" if own else ""))

@@ -110,18 +110,18 @@ def run_curves(client, run_id: str, keys: Sequence[str]) -> dict[str, Curve]:
     """The run's series `keys` at full resolution from its history.parquet artifact; from
     MLflow's metric history (perhaps thinned) for a run without it or a key not in it. Keys the
     run has nowhere are left out."""
-    from gradexp.mlflow_store import retry_locked
+    from gradexp.mlflow_store import download_artifact, metric_history
 
     found: dict[str, Curve] = {}
     with tempfile.TemporaryDirectory() as folder:
         try:
-            local = retry_locked(lambda: client.download_artifacts(run_id, ARTIFACT, folder))
+            local = download_artifact(client, run_id, ARTIFACT, folder)
             found = curves(read_table(Path(local)), keys)
         except Exception:  # noqa: BLE001 - no such artifact (an older run): MLflow's history
             found = {}
     for key in keys:
         if key not in found:
-            history = retry_locked(lambda key=key: client.get_metric_history(run_id, key))
+            history = metric_history(client, run_id, key)
             if history:
                 history.sort(key=lambda m: m.step)
                 found[key] = (np.array([m.step for m in history]),

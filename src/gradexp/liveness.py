@@ -105,13 +105,12 @@ def find_dead_runs(client, experiment_ids: Sequence[str],
                    stale_after_minutes: float) -> list[DeadRun]:
     """The RUNNING runs of these experiments that are dead: one search, and one more per dead
     candidate that might be a parent (rare)."""
-    from gradexp.mlflow_store import retry_locked
+    from gradexp.mlflow_store import find_runs
 
     if not experiment_ids:
         return []
-    running = retry_locked(lambda: client.search_runs(
-        list(experiment_ids), filter_string="attributes.status = 'RUNNING'",
-        max_results=10_000))
+    running = find_runs(client, list(experiment_ids), "attributes.status = 'RUNNING'",
+                        max_results=10_000)
     now = time.time()
     dead = []
     for run in running:
@@ -119,9 +118,8 @@ def find_dead_runs(client, experiment_ids: Sequence[str],
         if reason is None:
             continue
         run_id = run.info.run_id
-        children = retry_locked(lambda run=run, run_id=run_id: client.search_runs(
-            [run.info.experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{run_id}'",
-            max_results=10_000))
+        children = find_runs(client, [run.info.experiment_id],
+                             f"tags.`{PARENT_TAG}` = '{run_id}'", max_results=10_000)
         if any(child.info.status == "RUNNING" and why_dead(child, stale_after_minutes) is None
                for child in children):
             continue  # a child still works for it (a launcher's jobs outlive it)
@@ -137,13 +135,13 @@ def mark_dead_runs(client, experiment_ids: Sequence[str], stale_after_minutes: f
                    say: Callable[[str], None] | None = None) -> list[str]:
     """Mark the dead RUNNING runs KILLED (tag gradexp.status_reason, end time = when last heard
     of), each said in one line; returns their ids."""
-    from gradexp.mlflow_store import mark_killed, retry_locked
+    from gradexp.mlflow_store import mark_killed, read_run
 
     marked = []
     for found in find_dead_runs(client, experiment_ids, stale_after_minutes):
         # Read again: a run that ended between the search and now (its process then exited)
         # has its own status, which stands.
-        if retry_locked(lambda found=found: client.get_run(found.run_id)).info.status != "RUNNING":
+        if read_run(client, found.run_id).info.status != "RUNNING":
             continue
         mark_killed(client, found.run_id, f"marked KILLED: {found.reason}",
                     int(found.last_sign * 1000))
@@ -156,10 +154,10 @@ def mark_dead_runs(client, experiment_ids: Sequence[str], stale_after_minutes: f
 def mark_dead_in_experiment(uri: str, experiment: str, stale_after_minutes: float,
                             say: Callable[[str], None] | None = None) -> list[str]:
     """`mark_dead_runs` in one experiment, by name, of the store at `uri` (a run's start)."""
-    from gradexp.mlflow_store import open_client, retry_locked
+    from gradexp.mlflow_store import experiment_named, open_client
 
     client = open_client(uri)
-    found = retry_locked(lambda: client.get_experiment_by_name(experiment))
+    found = experiment_named(client, experiment)
     if found is None:
         return []
     return mark_dead_runs(client, [found.experiment_id], stale_after_minutes, say)

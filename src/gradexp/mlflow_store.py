@@ -288,6 +288,42 @@ def mark_killed(client, run_id: str, reason: str, end_time_ms: int) -> None:
     retry_locked(lambda: client.set_terminated(run_id, "KILLED", end_time=end_time_ms))
 
 
+# Reads for compare, resume, history and liveness: only this module, the recorder and the sweep
+# call MLflow's client (tests/test_one_writer.py); each read is retried on a locked store.
+def experiments(client, max_results: int = 1000) -> list:
+    """The store's active experiments."""
+    return list(retry_locked(lambda: client.search_experiments(max_results=max_results)))
+
+
+def experiment_named(client, name: str):
+    """Experiment `name` (None when there is none)."""
+    return retry_locked(lambda: client.get_experiment_by_name(name))
+
+
+def find_runs(client, experiment_ids: list[str], filter_string: str = "", *,
+              order_by: list[str] | None = None, max_results: int = 1000,
+              page_token: str | None = None):
+    """MLflow's search_runs: a page of runs (its `.token` names the next page, None at the end)."""
+    return retry_locked(lambda: client.search_runs(
+        experiment_ids, filter_string, order_by=order_by, max_results=max_results,
+        page_token=page_token))
+
+
+def read_run(client, run_id: str):
+    """The run as the store has it now (MLflow raises its own error for an unknown id)."""
+    return retry_locked(lambda: client.get_run(run_id))
+
+
+def metric_history(client, run_id: str, key: str) -> list:
+    """Every recorded point of metric `key`, as MLflow's Metric entities."""
+    return retry_locked(lambda: client.get_metric_history(run_id, key))
+
+
+def download_artifact(client, run_id: str, path: str, folder: str | None = None) -> str:
+    """The run's artifact `path`, downloaded (into `folder`, else a temporary one): its path."""
+    return retry_locked(lambda: client.download_artifacts(run_id, path, folder))
+
+
 def runs_view_link(uri: str, exp_id: str) -> str:
     """Where the runs of an experiment show (MLflow 3's UI opens in its GenAI view otherwise)."""
     base = redact_uri(uri).rstrip("/") if uri.startswith("http") else "http://127.0.0.1:5000"

@@ -48,7 +48,13 @@ def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
     run, no checkpoint of a run that was not killed, nothing left to train."""
     import tensorflow as tf
 
-    from gradexp.mlflow_store import open_client, resolve_uri, retry_locked
+    from gradexp.mlflow_store import (
+        download_artifact,
+        metric_history,
+        open_client,
+        read_run,
+        resolve_uri,
+    )
 
     run_id = str(cfg.trainer.resume)
     key = f"trainer.resume={run_id}"
@@ -57,11 +63,11 @@ def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
     uri = resolve_uri(cfg.tracking.uri, launch_dir)
     client = open_client(uri)
     try:
-        run = retry_locked(lambda: client.get_run(run_id))
+        run = read_run(client, run_id)
     except Exception:  # noqa: BLE001 - MLflow raises its own kinds for a missing run
         raise ConfigError(f"{key}: no such run in {uri}") from None
     try:
-        text = Path(client.download_artifacts(run_id, "config.yaml")).read_text()
+        text = Path(download_artifact(client, run_id, "config.yaml")).read_text()
     except Exception:  # noqa: BLE001
         raise ConfigError(f"{key}: the run has no config.yaml artifact to resume from") from None
     recorded = OmegaConf.create(text)
@@ -85,7 +91,7 @@ def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
     recorded.trainer.resume = run_id
     # The checks made up to the checkpoint (gradcheck/passed, step = epoch) count in the run's
     # summary; those after it are made again.
-    checks = retry_locked(lambda: client.get_metric_history(run_id, "gradcheck/passed"))
+    checks = metric_history(client, run_id, "gradcheck/passed")
     return Resume(run_id, recorded, folder, latest,
                   earlier_checks=sum(1 for check in checks if check.step <= done))
 
@@ -94,8 +100,9 @@ def _killed(client, run, stale_after: float) -> bool:
     """KILLED, or RUNNING with its process dead (then marked KILLED here, said in one line)."""
     from gradexp.console import note_line
     from gradexp.liveness import mark_dead_runs, why_dead
+    from gradexp.mlflow_store import read_run
 
     if run.info.status == "RUNNING" and why_dead(run, stale_after) is not None:
         mark_dead_runs(client, [run.info.experiment_id], stale_after, say=note_line)
-        run = client.get_run(run.info.run_id)
+        run = read_run(client, run.info.run_id)
     return run.info.status == "KILLED"
