@@ -458,6 +458,9 @@ def print_groups(selection: Selection, metric: str, desc: bool, over: list[str])
                          for run in runs], swept, over, "maximize" if desc else "minimize")
     out.print(groups_table(groups, metric, "↓" if desc else "↑",
                            f"groups over {', '.join(over)}: mean, best first"))
+    if selection.more:
+        out.print(f"grouped the newest {len(selection.runs)} runs only: --limit N for every "
+                  "replicate", highlight=False)
     note = overlap_note(groups)
     if note:
         out.print(note, highlight=False)
