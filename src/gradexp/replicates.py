@@ -134,24 +134,57 @@ def groups_table(groups: Sequence[Group], metric: str, arrow: str, title: str):
 
 
 def errorbar_figure(groups: Sequence[Group], metric: str):
-    """The objective's mean of each group with its 95% interval (a point alone at n=1), groups
-    in ranked order along x."""
+    """The objective's mean of each group with its 95% interval as error bars (a point alone at
+    n=1) against the swept key: a numeric one (optimizer.learning_rate) along x, one line for
+    each value of the other keys (optimizer=adam); without a numeric key, one point a group.
+    Log scales where x spans a decade or more, the means more than two."""
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(max(4.0, 0.9 * len(groups) + 2), 3.6), layout="constrained")
-    axis = figure.add_subplot()
     shown = [group for group in groups if group.n]
-    xs = list(range(len(shown)))
-    means = [group.mean for group in shown]
-    low = [group.mean - group.ci95[0] if group.ci95 else 0.0 for group in shown]
-    high = [group.ci95[1] - group.mean if group.ci95 else 0.0 for group in shown]
-    axis.errorbar(xs, means, yerr=[low, high], fmt="o", capsize=4)
-    axis.set_xticks(xs, [group.label for group in shown], rotation=30, ha="right")
-    axis.set_ylabel(metric)
+    keys = sorted(shown[0].params) if shown else []
+    numeric = [key for key in keys if all(_is_number(g.params[key]) for g in shown)]
+    x_key = numeric[-1] if numeric else None
+    series: dict[str, list[Group]] = {}
+    for group in shown:
+        rest = ",".join(f"{k}={v}" for k, v in sorted(group.params.items()) if k != x_key)
+        series.setdefault(rest or metric, []).append(group)
+    figure = Figure(figsize=(7.5, 4.2), layout="constrained")
+    axis = figure.add_subplot()
+    for index, (label, members) in enumerate(series.items()):
+        if x_key is not None:
+            members = sorted(members, key=lambda g: float(g.params[x_key]))
+            xs = [float(g.params[x_key]) for g in members]
+        else:
+            xs = [float(index)]
+        means = [g.mean for g in members]
+        low = [g.mean - g.ci95[0] if g.ci95 else 0.0 for g in members]
+        high = [g.ci95[1] - g.mean if g.ci95 else 0.0 for g in members]
+        axis.errorbar(xs, means, yerr=[low, high], fmt="o-" if len(xs) > 1 else "o",
+                      capsize=3, label=label)
+    if x_key is None:
+        axis.set_xticks(range(len(series)), list(series), rotation=30, ha="right")
+    else:
+        axis.set_xlabel(x_key)
+        values = [float(g.params[x_key]) for g in shown]
+        if min(values) > 0 and max(values) / min(values) >= 10:
+            axis.set_xscale("log")
+        if len(series) > 1:
+            axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    means = [g.mean for g in shown]
+    if means and min(means) > 0 and max(means) / min(means) > 100:
+        axis.set_yscale("log")  # the interval's lower end may be <= 0: matplotlib clips it
+    axis.set_ylabel(f"{metric} (mean, 95% interval)")
     counts = sorted({group.n for group in shown})
-    axis.set_title(f"{metric}: mean and 95% interval (n={','.join(map(str, counts))})")
+    axis.set_title(f"{metric} by configuration (n={','.join(map(str, counts))})")
     axis.grid(alpha=0.3)
     return figure
+
+
+def _is_number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
 
 
 # ---------------------------------------------------------------- Student's t, without scipy
