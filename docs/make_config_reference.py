@@ -18,7 +18,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from gradexp.schema import MISSING, SCHEMAS, EvalConfig, SweepConfig, describe
+from gradexp.schema import MISSING, SCHEMAS, Config, EvalConfig, SweepConfig, describe
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "config.md"
@@ -72,10 +72,10 @@ def schema_of(option_file: Path, group: str) -> type | None:
     return None
 
 
-def table(schema: type, values) -> list[str]:
+def table(schema: type, values, only: tuple[str, ...] = ()) -> list[str]:
     rows = ["| key | type | default | accepts | meaning |", "|---|---|---|---|---|"]
     for row in describe(schema):
-        if row.key in ("name", "_target_"):
+        if row.key in ("name", "_target_") or (only and row.key not in only):
             continue
         value = OmegaConf.select(values, row.key, default=row.default) if values else row.default
         if OmegaConf.is_config(value):
@@ -106,6 +106,8 @@ def reference() -> str:
     for name, schema in (("eval", EvalConfig), ("sweep", SweepConfig)):
         lines += [f"## {name}", "", f"Set in [`conf/config.yaml`](../conf/config.yaml) or a "
                   f"preset: `{name}.KEY=VALUE`.", "", *table(schema, None), ""]
+    lines += ["## seed", "", "The master seed, at the top level: `seed=N` ([sweeps.md]"
+              "(sweeps.md#seeds-and-error-bars)).", "", *table(Config, None, only=("seed",)), ""]
     lines += ["## callbacks", "",
               "Named entries built by `_target_` ([`conf/callbacks/default.yaml`]"
               "(../conf/callbacks/default.yaml), [callbacks.md](callbacks.md)).", ""]

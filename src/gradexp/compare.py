@@ -4,6 +4,7 @@
     gradexp compare --sweep latest           the child runs of the newest sweep
     gradexp compare --sweep latest --by val/mae
     gradexp compare --sweep 1a2b3c4d --by grad_norm --desc --plot curves.png
+    gradexp compare --sweep latest --aggregate   each configuration's mean over its seeds
 
 Runs are ranked best first by their sweep objective (the `gradexp.objective` tag each run carries,
 e.g. val/mse, the same yardstick whatever the training loss), or by --by METRIC. Only the params
@@ -77,6 +78,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--desc", action="store_true", help="largest first, whatever the metric")
     parser.add_argument("--plot", metavar="FILE.png", type=Path,
                         help="also write the loss curves of the runs shown to this file")
+    parser.add_argument("--aggregate", metavar="KEYS", nargs="?", const="seed",
+                        help="also group the runs that differ only in these params (comma-"
+                             "separated; default: seed) and show each group's mean, std and 95%% "
+                             "interval of the metric, best mean first")
     parser.add_argument("--tracking-uri", metavar="URI",
                         help="MLflow store (default: $MLFLOW_TRACKING_URI, else "
                              "sqlite:///mlflow.db in this folder)")
@@ -102,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         desc = args.desc or (metric != DEFAULT_SORT and direction_of(metric) == "maximize")
         sort_runs(selection.runs, metric, desc, asked=bool(args.sort))
         print_table(selection, metric, desc, uri)
+        if args.aggregate:
+            print_groups(selection, metric, desc, args.aggregate.split(","))
         if args.plot:
             write_plot(client, selection, args.plot)
     except BadInput as error:
@@ -426,7 +433,10 @@ def print_table(selection: Selection, sort: str, desc: bool, uri: str) -> None:
                  if implied else "")
               + ("" if params else "; no param differs"), highlight=False)
     if selection.swept is not None:
-        others = [key for key in params if not is_swept(key, selection.swept)]
+        from gradexp.replicates import derived_keys  # model.seed, ... from a swept master seed
+
+        others = [key for key in params if not is_swept(key, selection.swept)
+                  and key not in derived_keys(selection.swept)]
         out.print(f"besides the swept keys ({', '.join(selection.swept) or 'none'}), "
                   + (f"these differ: {', '.join(others)}" if others else "no param differs"),
                   highlight=False)
@@ -436,6 +446,34 @@ def print_table(selection: Selection, sort: str, desc: bool, uri: str) -> None:
              f"mlflow ui --backend-store-uri {redact_uri(uri)}, then ")
     out.print(f"in the MLflow UI: {where}{runs_view_link(uri, selection.experiment_id)}",
               highlight=False)
+
+
+def print_groups(selection: Selection, metric: str, desc: bool, over: list[str]) -> None:
+    """--aggregate: the FINISHED runs grouped by what they differ in besides `over` (a sweep's
+    swept keys, else every differing param; a master seed's derived seeds aside), as the sweep's
+    parent groups its replicates (gradexp.replicates)."""
+    from gradexp.console import console
+    from gradexp.replicates import derived_keys, group_runs, groups_table, overlap_note
+
+    out = console()
+    runs = [run for run in selection.runs if run.info.status == "FINISHED"]
+    swept = selection.swept if selection.swept is not None else (
+        differing_params(runs)[0] if len(runs) > 1 else [])
+    swept = [key for key in swept if key not in derived_keys(swept)]
+    if not any(key in over for key in swept):
+        out.print(f"--aggregate: the runs shown do not differ in {', '.join(over)}; "
+                  "no replicates to group", highlight=False)
+        return
+    groups = group_runs([(run.info.run_id, run.data.params, run.data.metrics.get(metric, math.nan))
+                         for run in runs], swept, over, "maximize" if desc else "minimize")
+    out.print(groups_table(groups, metric, "↓" if desc else "↑",
+                           f"groups over {', '.join(over)}: mean, best first"))
+    if selection.more:
+        out.print(f"grouped the newest {len(selection.runs)} runs only: --limit N for every "
+                  "replicate", highlight=False)
+    note = overlap_note(groups)
+    if note:
+        out.print(note, highlight=False)
 
 
 def write_plot(client, selection: Selection, path: Path) -> None:

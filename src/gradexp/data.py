@@ -106,6 +106,7 @@ def load_data(cfg: DictConfig, base_dir: Path | None = None) -> Dataset:
     kwargs = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     importable(base_dir or Path.cwd())  # data._target_=my_data.load names my_data.py there
     target = kwargs.pop("_target_")
+    kwargs.pop("resample", None)  # read by gradexp.seeds, not by a loader
     load = locate("data._target_", target)
     # Called directly, not through hydra.utils.instantiate, which would wrap a ConfigError
     # (a bad csv cell, say) in its own exception and lose the one line meant for the person.

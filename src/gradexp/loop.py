@@ -33,6 +33,7 @@ from gradexp.metrics import check_objective, metric_specs, objective
 from gradexp.mlflow_store import check_server, check_store_folder, config_params, resolve_uri
 from gradexp.resume import prepare_resume
 from gradexp.run_view import RunResult, RunView
+from gradexp.seeds import derive_seeds
 from gradexp.setup_checks import check_against_data, check_config
 from gradexp.tag_keys import (
     DIRECTION_TAG,
@@ -62,6 +63,7 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
         cfg = resume.cfg  # the run's recorded config, trainer.epochs perhaps raised
         if resume.restart:  # killed before its first checkpoint: a new run from epoch 0
             restart_of, run_name, resume = resume.run_id, resume.run_name or run_name, None
+    derive_seeds(cfg)  # seed=N: model.seed, trainer.seed, data's seed from it (gradexp.seeds)
     label_by_target(cfg)  # loss.name=mylosses.pseudo_huber, not the name of the option it replaced
     data = load_data(cfg.data, launch_dir)
     recorded = data_record(data, cfg.trainer.batch_size)  # rows, standardized, batches, labels

@@ -208,6 +208,8 @@ class SyntheticData:
     n_val: int = setting(100, "validation rows from the same generator (own stream); 0 = none",
                          at_least(0, " (0: no validation set)"))
     seed: int = setting(0, "numpy seed of the data", SEED)
+    resample: bool = setting(True, "with the master `seed` set, data.seed derives from it "
+                             "(false: data.seed stays: the same data for every seed)")
 
 
 @dataclass
@@ -256,6 +258,8 @@ class TabularData:
     test_fraction: float = setting(0.0, "share held out until training ends (test/<metric>, "
                                    "once)", fraction())
     split_seed: int = setting(0, "seed of the shuffle before the split", SEED)
+    resample: bool = setting(True, "with the master `seed` set, split_seed derives from it "
+                             "(false: split_seed stays: the same split for every seed)")
     standardize: bool = setting(True, "scale each feature by the training rows' mean and std "
                                 "(held-out rows unseen)")
 
@@ -542,10 +546,18 @@ class SweepConfig:
                                    "minimize the rest")
     best_per: list[str] = setting([], "params to report the best run of each value of, e.g. "
                                   "[optimizer.name]")
+    aggregate_over: list[str] = setting(["seed"], "swept keys whose jobs are replicates: jobs "
+                                        "differing only in these form one group (mean, std, "
+                                        "95% interval)")
 
 
 @dataclass
 class Config:
+    # The master seed (gradexp.seeds): null keeps every seed as its own key says; set, model.seed,
+    # trainer.seed and data.seed (or data.split_seed; data.resample) derive from it.
+    seed: int | None = setting(None, "master seed: when set, the weights, dropout, batch order "
+                               "and data (data.resample) seeds derive from it; null = each "
+                               "seed key as set", SEED)
     data: Any = MISSING
     model: Any = MISSING
     loss: Any = MISSING

@@ -62,6 +62,7 @@ class MlflowSweepCallback(Callback):
         self.tracker = None
         self.ended = False
         self.best_per: list[str] = []
+        self.aggregate_over: list[str] = ["seed"]
 
     def __getstate__(self) -> dict[str, Any]:
         """Launchers that run jobs in other processes (joblib, Ray, submitit) pickle Hydra's
@@ -108,6 +109,7 @@ class MlflowSweepCallback(Callback):
                                SWEPT_TAG: ",".join(swept_keys(config))})
         self.tracker.log_params({"sweep.overrides": overrides})
         self.best_per = list(config.sweep.best_per)
+        self.aggregate_over = list(config.sweep.aggregate_over)
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         parent_run_file(sweep_dir).write_text(self.tracker.run_id)
@@ -117,7 +119,7 @@ class MlflowSweepCallback(Callback):
     def _close_parent(self, config: DictConfig) -> None:
         if _plugin_name(config.hydra.sweeper) == "OptunaSweeper":
             record_optimization(self.tracker, Path(config.hydra.sweep.dir) / OPTUNA_RESULTS_FILE)
-        summary = summarize_sweep(self.tracker, self.best_per)
+        summary = summarize_sweep(self.tracker, self.best_per, self.aggregate_over)
         self.ended = True
         failed = [row for row in summary.rows if row["status"] != "FINISHED"]
         self.tracker.end("FAILED" if failed else "FINISHED")
@@ -257,15 +259,19 @@ class SweepSummary:
     fell_back: bool = False  # no run has the objective; ranked by the final loss instead
     best_per: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     also_differ: list[str] = field(default_factory=list)  # params that differ beyond the swept
+    groups: list = field(default_factory=list)  # gradexp.replicates.Group, best mean first
+    overlap: str | None = None  # the best group's interval overlaps the next one's
 
 
-def summarize_sweep(tracker, best_per: list[str] | None = None) -> SweepSummary:
+def summarize_sweep(tracker, best_per: list[str] | None = None,
+                    aggregate_over: list[str] | None = None) -> SweepSummary:
     """Record the children's table, tag the best by the sweep objective, overlay their loss and
     objective curves; return the summary.
 
     The table holds this sweep's children and the FINISHED runs its jobs reused
     (sweep.skip_finished), those marked `reused`.
     """
+    from gradexp import replicates
     from gradexp.compare import differing_params, is_swept
     from gradexp.mlflow_store import retry_locked, tag_run
 
@@ -291,9 +297,20 @@ def summarize_sweep(tracker, best_per: list[str] | None = None) -> SweepSummary:
     summary = SweepSummary(rows, metric, direction, fell_back)
     swept = [key for key in parent_tags.get(SWEPT_TAG, "").split(",") if key]
     differ, _, _ = differing_params(runs) if len(runs) > 1 else ([], [], 0)
-    summary.also_differ = [key for key in differ if not is_swept(key, swept)]
-    tracker.log_dict({"parent_run_id": parent_id, "ranked_by": metric, "direction": direction,
-                      "children": rows}, SUMMARY_FILE)
+    derived = replicates.derived_keys(swept)  # model.seed, ... follow from a swept master seed
+    summary.also_differ = [key for key in differ if not is_swept(key, swept) and key not in derived]
+    params = {run.info.run_id: run.data.params for run in runs}
+    record = {"parent_run_id": parent_id, "ranked_by": metric, "direction": direction,
+              "children": rows}
+    over = ["seed"] if aggregate_over is None else list(aggregate_over)
+    if replicates.aggregates(swept, over):
+        summary.groups = replicates.group_runs(
+            [(row["run_id"], params[row["run_id"]], row["objective"]) for row in rows
+             if row["status"] == "FINISHED"], swept, over, direction)
+        summary.overlap = replicates.overlap_note(summary.groups)
+        record["groups"] = [group.record() for group in summary.groups]
+        record["groups_note"] = summary.overlap
+    tracker.log_dict(record, SUMMARY_FILE)
     finished = [row for row in rows if row["status"] == "FINISHED"
                 and math.isfinite(row["objective"])]
     if finished:
@@ -304,7 +321,10 @@ def summarize_sweep(tracker, best_per: list[str] | None = None) -> SweepSummary:
                           BEST_RUN_NAME_TAG: best["run_name"]})
         tracker.log_metric("best_final_loss", best["final_loss"], 0)
         tracker.log_metric(f"best/{metric}", best["objective"], 0)
-    params = {run.info.run_id: run.data.params for run in runs}
+    if summary.groups and summary.groups[0].n:
+        tracker.set_tags({replicates.BEST_GROUP_TAG: summary.groups[0].label})
+        tracker.log_figure(replicates.errorbar_figure(summary.groups, metric),
+                           replicates.ERRORBAR_PLOT)
     for key in best_per or []:
         groups: dict[str, dict[str, Any]] = {}
         for row in finished:  # best first: the first row of each value is its best
@@ -400,6 +420,13 @@ def print_sweep(summary: SweepSummary, tracker) -> None:
         for value, row in groups.items():
             best.add_row(value, row["run_name"], f"{row['objective']:.6g}")
         print_table(best)
+    if summary.groups:
+        from gradexp.replicates import groups_table
+
+        print_table(groups_table(summary.groups, summary.metric, arrow,
+                                 "replicates: each configuration's mean, best first"))
+        if summary.overlap:
+            out.print(summary.overlap, highlight=False)
     if summary.also_differ:
         out.print(f"besides the swept keys, these differ between the runs: "
                   f"{', '.join(summary.also_differ)}", highlight=False)
@@ -432,11 +459,13 @@ def reuse_finished_run(cfg: DictConfig, hydra_cfg: DictConfig) -> float | None:
         return None
     from gradexp.console import console
     from gradexp.mlflow_store import config_params, open_client, resolve_uri
+    from gradexp.seeds import derive_seeds
     from gradexp.user_code import label_by_target
 
     launch_dir = Path(hydra_cfg.runtime.cwd)
     client = open_client(resolve_uri(cfg.tracking.uri, launch_dir))
     # The params as run_experiment logs them: a user's _target_ names the run (loss.name).
+    derive_seeds(cfg)  # the params as the run recorded them: its derived seeds too
     run = find_finished_run(client, cfg.tracking.experiment, config_params(label_by_target(cfg)))
     if run is None:
         return None
@@ -457,13 +486,16 @@ def resume_killed_run(cfg: DictConfig, hydra_cfg: DictConfig) -> DictConfig:
 
     from gradexp.mlflow_store import config_params, open_client, resolve_uri
     from gradexp.resume import checkpoint_folder
+    from gradexp.seeds import derive_seeds
     from gradexp.user_code import label_by_target
 
     if not cfg.sweep.resume_killed or _tracking_off(cfg) or cfg.trainer.resume:
         return cfg
     launch_dir = Path(hydra_cfg.runtime.cwd)
     client = open_client(resolve_uri(cfg.tracking.uri, launch_dir))
-    params = config_params(label_by_target(cfg.copy()))
+    job = cfg.copy()
+    derive_seeds(job)  # the params as the run recorded them: its derived seeds too
+    params = config_params(label_by_target(job))
     run = find_finished_run(client, cfg.tracking.experiment, params, status="KILLED")
     if run is None or not any(checkpoint_folder(launch_dir, run.info.run_id).glob("ckpt-*")):
         return cfg

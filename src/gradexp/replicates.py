@@ -1,0 +1,240 @@
+"""Replicates: the jobs of a sweep that differ only in a `sweep.aggregate_over` key (default
+[seed]) are one configuration run n times. Each group gets the mean of the objective, its sample
+std (ddof 1) and a 95% interval for the mean by Student's t with n - 1 degrees of freedom; groups
+are ranked by the mean, and one line says when the best group's interval overlaps the next one's
+(the two cannot be told apart at this n).
+
+Used by the sweep's parent (gradexp.sweeps: table, sweep_summary.json `groups`, the tag
+gradexp.best_group, the error-bar plot) and by `gradexp compare --aggregate`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gradexp.seeds import PURPOSES
+
+BEST_GROUP_TAG = "gradexp.best_group"  # on the parent: key=value,... of the best group
+ERRORBAR_PLOT = "plots/sweep_groups.png"
+SINGLE_NOTE = "n=1: no interval (run more seeds: -m seed=0,1,2,...)"
+
+
+@dataclass
+class Group:
+    params: dict[str, str]  # the other swept keys' values: what the replicates share
+    values: list[float]  # the objective of each FINISHED replicate with a finite value
+    run_ids: list[str]
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float:
+        return sum(self.values) / self.n if self.n else math.nan
+
+    @property
+    def std(self) -> float | None:
+        if self.n < 2:
+            return None
+        mean = self.mean
+        return math.sqrt(sum((v - mean) ** 2 for v in self.values) / (self.n - 1))
+
+    @property
+    def ci95(self) -> list[float] | None:
+        if self.n < 2:
+            return None
+        half = t_quantile(0.975, self.n - 1) * self.std / math.sqrt(self.n)
+        return [self.mean - half, self.mean + half]
+
+    @property
+    def label(self) -> str:
+        """key=value pairs sorted by key, comma-joined (`optimizer=adam`); "all" when nothing
+        else is swept."""
+        return ",".join(f"{key}={value}" for key, value in sorted(self.params.items())) or "all"
+
+    def record(self) -> dict[str, Any]:
+        return {"params": dict(sorted(self.params.items())), "n": self.n, "mean": self.mean,
+                "std": self.std, "ci95": self.ci95, "runs": self.run_ids,
+                **({"note": SINGLE_NOTE} if self.n == 1 else {})}
+
+
+def swept_value(params: Mapping[str, str], key: str) -> str:
+    """A run's value of a swept key: the param itself (optimizer.learning_rate, seed), or a
+    group's option name (optimizer -> optimizer.name)."""
+    if key in params:
+        return params[key]
+    return params.get(f"{key}.name", "-")
+
+
+def group_runs(runs: Iterable[tuple[str, Mapping[str, str], float]], swept: Sequence[str],
+               aggregate_over: Sequence[str], direction: str) -> list[Group]:
+    """Group (run_id, params, objective) by the swept keys outside aggregate_over, best mean
+    first (`direction` minimize | maximize); a NaN objective (failed, diverged) is left out of
+    its group's values, a group with none ranks last."""
+    others = [key for key in swept if key not in aggregate_over]
+    groups: dict[tuple[str, ...], Group] = {}
+    for run_id, params, value in runs:
+        values = tuple(swept_value(params, key) for key in others)
+        group = groups.setdefault(values, Group(dict(zip(others, values)), [], []))
+        if math.isfinite(value):
+            group.values.append(float(value))
+            group.run_ids.append(run_id)
+    sign = -1.0 if direction == "maximize" else 1.0
+    return sorted(groups.values(),
+                  key=lambda g: sign * g.mean if g.n else math.inf)
+
+
+def aggregates(swept: Sequence[str], aggregate_over: Sequence[str]) -> bool:
+    """True when the sweep has replicates: a swept key is listed in aggregate_over."""
+    return any(key in aggregate_over for key in swept)
+
+
+def derived_keys(swept: Sequence[str]) -> set[str]:
+    """Params that follow from a swept master seed (model.seed, ...): not a difference of
+    their own between replicates."""
+    return set(PURPOSES.values()) if "seed" in swept else set()
+
+
+def overlap_note(groups: Sequence[Group]) -> str | None:
+    """One line when the best group's interval overlaps the next one's; None when they are
+    apart or there is no second group with an interval."""
+    ranked = [group for group in groups if group.n]
+    if len(ranked) < 2:
+        return None
+    best, next_ = ranked[0], ranked[1]
+    if best.ci95 is None or next_.ci95 is None:
+        return (f"{best.label} and {next_.label}: not distinguishable at this n "
+                "(a group has n=1, no interval)")
+    if best.ci95[0] <= next_.ci95[1] and next_.ci95[0] <= best.ci95[1]:
+        return (f"{best.label} and {next_.label}: 95% intervals overlap, not distinguishable "
+                f"at this n (n={best.n}, {next_.n})")
+    return None
+
+
+def number(value: float | None) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:.6g}"
+
+
+def groups_table(groups: Sequence[Group], metric: str, arrow: str, title: str):
+    """A rich Table: one row a group, best mean first."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for column in ("group", "n", f"mean {metric} {arrow}", "std", "95% interval"):
+        table.add_column(column, overflow="fold")
+    for group in groups:
+        interval = "-" if group.ci95 is None else \
+            f"[{number(group.ci95[0])}, {number(group.ci95[1])}]"
+        table.add_row(group.label, str(group.n), number(group.mean), number(group.std), interval)
+    return table
+
+
+def errorbar_figure(groups: Sequence[Group], metric: str):
+    """The objective's mean of each group with its 95% interval as error bars (a point alone at
+    n=1) against the swept key: a numeric one (optimizer.learning_rate) along x, one line for
+    each value of the other keys (optimizer=adam); without a numeric key, one point a group.
+    Log scales where x spans a decade or more, the means more than two."""
+    from matplotlib.figure import Figure
+
+    shown = [group for group in groups if group.n]
+    keys = sorted(shown[0].params) if shown else []
+    numeric = [key for key in keys if all(_is_number(g.params[key]) for g in shown)]
+    x_key = numeric[-1] if numeric else None
+    series: dict[str, list[Group]] = {}
+    for group in shown:
+        rest = ",".join(f"{k}={v}" for k, v in sorted(group.params.items()) if k != x_key)
+        series.setdefault(rest or metric, []).append(group)
+    figure = Figure(figsize=(7.5, 4.2), layout="constrained")
+    axis = figure.add_subplot()
+    for index, (label, members) in enumerate(series.items()):
+        if x_key is not None:
+            members = sorted(members, key=lambda g: float(g.params[x_key]))
+            xs = [float(g.params[x_key]) for g in members]
+        else:
+            xs = [float(index)]
+        means = [g.mean for g in members]
+        low = [g.mean - g.ci95[0] if g.ci95 else 0.0 for g in members]
+        high = [g.ci95[1] - g.mean if g.ci95 else 0.0 for g in members]
+        axis.errorbar(xs, means, yerr=[low, high], fmt="o-" if len(xs) > 1 else "o",
+                      capsize=3, label=label)
+    if x_key is None:
+        axis.set_xticks(range(len(series)), list(series), rotation=30, ha="right")
+    else:
+        axis.set_xlabel(x_key)
+        values = [float(g.params[x_key]) for g in shown]
+        if min(values) > 0 and max(values) / min(values) >= 10:
+            axis.set_xscale("log")
+        if len(series) > 1:
+            axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    means = [g.mean for g in shown]
+    if means and min(means) > 0 and max(means) / min(means) > 100:
+        axis.set_yscale("log")  # the interval's lower end may be <= 0: matplotlib clips it
+    axis.set_ylabel(f"{metric} (mean, 95% interval)")
+    counts = sorted({group.n for group in shown})
+    axis.set_title(f"{metric} by configuration (n={','.join(map(str, counts))})")
+    axis.grid(alpha=0.3)
+    return figure
+
+
+def _is_number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
+
+
+# ---------------------------------------------------------------- Student's t, without scipy
+def t_quantile(p: float, dof: int) -> float:
+    """The p-quantile of Student's t with `dof` degrees of freedom (p in (0.5, 1)): bisection on
+    the distribution function (scipy is not a dependency; agrees with scipy.stats.t.ppf to 1e-9)."""
+    low, high = 0.0, 1.0
+    while t_cdf(high, dof) < p:
+        high *= 2.0
+    for _ in range(200):
+        middle = (low + high) / 2
+        if t_cdf(middle, dof) < p:
+            low = middle
+        else:
+            high = middle
+        if high - low < 1e-12 * max(1.0, high):
+            break
+    return (low + high) / 2
+
+
+def t_cdf(t: float, dof: int) -> float:
+    """P(T <= t) for t >= 0: 1 - I_x(dof/2, 1/2) / 2 with x = dof / (dof + t²)."""
+    x = dof / (dof + t * t)
+    return 1.0 - 0.5 * _incomplete_beta(x, dof / 2.0, 0.5)
+
+
+def _incomplete_beta(x: float, a: float, b: float) -> float:
+    """The regularized incomplete beta function I_x(a, b) by its continued fraction (Lentz)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                     + a * math.log(x) + b * math.log1p(-x))
+    if x > (a + 1.0) / (a + b + 2.0):  # the fraction converges fast on this side only
+        return 1.0 - _incomplete_beta(1.0 - x, b, a)
+    tiny, f, c, d = 1e-300, 1.0, 1.0, 0.0
+    for i in range(400):
+        m = i // 2
+        if i == 0:
+            numerator = 1.0
+        elif i % 2 == 0:
+            numerator = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
+        else:
+            numerator = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))
+        d = 1.0 + numerator * d
+        d = 1.0 / (tiny if abs(d) < tiny else d)
+        c = 1.0 + numerator / c
+        c = tiny if abs(c) < tiny else c
+        f *= c * d
+        if abs(1.0 - c * d) < 1e-15:
+            break
+    return front * (f - 1.0) / a

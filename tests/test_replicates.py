@@ -1,0 +1,162 @@
+"""Seeds and error bars (issue 20 item 3): the master `seed`, `data.resample`, and a sweep's
+replicates (`sweep.aggregate_over`) grouped with mean, std and a 95% interval on the parent, in
+sweep_summary.json, the gradexp.best_group tag, the error-bar plot and `gradexp compare
+--aggregate`. The sweep runs in-process through Hydra's multirun (gradexp.sweep)."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+
+import numpy as np
+import pytest
+from mlflow import MlflowClient
+
+import gradexp
+from conftest import compose_config, run
+from gradexp.compare import main as compare_main
+from gradexp.data import load_data
+from gradexp.models import seed_004_start
+from gradexp.replicates import BEST_GROUP_TAG, ERRORBAR_PLOT, Group, overlap_note, t_quantile
+from gradexp.seeds import PURPOSES, derive_seeds, derived_seed
+
+QUICK = ("trainer.epochs=3", "gradcheck=off", "tracking.log_model=false")
+T_975_DOF_2 = 4.302652729749464  # Student's t, 97.5% quantile, 2 degrees of freedom (tables)
+
+
+# ---------------------------------------------------------------- the master seed
+def seeded(*overrides: str):
+    cfg = compose_config(*overrides)
+    derive_seeds(cfg)
+    return cfg
+
+
+def test_no_master_seed_keeps_every_seed_as_set(store, client):
+    cfg = seeded()
+    assert (cfg.seed, cfg.model.seed, cfg.trainer.seed, cfg.data.seed) == (None, 0, 0, 0)
+    result = run(store, "gradcheck=off")  # seed 004's default run: W and b as before
+    metrics = client.get_run(result.run_id).data.metrics
+    assert metrics["final_W"] == pytest.approx(2.9086484909057617, rel=1e-6)
+    assert metrics["final_b"] == pytest.approx(4.045376300811768, rel=1e-6)
+    assert metrics["val/mse"] == pytest.approx(0.009626478888094425, rel=1e-6)
+
+
+def test_a_master_seed_changes_weights_and_data_and_is_recorded(store, client):
+    one, two = seeded("seed=1"), seeded("seed=2")
+    for key in PURPOSES.values():
+        if key != "data.split_seed":  # the linear data has no split
+            group, name = key.split(".")
+            assert one[group][name] != two[group][name] and one[group][name] != 0
+    start = [seed_004_start(1, 1, 1.0, cfg.model.seed)[0] for cfg in (one, two)]
+    assert not np.allclose(*start)  # other initial weights
+    data = [load_data(cfg.data) for cfg in (one, two)]
+    assert not np.allclose(data[0].x, data[1].x) and not np.allclose(data[0].y, data[1].y)
+
+    result = run(store, "seed=1", *QUICK)
+    params = client.get_run(result.run_id).data.params
+    assert params["seed"] == "1"
+    assert params["model.seed"] == str(derived_seed(1, "weights"))  # reproducible from params
+    assert params["trainer.seed"] == str(derived_seed(1, "batches"))
+    assert params["data.seed"] == str(derived_seed(1, "data"))
+
+
+def test_resample_false_keeps_the_data_and_varies_the_rest():
+    one, two = (seeded(f"seed={n}", "data.resample=false") for n in (1, 2))
+    assert one.data.seed == two.data.seed == 0
+    assert one.model.seed != two.model.seed and one.trainer.seed != two.trainer.seed
+    first, second = load_data(one.data), load_data(two.data)
+    assert np.array_equal(first.x, second.x) and np.array_equal(first.y, second.y)
+
+
+def test_a_tables_split_follows_the_master_seed_unless_resample_is_false():
+    base = ("data=sklearn", "data.name=diabetes")
+    assert seeded(*base, "seed=1").data.split_seed == derived_seed(1, "split")
+    assert seeded(*base, "seed=1", "data.resample=false").data.split_seed == 0
+    one, two = (load_data(seeded(*base, f"seed={n}").data) for n in (1, 2))
+    assert not np.array_equal(one.x, two.x)  # another split, other training rows
+
+
+def test_derived_seeds_differ_between_purposes_and_masters():
+    seeds = [derived_seed(master, purpose) for master in range(10) for purpose in PURPOSES]
+    assert len(set(seeds)) == len(seeds)
+    assert all(0 <= seed < 2**32 for seed in seeds)
+
+
+# ---------------------------------------------------------------- the statistics
+def test_t_quantile_matches_the_tables():
+    assert t_quantile(0.975, 2) == pytest.approx(T_975_DOF_2, rel=1e-9)
+    assert t_quantile(0.975, 9) == pytest.approx(2.2621571627982, rel=1e-9)
+    assert t_quantile(0.975, 1000) == pytest.approx(1.9623390808264, rel=1e-9)
+
+
+def test_overlap_note_only_when_the_best_two_intervals_overlap():
+    apart = [Group({"optimizer": "sgd"}, [1.0, 1.1, 0.9], []),
+             Group({"optimizer": "adam"}, [5.0, 5.1, 4.9], [])]
+    assert overlap_note(apart) is None
+    close = [Group({"optimizer": "sgd"}, [1.0, 1.1, 0.9], []),
+             Group({"optimizer": "adam"}, [1.05, 1.2, 0.95], [])]
+    assert "not distinguishable at this n" in overlap_note(close)
+    single = Group({"optimizer": "sgd"}, [1.0], [])
+    assert single.ci95 is None and single.std is None and "n=1" in single.record()["note"]
+
+
+# ---------------------------------------------------------------- a sweep with replicates
+@pytest.fixture(scope="module")
+def replicated(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("replicates")
+    store = f"sqlite:///{folder / 'mlflow.db'}"
+    results = gradexp.sweep(f"tracking.uri={store}", "seed=0,1,2", "optimizer=sgd,adam", *QUICK,
+                            launch_dir=folder)
+    client = MlflowClient(store)
+    children = [client.get_run(result.run_id) for result in results]
+    (parent_id,) = {child.data.tags["mlflow.parentRunId"] for child in children}
+    summary = json.load(open(client.download_artifacts(parent_id, "sweep_summary.json")))
+    return {"store": store, "client": client, "children": children,
+            "parent": client.get_run(parent_id), "summary": summary}
+
+
+def test_groups_hold_the_childrens_mean_std_and_interval(replicated):
+    by_optimizer: dict[str, list[float]] = {}
+    for child in replicated["children"]:
+        by_optimizer.setdefault(child.data.params["optimizer.name"], []).append(
+            child.data.metrics["val/mse"])
+    groups = replicated["summary"]["groups"]
+    assert [group["params"] for group in groups] == sorted(
+        ({"optimizer": name} for name in by_optimizer),
+        key=lambda params: statistics.mean(by_optimizer[params["optimizer"]]))
+    for group in groups:
+        values = by_optimizer[group["params"]["optimizer"]]
+        mean, std = statistics.mean(values), statistics.stdev(values)
+        half = T_975_DOF_2 * std / math.sqrt(3)
+        assert group["n"] == 3
+        assert group["mean"] == pytest.approx(mean, rel=1e-12)
+        assert group["std"] == pytest.approx(std, rel=1e-12)
+        assert group["ci95"] == pytest.approx([mean - half, mean + half], rel=1e-9)
+
+
+def test_the_overlap_note_follows_the_intervals(replicated):
+    best, second = replicated["summary"]["groups"][:2]
+    overlap = best["ci95"][0] <= second["ci95"][1] and second["ci95"][0] <= best["ci95"][1]
+    note = replicated["summary"]["groups_note"]
+    assert (note is not None and "not distinguishable at this n" in note) == overlap
+
+
+def test_the_parent_names_the_best_group_and_plots_error_bars(replicated):
+    parent = replicated["parent"]
+    best = replicated["summary"]["groups"][0]["params"]["optimizer"]
+    assert parent.data.tags[BEST_GROUP_TAG] == f"optimizer={best}"
+    plots = {item.path for item in replicated["client"].list_artifacts(parent.info.run_id,
+                                                                       "plots")}
+    assert ERRORBAR_PLOT in plots
+
+
+def test_compare_aggregate_shows_the_same_groups(replicated, capsys):
+    code = compare_main(["--tracking-uri", replicated["store"], "--sweep",
+                         replicated["parent"].info.run_id, "--aggregate"])
+    out = capsys.readouterr().out
+    assert code == 0
+    for group in replicated["summary"]["groups"]:
+        row = next(line for line in out.splitlines()
+                   if f"optimizer={group['params']['optimizer']} " in line and "│ 3 " in line)
+        assert f"{group['mean']:.6g}" in row and f"{group['std']:.6g}" in row
