@@ -107,10 +107,25 @@ def test_a_bad_pruner_value_is_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_joblib_jobs_in_other_processes_prune_the_bad_rate(tmp_path):
-    # Two workers: the bad rate (the third job) starts once a good one has finished, so there is
-    # a finished trial to judge it against, whichever finished first.
-    done = run_cli("-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", RATES, *PRUNED,
-                   *TINY, cwd=tmp_path, timeout=600)
+    # Two workers, four jobs: two good ones first, side by side, that train the same numbers
+    # (they differ only in their progress lines), so neither is judged worse than the other;
+    # each bad one starts once a good one has finished, and is judged against it at epoch 10.
+    done = run_cli("-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                   "optimizer.learning_rate=0.3,0.0001", "trainer.log_every=10,5",
+                   "trainer.deterministic=true", *PRUNED, *TINY, cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "pruned@10" in done.stdout
-    assert_bad_rate_pruned(tmp_path)
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("gradexp").experiment_id])
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(children) == 4 and all(r.info.status == "FINISHED" for r in children)
+    marks = sorted((float(r.data.params["optimizer.learning_rate"]),
+                    r.data.tags.get(PRUNED_TAG)) for r in children)
+    assert marks == [(0.0001, "10"), (0.0001, "10"), (0.3, None), (0.3, None)]
+    for run in children:
+        last = max(m.step for m in client.get_metric_history(run.info.run_id, "loss"))
+        assert last == (10 if PRUNED_TAG in run.data.tags else 100)
+    _, states = trial_states(tmp_path)
+    assert sorted(states) == ["COMPLETE", "COMPLETE", "PRUNED", "PRUNED"]
