@@ -129,3 +129,23 @@ def test_joblib_jobs_in_other_processes_prune_the_bad_rate(tmp_path):
         assert last == (10 if PRUNED_TAG in run.data.tags else 100)
     _, states = trial_states(tmp_path)
     assert sorted(states) == ["COMPLETE", "COMPLETE", "PRUNED", "PRUNED"]
+
+
+@pytest.mark.slow
+def test_the_optuna_sweeper_prunes_its_own_trials(tmp_path):
+    # The grid in the seeded sampler's order: 0.0001 (the startup trial), then 0.00001, judged
+    # worse at epoch 10 and pruned, then 0.1 and 0.3 to the end.
+    done = run_cli("-m", "hydra/sweeper=optuna", "hydra/sweeper/sampler=grid",
+                   "hydra.sweeper.sampler.seed=0",
+                   "optimizer.learning_rate=choice(0.3,0.1,0.0001,0.00001)", *PRUNED, *TINY,
+                   "trainer.epochs=50", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    study, _ = trial_states(tmp_path)  # the sweeper's study: the jobs reported to its trials
+    states = {t.params["optimizer.learning_rate"]: t.state.name for t in study.trials}
+    assert states == {0.0001: "COMPLETE", 0.00001: "PRUNED", 0.1: "COMPLETE", 0.3: "COMPLETE"}
+    pruned = next(t for t in study.trials if t.state.name == "PRUNED")
+    assert list(pruned.intermediate_values) == [10]
+    assert study.best_trial.params == {"optimizer.learning_rate": 0.3}
+    _, _, children = children_and_parent(tmp_path)
+    assert children[0.00001].data.tags[PRUNED_TAG] == "10"
+    assert all(run.info.status == "FINISHED" for run in children.values())
