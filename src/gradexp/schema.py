@@ -191,6 +191,15 @@ class Direction(StrEnum):
     maximize = "maximize"
 
 
+class Pruner(StrEnum):
+    # Optuna's own pruners (gradexp.pruning builds them): stop a sweep's job early
+    none = "none"
+    median = "median"  # MedianPruner
+    percentile = "percentile"  # PercentilePruner
+    asha = "asha"  # SuccessiveHalvingPruner
+    hyperband = "hyperband"  # HyperbandPruner
+
+
 # ---------------------------------------------------------------- data
 NAME_DOC = "the option's name (set by its file in conf/); user code renames it to its _target_"
 TARGET_DOC = "the code that builds it, module.Name (set by the option file; yours: my_module.f)"
@@ -549,6 +558,16 @@ class SweepConfig:
     aggregate_over: list[str] = setting(["seed"], "swept keys whose jobs are replicates: jobs "
                                         "differing only in these form one group (mean, std, "
                                         "95% interval)")
+    pruner: Pruner = setting(Pruner.none, "-m only: stop a job early when Optuna's pruner "
+                             "judges its objective at an evaluation (eval.every) unpromising")
+    pruner_startup_trials: int = setting(5, "median, percentile: jobs that finish unpruned "
+                                         "before any is judged", at_least(0))
+    pruner_warmup_epochs: int = setting(0, "median, percentile: epochs before a job is judged",
+                                        at_least(0))
+    pruner_percentile: float = setting(25.0, "percentile: a job goes on only within the best "
+                                       "this many percent of the others at the same epoch",
+                                       Rule(lambda v: 0 <= v <= 100,
+                                            "must be a number in [0, 100]"))
 
 
 @dataclass

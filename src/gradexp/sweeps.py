@@ -76,6 +76,7 @@ class MlflowSweepCallback(Callback):
     # a traceback for a bug.
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from gradexp.config_checks import check_ranges
+        from gradexp.pruning import start_study
 
         with _stop_the_sweep_on_error():
             # What every job shares (the overrides that are not swept) is checked once, before
@@ -86,6 +87,7 @@ class MlflowSweepCallback(Callback):
             check_every_job(config)  # a sweep that does not all compose opens no parent
             if not _tracking_off(config):
                 self._open_parent(config)
+            start_study(config)  # sweep.pruner: the Optuna study the jobs report to
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.tracker is None:
@@ -293,7 +295,10 @@ def summarize_sweep(tracker, best_per: list[str] | None = None,
         for row in rows:
             row["objective"] = row["final_loss"]
     rank = _ranking(direction)
-    rows.sort(key=lambda row: (row["status"] != "FINISHED", rank(row["objective"])))
+    # A pruned job's objective is an early epoch's: it ranks after the jobs that trained to the
+    # end, and is never the best (as Optuna's best trial is a completed one).
+    rows.sort(key=lambda row: (row["status"] != "FINISHED", row["pruned_at_epoch"] is not None,
+                               rank(row["objective"])))
     summary = SweepSummary(rows, metric, direction, fell_back)
     swept = [key for key in parent_tags.get(SWEPT_TAG, "").split(",") if key]
     differ, _, _ = differing_params(runs) if len(runs) > 1 else ([], [], 0)
@@ -312,7 +317,7 @@ def summarize_sweep(tracker, best_per: list[str] | None = None,
         record["groups_note"] = summary.overlap
     tracker.log_dict(record, SUMMARY_FILE)
     finished = [row for row in rows if row["status"] == "FINISHED"
-                and math.isfinite(row["objective"])]
+                and math.isfinite(row["objective"]) and row["pruned_at_epoch"] is None]
     if finished:
         best = finished[0]
         if not best["reused"]:  # a reused run belongs to an earlier sweep: leave its tags alone
@@ -334,6 +339,9 @@ def summarize_sweep(tracker, best_per: list[str] | None = None,
     tracker.log_metric("children", len(rows), 0)
     tracker.log_metric("children_failed", sum(r["status"] != "FINISHED" for r in rows), 0)
     tracker.log_metric("children_reused", sum(r["reused"] for r in rows), 0)
+    if any(row["pruned_at_epoch"] is not None for row in rows):
+        tracker.log_metric("children_pruned",
+                           sum(row["pruned_at_epoch"] is not None for row in rows), 0)
     return summary
 
 
@@ -366,7 +374,16 @@ def _row(run, metric: str, *, reused: bool) -> dict[str, Any]:
         "gradcheck": None if passed is None else ("passed" if passed == 1.0 else "failed"),
         "reason": run.data.tags.get(REASON_TAG),
         "reused": reused,
+        "pruned_at_epoch": _pruned_at(run),
     }
+
+
+def _pruned_at(run) -> int | None:
+    """The last epoch a job pruned by sweep.pruner trained (gradexp.pruning); None otherwise."""
+    from gradexp.pruning import PRUNED_TAG
+
+    value = run.data.tags.get(PRUNED_TAG)
+    return None if value is None else int(value)
 
 
 def _ranking(direction: str):
@@ -410,6 +427,8 @@ def print_sweep(summary: SweepSummary, tracker) -> None:
         table.add_column(column, overflow="fold")
     for row in summary.rows:
         status = f"{row['status']} (reused)" if row["reused"] else row["status"]
+        if row["pruned_at_epoch"] is not None:
+            status = f"{status} pruned@{row['pruned_at_epoch']}"
         table.add_row(row["run_name"], status, f"{row['objective']:.6g}",
                       f"{row['final_loss']:.6g}", row["gradcheck"] or "-")
     print_table(table)  # wraps, never cuts: run names stay apart in an 80-column log

@@ -31,8 +31,8 @@ __all__ = ["AFTER_YOURS", "BEFORE_YOURS", "Callback", "build_callbacks", "check_
 
 BEFORE_YOURS = ("epoch_history", "divergence", "held_out_evaluation", "early_stopping",
                 "progress", "gradient_checks")
-AFTER_YOURS = ("checkpoints", "final_evaluation", "artifacts", "model_logger", "recorder",
-               "summary")
+AFTER_YOURS = ("checkpoints", "final_evaluation", "pruning", "artifacts", "model_logger",
+               "recorder", "summary")
 
 
 def _entries(cfg: DictConfig) -> dict[str, Any]:

@@ -4,7 +4,9 @@ Each batch of `n_jobs` trials is asked of the study, launched as Hydra jobs (any
 joblib, Ray, SLURM), and told back: the job's returned objective for a job that finished, FAIL
 for one that failed or returned no finite value (so samplers learn nothing from it). The study is
 stored by default in a journal file beside the MLflow store, named from the experiment and the
-search space, so running the same search again continues it with `n_trials` more."""
+search space, so running the same search again continues it with `n_trials` more. With
+sweep.pruner, the study judges its trials with Optuna's pruner and each job reports to its trial
+(gradexp.pruning), telling it PRUNED when stopped."""
 
 
 # No `from __future__ import annotations`: Hydra loads plugins without registering the module,
@@ -23,12 +25,19 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from gradexp.pruning import (
+    JOURNAL_FILE,
+    build_pruner,
+    pruner_name,
+    store_folder,
+    write_pruning_file,
+)
+
 from .search_space import grid, search_space
 
 log = logging.getLogger(__name__)
 
 RESULTS_FILE = "optimization_results.yaml"  # read by gradexp.sweeps for the parent run
-JOURNAL_FILE = "optuna.journal"  # the default storage, beside mlflow.db
 
 
 @dataclass
@@ -101,8 +110,10 @@ class OptunaSweeper(Sweeper):
         sampler, n_trials = self._sampler(distributions, before)
         if isinstance(sampler, optuna.samplers.GridSampler):
             n_trials = min(n_trials, math.prod(len(v) for v in grid(distributions).values()))
+        pruning = pruner_name(self.config) != "none"  # sweep.pruner: jobs report, and stop
         study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
-                                    direction=self.direction, load_if_exists=True)
+                                    direction=self.direction, load_if_exists=True,
+                                    pruner=build_pruner(self.config) if pruning else None)
         log.info(f"Optuna study {name} in {where}: {before} trials so far, {n_trials} to run "
                  f"({self.direction} the objective)")
         while n_trials > 0:
@@ -110,15 +121,22 @@ class OptunaSweeper(Sweeper):
             overrides = [tuple(f"{key}={value}" for key, value in trial.params.items())
                          + tuple(f"{key}={value}" for key, value in fixed.items())
                          for trial in batch]
+            if pruning:  # each job finds its trial by its job number (gradexp.pruning)
+                write_pruning_file(sweep_dir, name, storage=self.storage or None,
+                                   journal=None if self.storage else where,
+                                   trials={self.job_idx + i: trial._trial_id
+                                           for i, trial in enumerate(batch)})
             returns = self.launcher.launch(overrides, initial_job_idx=self.job_idx)
             self.job_idx += len(returns)
             for trial, ret in zip(batch, returns):
                 value = _objective(ret)
                 try:
+                    # A job that a pruner stopped has told its trial PRUNED itself.
                     if value is None:
-                        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                        study.tell(trial, state=optuna.trial.TrialState.FAIL,
+                                   skip_if_finished=True)
                     else:
-                        study.tell(trial, value)
+                        study.tell(trial, value, skip_if_finished=True)
                 except RuntimeError as error:
                     # A GridSampler that has run its grid calls study.stop(), which only works
                     # inside study.optimize; the trial is told by then.
@@ -182,15 +200,6 @@ def _objective(ret: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return value if math.isfinite(value) else None
-
-
-def store_folder(config: DictConfig) -> Path:
-    """The folder of the run's sqlite MLflow store; the launch folder for a server."""
-    uri = OmegaConf.select(config, "tracking.uri", default=None)
-    launch = Path(config.hydra.runtime.cwd)
-    if uri and str(uri).startswith("sqlite:///"):
-        return (launch / str(uri)[len("sqlite:///"):]).parent
-    return launch
 
 
 def default_study_name(config: DictConfig, distributions: dict[str, Any], fixed: dict[str, str],

@@ -1,0 +1,151 @@
+"""sweep.pruner (issue 20 item 4): Optuna's pruners stop a sweep's unpromising jobs early.
+
+Seed 004's line, SGD for 100 epochs, evaluated every 10: learning rates 0.1 and 0.3 reach the
+line, 0.0001 barely moves (val/mse ~30 against ~0.009). With sweep.pruner=median and one startup
+trial, the bad rate (the last job) is judged at its first evaluation against the finished jobs
+and stopped there; the good ones train to the end. Real Hydra sweeps, a real sqlite store, a
+real Optuna journal beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import optuna
+import pytest
+
+import gradexp
+from conftest import run_cli
+from gradexp.pruning import JOURNAL_FILE, PRUNED_TAG, PRUNING_FILE
+
+RATES = "optimizer.learning_rate=0.1,0.3,0.0001"
+PRUNED = ("sweep.pruner=median", "sweep.pruner_startup_trials=1", "eval.every=10")
+TINY = ("gradcheck=off", "tracking.log_model=false")
+
+
+def children_and_parent(folder: Path):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("gradexp").experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = {float(r.data.params["optimizer.learning_rate"]): r for r in runs
+                if "mlflow.parentRunId" in r.data.tags}
+    (parent,) = parents
+    return client, parent, children
+
+
+def trial_states(folder: Path) -> dict[float, str]:
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(folder / JOURNAL_FILE)))
+    (summary,) = optuna.get_all_study_summaries(storage)
+    study = optuna.load_study(study_name=summary.study_name, storage=storage)
+    return study, [t.state.name for t in study.trials]
+
+
+def assert_bad_rate_pruned(folder: Path) -> None:
+    """What a person sees in MLflow and the study after the sweep."""
+    client, parent, children = children_and_parent(folder)
+    assert set(children) == {0.1, 0.3, 0.0001}
+    assert all(run.info.status == "FINISHED" for run in children.values())
+    bad = children[0.0001]
+    assert bad.data.tags[PRUNED_TAG] == "10"  # stopped at its first evaluation
+    assert [m.step for m in client.get_metric_history(bad.info.run_id, "loss")][-1] == 10
+    val = client.get_metric_history(bad.info.run_id, "val/mse")
+    assert [m.step for m in val] == [10] and val[0].value > 1  # its objective there, as usual
+    assert bad.data.metrics["val/mse"] == val[0].value
+    for rate in (0.1, 0.3):  # the good ones trained to the end, unmarked
+        assert PRUNED_TAG not in children[rate].data.tags
+        assert max(m.step for m in client.get_metric_history(children[rate].info.run_id,
+                                                             "loss")) == 100
+        assert children[rate].data.metrics["val/mse"] < 0.02
+    # The sweep: the best is a job that trained to the end; the pruned one is marked.
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags["gradexp.best_run_id"] == children[0.3].info.run_id
+    assert parent.data.metrics["children_pruned"] == 1
+    summary = json.loads(Path(client.download_artifacts(parent.info.run_id,
+                                                        "sweep_summary.json")).read_text())
+    marks = {row["run_id"]: row["pruned_at_epoch"] for row in summary["children"]}
+    assert marks == {children[0.1].info.run_id: None, children[0.3].info.run_id: None,
+                     bad.info.run_id: 10}
+    # Optuna's study beside mlflow.db: two trials complete, the bad one PRUNED.
+    study, states = trial_states(folder)
+    assert sorted(states) == ["COMPLETE", "COMPLETE", "PRUNED"]
+    pruned = next(t for t in study.trials if t.state.name == "PRUNED")
+    assert pruned.intermediate_values == {10: pytest.approx(val[0].value)}
+
+
+def test_a_bad_learning_rate_is_pruned_while_good_ones_finish(tmp_path, capsys):
+    results = gradexp.sweep(RATES, *PRUNED, *TINY, launch_dir=tmp_path)
+    assert [result.epochs for result in results] == [100, 100, 10]
+    assert math.isfinite(results[2].objective_value)  # returned to the sweeper as usual
+    assert_bad_rate_pruned(tmp_path)
+    out = capsys.readouterr().out
+    assert "pruned at epoch 10 by sweep.pruner=median" in out
+    assert "pruned@10" in out  # the sweep table marks it
+
+
+def test_pruner_none_changes_nothing(tmp_path):
+    results = gradexp.sweep(RATES, "eval.every=10", *TINY, launch_dir=tmp_path)
+    assert [result.epochs for result in results] == [100, 100, 100]
+    client, parent, children = children_and_parent(tmp_path)
+    assert all(PRUNED_TAG not in run.data.tags for run in children.values())
+    assert "children_pruned" not in parent.data.metrics
+    assert not (tmp_path / JOURNAL_FILE).exists()  # no study is made
+    assert not list(tmp_path.glob(f"multirun/*/*/{PRUNING_FILE}"))
+
+
+def test_a_bad_pruner_value_is_one_line(tmp_path):
+    with pytest.raises(gradexp.GradexpError) as error:
+        gradexp.sweep(RATES, "sweep.pruner=sometimes", *TINY, launch_dir=tmp_path)
+    line = error.value.line
+    assert "\n" not in line and "sweep.pruner" in line and "sometimes" in line
+    assert "median" in line and "hyperband" in line
+
+
+@pytest.mark.slow
+def test_joblib_jobs_in_other_processes_prune_the_bad_rate(tmp_path):
+    # Two workers, four jobs: two good ones first, side by side, that train the same numbers
+    # (they differ only in their progress lines), so neither is judged worse than the other;
+    # each bad one starts once a good one has finished, and is judged against it at epoch 10.
+    done = run_cli("-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                   "optimizer.learning_rate=0.3,0.0001", "trainer.log_every=10,5",
+                   "trainer.deterministic=true", *PRUNED, *TINY, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "pruned@10" in done.stdout
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("gradexp").experiment_id])
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(children) == 4 and all(r.info.status == "FINISHED" for r in children)
+    marks = sorted((float(r.data.params["optimizer.learning_rate"]),
+                    r.data.tags.get(PRUNED_TAG)) for r in children)
+    assert marks == [(0.0001, "10"), (0.0001, "10"), (0.3, None), (0.3, None)]
+    for run in children:
+        last = max(m.step for m in client.get_metric_history(run.info.run_id, "loss"))
+        assert last == (10 if PRUNED_TAG in run.data.tags else 100)
+    _, states = trial_states(tmp_path)
+    assert sorted(states) == ["COMPLETE", "COMPLETE", "PRUNED", "PRUNED"]
+
+
+@pytest.mark.slow
+def test_the_optuna_sweeper_prunes_its_own_trials(tmp_path):
+    # The grid in the seeded sampler's order: 0.0001 (the startup trial), then 0.00001, judged
+    # worse at epoch 10 and pruned, then 0.1 and 0.3 to the end.
+    done = run_cli("-m", "hydra/sweeper=optuna", "hydra/sweeper/sampler=grid",
+                   "hydra.sweeper.sampler.seed=0",
+                   "optimizer.learning_rate=choice(0.3,0.1,0.0001,0.00001)", *PRUNED, *TINY,
+                   "trainer.epochs=50", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    study, _ = trial_states(tmp_path)  # the sweeper's study: the jobs reported to its trials
+    states = {t.params["optimizer.learning_rate"]: t.state.name for t in study.trials}
+    assert states == {0.0001: "COMPLETE", 0.00001: "PRUNED", 0.1: "COMPLETE", 0.3: "COMPLETE"}
+    pruned = next(t for t in study.trials if t.state.name == "PRUNED")
+    assert list(pruned.intermediate_values) == [10]
+    assert study.best_trial.params == {"optimizer.learning_rate": 0.3}
+    _, _, children = children_and_parent(tmp_path)
+    assert children[0.00001].data.tags[PRUNED_TAG] == "10"
+    assert all(run.info.status == "FINISHED" for run in children.values())
