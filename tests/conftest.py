@@ -39,6 +39,15 @@ register_schemas()
 register_experiments()
 register_resolver()
 
+# absl (TensorFlow's logger) makes its handler when first imported, on the sys.stderr of that
+# moment: under pytest, the capture file of whichever module's collection imported TensorFlow.
+# Hydra's logging set-up (every gradexp.sweep) closes all handlers, and absl's closes its stream
+# unless it is the current sys.stderr, so it closed pytest's capture file under a later test
+# ("I/O operation on closed file"). The real stderr is never closed by it.
+import absl.logging  # noqa: E402  (light: no TensorFlow)
+
+absl.logging.get_absl_handler().python_handler.stream = sys.__stderr__
+
 REPO = Path(__file__).resolve().parents[1]
 CONF = resource_dir("conf")
 

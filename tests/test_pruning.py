@@ -18,7 +18,8 @@ import pytest
 
 import gradexp
 from conftest import run_cli
-from gradexp.pruning import JOURNAL_FILE, PRUNED_TAG, PRUNING_FILE
+from gradexp.pruning import JOURNAL_FILE, PRUNING_FILE
+from gradexp.tag_keys import PRUNED_TAG
 
 RATES = "optimizer.learning_rate=0.1,0.3,0.0001"
 PRUNED = ("sweep.pruner=median", "sweep.pruner_startup_trials=1", "eval.every=10")

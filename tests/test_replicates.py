@@ -18,8 +18,9 @@ from conftest import compose_config, run
 from gradexp.compare import main as compare_main
 from gradexp.data import load_data
 from gradexp.models import seed_004_start
-from gradexp.replicates import BEST_GROUP_TAG, ERRORBAR_PLOT, Group, overlap_note, t_quantile
+from gradexp.replicates import ERRORBAR_PLOT, Group, overlap_note, t_quantile
 from gradexp.seeds import PURPOSES, derive_seeds, derived_seed
+from gradexp.tag_keys import BEST_GROUP_TAG
 
 QUICK = ("trainer.epochs=3", "gradcheck=off", "tracking.log_model=false")
 T_975_DOF_2 = 4.302652729749464  # Student's t, 97.5% quantile, 2 degrees of freedom (tables)

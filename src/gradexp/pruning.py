@@ -27,7 +27,6 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-PRUNED_TAG = "gradexp.pruned_at_epoch"  # on a pruned child run: the last epoch it trained
 PRUNING_FILE = ".gradexp_pruning.json"  # in the sweep folder: where the study is, for the jobs
 JOURNAL_FILE = "optuna.journal"  # the default study storage, beside mlflow.db
 

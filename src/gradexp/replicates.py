@@ -17,7 +17,6 @@ from typing import Any
 
 from gradexp.seeds import PURPOSES
 
-BEST_GROUP_TAG = "gradexp.best_group"  # on the parent: key=value,... of the best group
 ERRORBAR_PLOT = "plots/sweep_groups.png"
 SINGLE_NOTE = "n=1: no interval (run more seeds: -m seed=0,1,2,...)"
 

@@ -34,6 +34,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from gradexp.metrics import FALLBACK, objective
 from gradexp.tag_keys import (
+    BEST_GROUP_TAG,
     BEST_IN_SWEEP_TAG,
     BEST_RUN_ID_TAG,
     BEST_RUN_NAME_TAG,
@@ -44,6 +45,7 @@ from gradexp.tag_keys import (
     OPTUNA_STORAGE_TAG,
     OPTUNA_STUDY_TAG,
     PARENT_TAG,
+    PRUNED_TAG,
     REASON_TAG,
     REUSED_TAG,
     SWEEP_TAG,
@@ -327,7 +329,7 @@ def summarize_sweep(tracker, best_per: list[str] | None = None,
         tracker.log_metric("best_final_loss", best["final_loss"], 0)
         tracker.log_metric(f"best/{metric}", best["objective"], 0)
     if summary.groups and summary.groups[0].n:
-        tracker.set_tags({replicates.BEST_GROUP_TAG: summary.groups[0].label})
+        tracker.set_tags({BEST_GROUP_TAG: summary.groups[0].label})
         tracker.log_figure(replicates.errorbar_figure(summary.groups, metric),
                            replicates.ERRORBAR_PLOT)
     for key in best_per or []:
@@ -380,7 +382,6 @@ def _row(run, metric: str, *, reused: bool) -> dict[str, Any]:
 
 def _pruned_at(run) -> int | None:
     """The last epoch a job pruned by sweep.pruner trained (gradexp.pruning); None otherwise."""
-    from gradexp.pruning import PRUNED_TAG
 
     value = run.data.tags.get(PRUNED_TAG)
     return None if value is None else int(value)

@@ -54,7 +54,9 @@ LAUNCHER_TAG = "gradexp.launcher"  # BasicLauncher, JoblibLauncher, ...
 BEST_RUN_ID_TAG = "gradexp.best_run_id"
 BEST_RUN_NAME_TAG = "gradexp.best_run_name"
 BEST_IN_SWEEP_TAG = "gradexp.best_in_sweep"  # "true" on the best child
+BEST_GROUP_TAG = "gradexp.best_group"  # key=value,... of the best group of replicates
 REUSED_TAG = "gradexp.reused."  # + job number: the FINISHED run a job reused
 OPTUNA_BEST_TRIAL_TAG = "gradexp.optuna.best_trial"
 OPTUNA_STUDY_TAG = "gradexp.optuna.study"
 OPTUNA_STORAGE_TAG = "gradexp.optuna.storage"
+PRUNED_TAG = "gradexp.pruned_at_epoch"  # on a pruned child run: the last epoch it trained

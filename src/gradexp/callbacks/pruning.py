@@ -13,8 +13,9 @@ import math
 
 from gradexp.callbacks.base import Callback
 from gradexp.callbacks.held_out import eval_epochs
-from gradexp.pruning import PRUNED_TAG, JobTrial, open_trial, pruner_name
+from gradexp.pruning import JobTrial, open_trial, pruner_name
 from gradexp.run_view import RunView
+from gradexp.tag_keys import PRUNED_TAG
 
 
 class Pruning(Callback):
