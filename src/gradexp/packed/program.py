@@ -104,7 +104,8 @@ class PackedProgram:
         names = dict(zip(model.names, range(len(model.names))))
         scalar = set(names) == {"W", "b"} and tuple(model.params[names["W"]].shape) == (1, 1)
         self.scalar_index = (names["W"], names["b"]) if scalar else None
-        self._run = tf.function(self._epochs, autograph=False)
+        # reduce_retracing: segments of other lengths (a check every N epochs) share a trace
+        self._run = tf.function(self._epochs, autograph=False, reduce_retracing=True)
 
     # ------------------------------------------------------------------ host side
     def train(self, epochs: int, keep: set[int]) -> list[Trained]:
