@@ -215,6 +215,7 @@ class Loop:
         from gradexp.evaluation import Evaluator
         from gradexp.losses import build_loss
         from gradexp.models import build_model
+        from gradexp.packed.replay import ReplayTrainer, take_trained
         from gradexp.schedules import build_optimizer
         from gradexp.trainer import Trainer
 
@@ -248,6 +249,9 @@ class Loop:
                 compile=cfg.trainer.compile, jit_compile=cfg.trainer.jit_compile,
                 log_lr=schedule != "none", strategy=device.strategy,
                 evaluator=run.evaluator, eval_epochs=eval_epochs(cfg))
+            trained = take_trained()  # hydra/launcher=packed trained this job already
+            if trained is not None and run.resume is None:
+                run.trainer = ReplayTrainer(run.trainer, trained)
             if run.resume is not None:
                 run.resume.restore(run.trainer)
                 run.set_tags({RESUMED_FROM_EPOCH_TAG: run.trainer.epoch})

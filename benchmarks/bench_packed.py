@@ -1,0 +1,98 @@
+"""Benchmark: packed sweeps (hydra/launcher=packed) against the sequential launcher.
+
+    python benchmarks/bench_packed.py                      # the issue's sizes (several minutes)
+    python benchmarks/bench_packed.py --seeds 1 --digits-epochs 10   # a quicker look
+
+Two sweeps, each run as a person runs it (`python -m gradexp -m ...` in a fresh temp folder,
+wall time including the process's start-up), with the default checks and tracking on:
+
+1. seed 004's line: 4 optimizers (sgd, momentum, adagrad, adam) x 4 learning rates x --seeds
+   trainer seeds, 100 epochs, packed and sequential, beside one default `python -m gradexp`
+   process (the issue's target: the packed sweep within 3x of that one process);
+2. the digits MLP (experiments/digits_mlp, mini-batches of 32): 4 optimizers x 4 learning rates,
+   --digits-epochs epochs, packed and sequential (target: packed at least 3x faster).
+
+Every sweep must leave all its children FINISHED; the script checks that. The machine may be
+shared: the load average is printed before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+OPTIMIZERS = "optimizer=sgd,momentum,adagrad,adam"
+
+
+def timed(*args: str) -> tuple[float, int]:
+    """Wall seconds of `python -m gradexp ARGS` in a fresh folder, and its FINISHED runs."""
+    with tempfile.TemporaryDirectory() as folder:
+        env = {**os.environ, "PYTHONPATH": SRC, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        started = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "gradexp", *args], cwd=folder, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        seconds = time.perf_counter() - started
+        if done.returncode:
+            raise SystemExit(f"{' '.join(args)} failed:\n{done.stderr[-2000:]}")
+        from mlflow import MlflowClient
+
+        client = MlflowClient(f"sqlite:///{folder}/mlflow.db")
+        runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+        finished = sum(run.info.status == "FINISHED" for run in runs
+                       if "mlflow.parentRunId" in run.data.tags or len(runs) == 1)
+        return seconds, finished
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=4, help="trainer seeds in the line sweep")
+    parser.add_argument("--digits-epochs", type=int, default=30)
+    parser.add_argument("--only", choices=("line", "digits"), help="one of the two sweeps")
+    options = parser.parse_args()
+    print(f"load average before: {os.getloadavg()}")
+    seeds = ",".join(map(str, range(options.seeds)))
+    line = ("-m", OPTIMIZERS, "optimizer.learning_rate=0.01,0.03,0.1,0.3",
+            f"trainer.seed={seeds}")
+    # experiments/digits_mlp's model and checks, without its own sweep (widths x dropout)
+    digits = ("-m", "data=sklearn", "data.name=digits", "model=mlp", "model.hidden=[64]",
+              "loss=categorical_crossentropy", "gradcheck=probe", "gradcheck.max_rows=512",
+              OPTIMIZERS,
+              "optimizer.learning_rate=0.001,0.003,0.01,0.03", "trainer.batch_size=32",
+              f"trainer.epochs={options.digits_epochs}")
+    rows = []
+    one, _ = timed()
+    rows.append(("one default process", 1, one))
+    print(f"one default process: {one:.1f} s", flush=True)
+    sweeps = {"line": (f"line, {16 * options.seeds} jobs", line),
+              "digits": (f"digits MLP, 16 jobs, {options.digits_epochs} epochs", digits)}
+    for key, (name, sweep) in sweeps.items():
+        if options.only not in (None, key):
+            continue
+        for launcher in ("packed", "basic"):
+            seconds, finished = timed(*sweep, f"hydra/launcher={launcher}")
+            jobs = 16 * options.seeds if sweep is line else 16
+            if finished != jobs:
+                raise SystemExit(f"{name} ({launcher}): {finished} of {jobs} jobs FINISHED")
+            rows.append((f"{name}: {launcher}", jobs, seconds))
+            print(f"{name}: {launcher}: {seconds:.1f} s", flush=True)
+    print(f"\n{'what':<46} {'jobs':>5} {'wall s':>8} {'s a job':>8}")
+    for what, jobs, seconds in rows:
+        print(f"{what:<46} {jobs:>5} {seconds:>8.1f} {seconds / jobs:>8.2f}")
+    seconds = {what: s for what, _, s in rows}
+    for name, _ in sweeps.values():
+        if f"{name}: packed" not in seconds:
+            continue
+        packed, basic = seconds[f"{name}: packed"], seconds[f"{name}: basic"]
+        print(f"{name}: sequential / packed {basic / packed:.2f}x; packed / one process "
+              f"{packed / one:.1f}x (targets: line within 3x of one process, digits >= 3x)")
+    print(f"load average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

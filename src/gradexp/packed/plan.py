@@ -1,0 +1,177 @@
+"""Which jobs of a sweep pack together, which run sequentially and why; training the groups.
+
+A job packs when its config asks for nothing the packed program does not write (an optimizer
+without a stateless update here, a schedule, early stopping, checkpoints and resume, a mirrored
+or XLA device, eager steps, callbacks of yours, which may need the host at epochs of their own)
+and its built parts fit it (data in memory, a model without per-job state such as dropout seeds
+or batch-norm statistics, and without losses of its own). Packable jobs group by what their
+shapes depend on: the data's shapes, the model architecture, the loss, the batches and epochs.
+A group of one job gains nothing: it runs sequentially too.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from gradexp.callbacks import AFTER_YOURS, BEFORE_YOURS
+
+# Model keys that change the first weights only, not the program's shapes
+WEIGHTS_ONLY_KEYS = ("seed", "init_scale")
+
+
+@dataclass
+class Prepared:
+    """A packable job: its setup for the program, its group key, its parts."""
+
+    setup: Any  # gradexp.packed.program.JobSetup
+    key: tuple
+    model: Any
+    loss: Any
+    batch_size: int
+    epochs: int
+    keep: set[int]  # epochs whose weights its recording needs
+
+
+@dataclass
+class Plan:
+    groups: list[list[int]] = field(default_factory=list)  # job numbers, each group packed
+    prepared: dict[int, Prepared] = field(default_factory=dict)
+    sequential: dict[int, str] = field(default_factory=dict)  # job number -> why
+
+    def line(self) -> str:
+        """The one line a packed sweep says about itself."""
+        packed = sum(len(group) for group in self.groups)
+        text = f"packed {packed} of {packed + len(self.sequential)} jobs in " \
+               f"{len(self.groups)} program{'s' * (len(self.groups) != 1)}"
+        if not self.sequential:
+            return text
+        by_reason: dict[str, list[int]] = defaultdict(list)
+        for job, reason in sorted(self.sequential.items()):
+            by_reason[reason].append(job)
+        reasons = "; ".join(f"#{', #'.join(map(str, jobs))}: {reason}"
+                            for reason, jobs in by_reason.items())
+        return f"{text}; sequential: {reasons}"
+
+
+def config_reason(cfg: DictConfig) -> str | None:
+    """Why a job's config cannot be packed, before anything is built; None if it may."""
+    name = lambda node: str(getattr(node, "value", node))  # noqa: E731 - an enum or a str
+    trainer = cfg.trainer
+    if name(cfg.device.name) in ("mirrored", "gpu") or cfg.device.cpu_replicas:
+        return f"device={name(cfg.device.name)}"
+    if trainer.jit_compile:
+        return "XLA (trainer.jit_compile)"
+    if not trainer.compile:
+        return "trainer.compile=false"
+    if trainer.checkpoint_every or trainer.resume or cfg.sweep.resume_killed:
+        return "checkpoints and resume"
+    if trainer.early_stopping.enabled:
+        return "early stopping"
+    if name(cfg.optimizer.schedule.name) != "none":
+        return "a learning-rate schedule"
+    yours = [str(n) for n in (cfg.get("callbacks") or {})
+             if n not in BEFORE_YOURS + AFTER_YOURS and cfg.callbacks[n] is not None]
+    if yours:
+        return f"callbacks of yours ({', '.join(yours)})"
+    return None
+
+
+def keep_epochs(cfg: DictConfig) -> set[int]:
+    """The epochs at which a job's recording reads its weights: evaluations, checks, the end."""
+    from gradexp.callbacks.held_out import eval_epochs
+
+    epochs = cfg.trainer.epochs
+    keep = set(eval_epochs(cfg)) | {epochs}
+    every = cfg.gradcheck.every_n_epochs if cfg.gradcheck.enabled else None
+    if every:
+        keep |= set(range(every, epochs, every))
+    return keep
+
+
+def prepare(cfg: DictConfig, launch_dir: Path) -> tuple[Prepared | None, str | None]:
+    """Build what a job's run would build (its data, model, loss, optimizer), as gradexp.loop
+    builds them, and say whether it fits the packed program."""
+    from gradexp.tensorflow_import import import_tensorflow
+
+    tf = import_tensorflow()
+    import keras
+
+    from gradexp.data import load_data
+    from gradexp.losses import build_loss
+    from gradexp.models import build_model
+    from gradexp.packed.program import JobSetup, optimizer_update, shuffle_orders
+    from gradexp.schedules import build_optimizer
+    from gradexp.user_code import importable
+
+    importable(launch_dir)
+    data = load_data(cfg.data, launch_dir)
+    if data.stream is not None:
+        return None, "a streamed tf.data set"
+    if cfg.trainer.deterministic:
+        keras.utils.set_random_seed(cfg.trainer.seed)
+    tf.random.set_seed(cfg.trainer.seed)
+    model = build_model(cfg.model, data.n_features, data.n_outputs)
+    if model.network.non_trainable_variables:
+        return None, "a model with state per job (dropout seeds, batch-norm statistics)"
+    if model.has_own_losses(tf.constant(data.x[:2])):
+        return None, "a model with losses of its own (regularizers)"
+    epochs = cfg.trainer.epochs
+    rows = len(data.x)
+    batch_size = min(cfg.trainer.batch_size or rows, rows)
+    optimizer = build_optimizer(cfg.optimizer, data.steps_per_epoch(batch_size), epochs)
+    hyper, reason = optimizer_update(optimizer)
+    if hyper is None:
+        return None, reason
+    setup = JobSetup(data.x, data.y, [v.numpy() for v in model.params], hyper,
+                     shuffle_orders(cfg.trainer.seed, rows, batch_size, epochs))
+    architecture = {k: v for k, v in OmegaConf.to_container(cfg.model, resolve=True).items()
+                    if k not in WEIGHTS_ONLY_KEYS}
+    key = (data.x.shape, data.y.shape, tuple(tuple(v.shape) for v in model.params),
+           repr(architecture), OmegaConf.to_yaml(cfg.loss, resolve=True), epochs, batch_size)
+    return Prepared(setup, key, model, build_loss(cfg.loss), batch_size, epochs,
+                    keep_epochs(cfg)), None
+
+
+def plan_sweep(jobs: dict[int, DictConfig], launch_dir: Path) -> Plan:
+    """Sort a sweep's jobs (number -> task config) into packed groups and a sequential rest."""
+    plan = Plan()
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for number, cfg in jobs.items():
+        reason = config_reason(cfg)
+        prepared = None
+        if reason is None:
+            try:
+                prepared, reason = prepare(cfg, launch_dir)
+            except Exception as error:  # noqa: BLE001 - its own run will say it in full
+                reason = f"could not be built ahead ({type(error).__name__})"
+        if prepared is None:
+            plan.sequential[number] = reason or "unknown"
+            continue
+        plan.prepared[number] = prepared
+        groups[prepared.key].append(number)
+    for members in groups.values():
+        if len(members) == 1:
+            plan.sequential[members[0]] = "no other job of its shape"
+            del plan.prepared[members[0]]
+        else:
+            plan.groups.append(members)
+    return plan
+
+
+def train_groups(plan: Plan) -> dict[int, Any]:
+    """Train every packed group: job number -> its gradexp.packed.program.Trained."""
+    from gradexp.packed.program import PackedProgram
+
+    trained = {}
+    for members in plan.groups:
+        first = plan.prepared[members[0]]
+        keep = set().union(*(plan.prepared[n].keep for n in members))
+        program = PackedProgram(first.model, first.loss,
+                                [plan.prepared[n].setup for n in members], first.batch_size)
+        trained.update(zip(members, program.train(first.epochs, keep)))
+    return trained

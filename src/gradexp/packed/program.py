@@ -1,0 +1,227 @@
+"""One compiled program that trains a group of jobs of one shape together.
+
+The jobs' parameters are stacked along a leading job axis; the forward pass is the model's
+`stateless_call` (gradexp.models.Model.apply) under `tf.vectorized_map`, one loss per job; the
+gradient of the sum of the jobs' losses is each job's own gradient (the jobs share nothing).
+Keras' `optimizer.stateless_apply` raises on the TensorFlow backend, so the optimizer step is
+written here, op for op as Keras 3 writes SGD (plain, momentum, Nesterov), Adagrad and Adam, with
+each job's kind and hyperparameters as tensors: one program for every optimizer and rate.
+
+The program runs `count` epochs a call and returns each epoch's loss and gradient norm per job
+(and W, b of a one-feature line); the host calls it up to each epoch whose weights the jobs'
+recording needs (evaluations, gradient checks, the end) and keeps those weights
+(gradexp.packed.replay hands them to each job's ordinary run).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import tensorflow as tf
+
+# The optimizers with a stateless update here (keras class name -> kinds below)
+SGD, MOMENTUM, NESTEROV, ADAGRAD, ADAM = range(5)
+PACKABLE_OPTIMIZERS = ("SGD", "Adagrad", "Adam")
+# Options of a Keras optimizer that change its update and that this program does not write
+UNPACKED_OPTIONS = ("weight_decay", "clipnorm", "clipvalue", "global_clipnorm", "use_ema",
+                    "gradient_accumulation_steps", "loss_scale_factor")
+
+
+@dataclass
+class JobSetup:
+    """One job as the program needs it: its data, its first weights, its optimizer's update."""
+
+    x: np.ndarray
+    y: np.ndarray
+    initial: list[np.ndarray]
+    hyper: dict[str, float]  # kind, lr, momentum, b1, b2, one_minus_b1, one_minus_b2, eps, acc0
+    orders: np.ndarray | None  # [epochs, rows]: each epoch's batch order (None: full batch)
+
+
+@dataclass
+class Trained:
+    """What a job's packed training produced: every epoch's values, and its weights at the
+    epochs its recording needs (0 = before training)."""
+
+    values: dict[str, np.ndarray]
+    weights: dict[int, list[np.ndarray]] = field(default_factory=dict)
+
+
+def optimizer_update(optimizer) -> tuple[dict[str, float] | None, str | None]:
+    """The kind and hyperparameters of a built Keras optimizer, or None and why it cannot be
+    packed."""
+    name = type(optimizer).__name__
+    if name not in PACKABLE_OPTIMIZERS or not type(optimizer).__module__.startswith("keras"):
+        return None, f"optimizer {name} has no stateless update here"
+    for option in UNPACKED_OPTIONS:
+        value = getattr(optimizer, option, None)
+        if value not in (None, False):
+            return None, f"optimizer option {option}={value}"
+    if not isinstance(optimizer._learning_rate, tf.Variable) and callable(optimizer._learning_rate):
+        return None, "a learning-rate schedule"
+    hyper = {"kind": SGD, "lr": float(optimizer.learning_rate), "momentum": 0.0, "b1": 0.0,
+             "b2": 0.0, "one_minus_b1": 0.0, "one_minus_b2": 0.0, "eps": 0.0, "acc0": 0.0}
+    if name == "SGD" and optimizer.momentum != 0:
+        hyper.update(kind=NESTEROV if optimizer.nesterov else MOMENTUM,
+                     momentum=optimizer.momentum)
+    elif name == "Adagrad":
+        hyper.update(kind=ADAGRAD, eps=optimizer.epsilon, acc0=optimizer.initial_accumulator_value)
+    elif name == "Adam":
+        if optimizer.amsgrad:
+            return None, "Adam(amsgrad=True)"
+        # 1 - beta as Keras computes it: in Python floats, then cast (not 1 - float32(beta))
+        hyper.update(kind=ADAM, b1=optimizer.beta_1, b2=optimizer.beta_2,
+                     one_minus_b1=1 - optimizer.beta_1, one_minus_b2=1 - optimizer.beta_2,
+                     eps=optimizer.epsilon)
+    return hyper, None
+
+
+def shuffle_orders(seed: int, rows: int, batch_size: int, epochs: int) -> np.ndarray | None:
+    """Each epoch's batch order as gradexp.trainer.Trainer draws it from trainer.seed."""
+    if -(-rows // batch_size) == 1:
+        return None
+    generator = tf.random.Generator.from_seed(seed)
+    return np.stack([tf.argsort(generator.uniform([rows])).numpy() for _ in range(epochs)])
+
+
+class PackedProgram:
+    """Trains `jobs` (one shape: the same model architecture, loss, data shapes, batches and
+    epochs) with `model` (one job's gradexp.models.Model, whose stateless call serves all)."""
+
+    def __init__(self, model, loss, jobs: list[JobSetup], batch_size: int):
+        self.model = model
+        self.loss = loss
+        self.jobs = jobs
+        self.rows = jobs[0].x.shape[0]
+        self.batch_size = min(batch_size, self.rows)
+        self.n_batches = -(-self.rows // self.batch_size)
+        self.x = tf.constant(np.stack([job.x for job in jobs]))
+        self.y = tf.constant(np.stack([job.y for job in jobs]))
+        self.hyper = {key: tf.constant([job.hyper[key] for job in jobs],
+                                       tf.int32 if key == "kind" else tf.float32)
+                      for key in jobs[0].hyper}
+        names = dict(zip(model.names, range(len(model.names))))
+        scalar = set(names) == {"W", "b"} and tuple(model.params[names["W"]].shape) == (1, 1)
+        self.scalar_index = (names["W"], names["b"]) if scalar else None
+        # reduce_retracing: segments of other lengths (a check every N epochs) share a trace
+        self._run = tf.function(self._epochs, autograph=False, reduce_retracing=True)
+
+    # ------------------------------------------------------------------ host side
+    def train(self, epochs: int, keep: set[int]) -> list[Trained]:
+        """All epochs, the weights kept after each epoch in `keep` (and before the first)."""
+        count = len(self.jobs)
+        params = [tf.constant(np.stack([job.initial[i] for job in self.jobs]))
+                  for i in range(len(self.jobs[0].initial))]
+        acc0 = self.hyper["acc0"]
+        first = [_per_job(acc0, p) * tf.ones_like(p) for p in params]
+        second = [tf.zeros_like(p) for p in params]
+        iteration = tf.constant(0, tf.int64)
+        trained = [Trained({}, {0: [p[j].numpy() for p in params]}) for j in range(count)]
+        parts: list[dict[str, np.ndarray]] = []
+        done = 0
+        for end in sorted({e for e in keep if 0 < e <= epochs} | {epochs}):
+            orders = (np.stack([job.orders[done:end] for job in self.jobs]).astype(np.int32)
+                      if self.n_batches > 1 else np.zeros((count, end - done, 1), np.int32))
+            params, first, second, iteration, values = self._run(
+                params, first, second, iteration, tf.constant(orders), tf.constant(end - done))
+            parts.append({key: value.numpy() for key, value in values.items()})
+            done = end
+            for j in range(count):
+                trained[j].weights[end] = [p[j].numpy() for p in params]
+        for j in range(count):
+            trained[j].values = {key: np.concatenate([part[key][:, j] for part in parts])
+                                 for key in parts[0]}
+        return trained
+
+    # ------------------------------------------------------------------ compiled
+    def _job_loss(self, args) -> tf.Tensor:
+        params, x, y = args
+        return self.loss(y, self.model.apply(list(params), x, training=True))
+
+    def _step(self, params, first, second, iteration, x, y):
+        with tf.GradientTape() as tape:
+            tape.watch(params)
+            losses = tf.vectorized_map(self._job_loss, (params, x, y))
+            total = tf.reduce_sum(losses)
+        gradients = tape.gradient(total, params)
+        norm = tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(g), axis=list(range(1, len(g.shape))))
+                                 for g in gradients]))
+        new = [self._update(p, g, m, v, iteration)
+               for p, g, m, v in zip(params, gradients, first, second)]
+        return ([n[0] for n in new], [n[1] for n in new], [n[2] for n in new], iteration + 1,
+                losses, norm)
+
+    def _update(self, p, g, m, v, iteration):
+        """Every job's update, written as Keras writes each optimizer; each job keeps its own."""
+        h = {key: _per_job(value, p) for key, value in self.hyper.items()}
+        kind = h["kind"]
+        lr = h["lr"]
+        # SGD
+        plain = p - g * lr
+        # momentum and Nesterov: m = m·momentum - g·lr; p += m (Nesterov: p += m·momentum - g·lr)
+        velocity = m * h["momentum"] - g * lr
+        momentum = p + velocity
+        nesterov = p + (velocity * h["momentum"] - g * lr)
+        # Adagrad: acc += g²; p -= lr·g / sqrt(acc + eps)
+        accumulator = m + tf.square(g)
+        adagrad = p - (lr * g) / tf.sqrt(accumulator + h["eps"])
+        # Adam
+        step = tf.cast(iteration + 1, p.dtype)
+        alpha = lr * tf.sqrt(1 - tf.pow(h["b2"], step)) / (1 - tf.pow(h["b1"], step))
+        mean = m + (g - m) * h["one_minus_b1"]
+        square = v + (tf.square(g) - v) * h["one_minus_b2"]
+        adam = p - (mean * alpha) / (tf.sqrt(square) + h["eps"])
+
+        def pick(*by_kind):
+            out = by_kind[0]
+            for index, value in enumerate(by_kind[1:], start=1):
+                out = tf.where(tf.equal(kind, index), value, out)
+            return out
+
+        return (pick(plain, momentum, nesterov, adagrad, adam),
+                pick(m, velocity, velocity, accumulator, mean),
+                pick(v, v, v, v, square))
+
+    def _epoch(self, params, first, second, iteration, orders, e):
+        if self.n_batches == 1:
+            return self._step(params, first, second, iteration, self.x, self.y)
+        size, count = self.batch_size, len(self.jobs)
+
+        def batch(index, params, first, second, iteration, loss, norm):
+            rows = orders[:, e, index * size:(index + 1) * size]
+            x = tf.gather(self.x, rows, batch_dims=1)
+            y = tf.gather(self.y, rows, batch_dims=1)
+            params, first, second, iteration, losses, norms = self._step(
+                params, first, second, iteration, x, y)
+            return index + 1, params, first, second, iteration, loss + losses, norm + norms
+
+        zero = tf.zeros([count])
+        _, params, first, second, iteration, loss, norm = tf.while_loop(
+            lambda index, *_: index < self.n_batches, batch,
+            (tf.constant(0), params, first, second, iteration, zero, zero))
+        return params, first, second, iteration, loss / self.n_batches, norm / self.n_batches
+
+    def _epochs(self, params, first, second, iteration, orders, count):
+        keys = ["loss", "grad_norm", *(("W", "b") if self.scalar_index else ())]
+        arrays = {key: tf.TensorArray(tf.float32, size=count) for key in keys}
+
+        def epoch(e, params, first, second, iteration, arrays):
+            params, first, second, iteration, loss, norm = self._epoch(
+                params, first, second, iteration, orders, e)
+            values = {"loss": loss, "grad_norm": norm}
+            if self.scalar_index:
+                w, b = self.scalar_index
+                values.update(W=params[w][:, 0, 0], b=params[b][:, 0])
+            return (e + 1, params, first, second, iteration,
+                    {key: array.write(e, values[key]) for key, array in arrays.items()})
+
+        _, params, first, second, iteration, arrays = tf.while_loop(
+            lambda e, *_: e < count, epoch,
+            (tf.constant(0), params, first, second, iteration, arrays))
+        return params, first, second, iteration, {key: a.stack() for key, a in arrays.items()}
+
+
+def _per_job(value: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
+    """A per-job [jobs] tensor shaped to broadcast against a stacked [jobs, ...] parameter."""
+    return tf.reshape(value, [-1] + [1] * (len(like.shape) - 1))

@@ -1,0 +1,94 @@
+"""`hydra/launcher=packed`: Hydra's basic launcher, with the training of packable jobs done
+ahead, together, in one compiled program per group of one shape (gradexp.packed.plan).
+
+The launcher composes every job's config, sorts the jobs into packed groups and a sequential rest
+(one line says which jobs run sequentially and why), trains the groups, and then runs each job
+in order exactly as the basic launcher does: Hydra's `run_job`, gradexp's task, the loop and its
+callbacks, which record the job as its own child run. A packed job's loop replays its packed
+training (gradexp.packed.replay) instead of training again; a sequential job trains as usual."""
+
+# No `from __future__ import annotations`: Hydra loads plugins without registering the module,
+# and dataclasses then cannot resolve string annotations.
+import copy
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, open_dict, read_write
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PackedLauncherConf:
+    _target_: str = "hydra_plugins.gradexp_packed.packed_launcher.PackedLauncher"
+
+
+ConfigStore.instance().store(group="hydra/launcher", name="packed", node=PackedLauncherConf,
+                             provider="gradexp")
+
+
+class PackedLauncher(Launcher):
+    def __init__(self) -> None:
+        super().__init__()
+        self.config: DictConfig | None = None
+        self.task_function: TaskFunction | None = None
+        self.hydra_context: HydraContext | None = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
+              config: DictConfig) -> None:
+        self.config = config
+        self.hydra_context = hydra_context
+        self.task_function = task_function
+
+    def launch(self, job_overrides: Sequence[Sequence[str]],
+               initial_job_idx: int) -> Sequence[JobReturn]:
+        from gradexp.console import note_line
+        from gradexp.packed.plan import plan_sweep, train_groups
+        from gradexp.packed.replay import handed_over
+
+        setup_globals()
+        assert self.hydra_context is not None and self.config is not None
+        assert self.task_function is not None
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        log.info(f"Launching {len(job_overrides)} jobs locally, packed where they can be")
+        configs: dict[int, DictConfig] = {}
+        for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
+            sweep_config = self.hydra_context.config_loader.load_sweep_config(
+                self.config, list(overrides))
+            with open_dict(sweep_config):
+                sweep_config.hydra.job.id = idx
+                sweep_config.hydra.job.num = idx
+            configs[idx] = sweep_config
+        plan = plan_sweep({idx: self._task_config(cfg) for idx, cfg in configs.items()},
+                          Path(self.config.hydra.runtime.cwd))
+        note_line(plan.line())
+        trained = train_groups(plan)
+        runs: list[JobReturn] = []
+        for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
+            log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}"
+                     + (" (packed)" if idx in trained else ""))
+            with handed_over(trained.pop(idx, None)):
+                runs.append(run_job(hydra_context=self.hydra_context,
+                                    task_function=self.task_function, config=configs[idx],
+                                    job_dir_key="hydra.sweep.dir",
+                                    job_subdir_key="hydra.sweep.subdir"))
+            configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        return runs
+
+    @staticmethod
+    def _task_config(sweep_config: DictConfig) -> DictConfig:
+        """The job's config as its task gets it (no `hydra` node), its interpolations resolved
+        against its own Hydra config, as run_job resolves them."""
+        HydraConfig.instance().set_config(sweep_config)
+        task_cfg = copy.deepcopy(sweep_config)
+        with read_write(task_cfg), open_dict(task_cfg):
+            del task_cfg["hydra"]
+        return task_cfg

@@ -1,0 +1,126 @@
+"""hydra/launcher=packed: jobs of one shape trained in one program, each recorded as the
+sequential launcher records it (gradexp.packed, src/hydra_plugins/gradexp_packed)."""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+
+import pytest
+from mlflow import MlflowClient
+
+import gradexp
+from conftest import finish, spawn_cli
+
+# Four optimizers of one shape (seed 004's line), checks on as by default; no LoggedModel (slow
+# to write, and the same code path either way).
+FOUR = ("optimizer=sgd,momentum,adagrad,adam", "optimizer.learning_rate=0.05",
+        "trainer.epochs=40", "tracking.log_model=false")
+# What differs between any two runs whatever launched them
+PER_RUN_TAGS = {"mlflow.runName", "mlflow.source.name", "mlflow.source.type", "mlflow.user",
+                "gradexp.host", "gradexp.pid", "gradexp.heartbeat", "mlflow.parentRunId",
+                "gradexp.checkpoints"}  # a folder named by the run's id
+
+
+def children(store: str) -> dict[str, object]:
+    """The sweep's child runs by optimizer name."""
+    runs = MlflowClient(store).search_runs(["1"])
+    return {run.data.params["optimizer.name"]: run for run in runs
+            if "mlflow.parentRunId" in run.data.tags}
+
+
+def artifact_paths(client: MlflowClient, run_id: str, path: str | None = None) -> set[str]:
+    found = set()
+    for item in client.list_artifacts(run_id, path):
+        found |= artifact_paths(client, run_id, item.path) if item.is_dir else {item.path}
+    return found
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory):
+    """The same 4-job sweep, packed and sequential, each into its own store."""
+    import os
+
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    stores = {}
+    for launcher in ("packed", "basic"):
+        folder = tmp_path_factory.mktemp(launcher)
+        stores[launcher] = f"sqlite:///{folder / 'mlflow.db'}"
+        # the default store (mlflow.db in the launch folder): the same tracking.uri param
+        gradexp.sweep(f"hydra/launcher={launcher}", *FOUR, launch_dir=folder)
+    return stores
+
+
+def test_each_packed_job_records_what_its_sequential_run_records(both):
+    packed, sequential = children(both["packed"]), children(both["basic"])
+    assert sorted(packed) == sorted(sequential) == ["adagrad", "adam", "momentum", "sgd"]
+    for name, run in packed.items():
+        alone = sequential[name]
+        assert run.info.status == alone.info.status == "FINISHED"
+        assert run.data.params == alone.data.params
+        assert set(run.data.metrics) == set(alone.data.metrics)
+        for key, value in alone.data.metrics.items():
+            assert math.isclose(run.data.metrics[key], value, rel_tol=1e-5, abs_tol=1e-7), \
+                (name, key, run.data.metrics[key], value)
+        assert set(run.data.tags) == set(alone.data.tags)
+        tags = {k: v for k, v in run.data.tags.items() if k not in PER_RUN_TAGS}
+        assert tags == {k: v for k, v in alone.data.tags.items() if k not in PER_RUN_TAGS}
+        assert artifact_paths(MlflowClient(both["packed"]), run.info.run_id) == \
+            artifact_paths(MlflowClient(both["basic"]), alone.info.run_id)
+
+
+def test_each_packed_job_logs_the_same_loss_curve(both):
+    packed, sequential = children(both["packed"]), children(both["basic"])
+    for name in packed:
+        curves = [[(m.step, m.value) for m in MlflowClient(store).get_metric_history(
+            runs[name].info.run_id, "loss")]
+            for store, runs in ((both["packed"], packed), (both["basic"], sequential))]
+        assert [step for step, _ in curves[0]] == [step for step, _ in curves[1]]
+        for (_, mine), (_, theirs) in zip(*curves):
+            assert math.isclose(mine, theirs, rel_tol=1e-5, abs_tol=1e-7), name
+
+
+def test_the_parent_names_the_packed_launcher(both):
+    runs = MlflowClient(both["packed"]).search_runs(["1"])
+    (parent,) = [run for run in runs if run.data.tags.get("gradexp.sweep") == "true"]
+    assert parent.data.tags["gradexp.launcher"] == "PackedLauncher"
+
+
+def test_a_mixed_sweep_packs_its_groups_and_says_which_jobs_ran_alone(tmp_path, store, capsys):
+    results = gradexp.sweep(f"tracking.uri={store}", "hydra/launcher=packed",
+                            "optimizer=sgd,adam,rmsprop", "trainer.batch_size=null,25",
+                            "trainer.epochs=5", "gradcheck=off", "tracking.log_model=false",
+                            launch_dir=tmp_path)
+    lines = [line for line in capsys.readouterr().err.splitlines() if "packed " in line]
+    assert len(lines) == 1
+    assert lines[0].endswith("packed 4 of 6 jobs in 2 programs; sequential: #4, #5: optimizer "
+                             "RMSprop has no stateless update here")
+    assert len(results) == 6
+    runs = [run for run in MlflowClient(store).search_runs(["1"])
+            if "mlflow.parentRunId" in run.data.tags]
+    assert sorted(run.info.status for run in runs) == ["FINISHED"] * 6
+
+
+@pytest.mark.slow
+def test_an_interrupted_packed_sweep_leaves_no_child_running(tmp_path):
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    process = spawn_cli("-m", "hydra/launcher=packed", f"tracking.uri={store}",
+                        "optimizer=sgd,adam", "trainer.seed=range(0,8)", "trainer.epochs=100",
+                        cwd=tmp_path)
+    client = MlflowClient(store)
+    deadline = time.monotonic() + 240
+    started = []
+    while not started and process.poll() is None and time.monotonic() < deadline:
+        try:  # the store exists once the parent run opened
+            started = [r for r in client.search_runs(["1"]) if "mlflow.parentRunId" in r.data.tags]
+        except Exception:  # noqa: BLE001 - not created yet
+            started = []
+        time.sleep(0.05)  # polling, not waiting for a fixed time
+    assert started, "no child run began"
+    process.send_signal(signal.SIGTERM)
+    finish(process, timeout=120)
+    runs = client.search_runs(["1"])
+    statuses = [run.info.status for run in runs if "mlflow.parentRunId" in run.data.tags]
+    assert "KILLED" in statuses and "RUNNING" not in statuses
+    assert len(statuses) < 16  # it stopped the sweep
