@@ -210,6 +210,7 @@ class Loop:
         from gradexp.tensorflow_import import import_tensorflow
 
         tf = import_tensorflow()
+        from gradexp import shared_programs
         from gradexp.callbacks.held_out import eval_epochs
         from gradexp.devices import select_device
         from gradexp.evaluation import Evaluator
@@ -220,7 +221,6 @@ class Loop:
         from gradexp.trainer import Trainer
 
         run, cfg, data = self.run, self.run.cfg, self.run.data
-        # Each job builds a fresh model and so a fresh tf.function: retracing is expected here.
         tf.get_logger().setLevel("ERROR")
         if cfg.trainer.deterministic:  # the same config, the same numbers, bit for bit
             import keras
@@ -236,6 +236,16 @@ class Loop:
                       DIRECTION_TAG: run.direction})
         with device.scope():
             run.model = build_model(cfg.model, data.n_features, data.n_outputs)
+        # An earlier job of this shape in this process: its traced programs, set to this
+        # job's start (gradexp.shared_programs), instead of a new trace.
+        key = shared_programs.shape_key(cfg, data, device, metric_specs(cfg, data.task))
+        shared = shared_programs.take(key, run.model)
+        if shared is not None:
+            run.model, run.evaluator, run.trainer = shared.model, shared.evaluator, shared.trainer
+            schedule = getattr(cfg.optimizer.schedule.name, "value", cfg.optimizer.schedule.name)
+            run.trainer.restart(cfg.trainer.seed, eval_epochs(cfg),
+                                cfg.optimizer.learning_rate if schedule == "none" else None)
+            return device
         with device.run_scope():
             run.evaluator = Evaluator(run.model, metric_specs(cfg, data.task), data.splits())
         with device.scope():
@@ -259,4 +269,5 @@ class Loop:
                     console.console().print(
                         f"resuming run {run.resume.run_id} from epoch {run.trainer.epoch} "
                         f"(checkpoint {run.resume.checkpoint})", highlight=False)
+        shared_programs.keep(key, run.model, run.evaluator, run.trainer)
         return device

@@ -398,7 +398,7 @@ class _Losses:
     x: tf.Tensor
     of_params: _Compiled  # (*params) -> loss
     of_inputs: _Compiled  # (x, *params) -> loss
-    data: Dataset | None = None  # kept, so the id(data) in its key is not reused meanwhile
+    data: Dataset | None = None  # the first run's, of the rows its key names
     joint: JointFunction | None = None  # of_params of one flat vector (gradcheck/joint.py)
     verified: bool = True  # False: the requested dtype, not yet tried (_check)
     random: bool | None = None  # the loss differs at one point (training mode); None: untried
@@ -411,8 +411,12 @@ _LOSSES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def _losses_key(requested: str, loss_cfg: DictConfig, data: Dataset,
                 max_rows: int | None, training: bool) -> tuple:
-    """Which of a model's _Losses a check uses (the model itself is _LOSSES' weak key)."""
-    return (requested, id(data), repr(loss_cfg), max_rows, training)
+    """Which of a model's _Losses a check uses (the model itself is _LOSSES' weak key). The
+    data by its contents: a later job sharing this model (gradexp.shared_programs) loads its own
+    Dataset of the same rows, and must find the compiled functions, not add another."""
+    from gradexp.shared_programs import data_fingerprint
+
+    return (requested, data_fingerprint(data), repr(loss_cfg), max_rows, training)
 
 
 def _losses(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset,
@@ -485,6 +489,9 @@ def checked_rows(n: int, max_rows: int | None) -> np.ndarray:
     return np.sort(np.random.default_rng(0).choice(n, size=max_rows, replace=False))
 
 
+COMPILED = 0  # check functions compiled in this process (gradexp.shared_programs' test)
+
+
 class _Compiled:
     """A function, compiled with tf.function when first asked for if it traces, else as it
     is (user code that only runs eagerly is still checked). Asked for once per run: retracing
@@ -497,6 +504,8 @@ class _Compiled:
     def __call__(self, args: list[tf.Tensor]) -> Callable[..., tf.Tensor]:
         """The function to call, tried once on `args`."""
         if self.resolved is None:
+            global COMPILED
+            COMPILED += 1
             compiled = tf.function(self.function, autograph=False)  # autograph: ~1.5 s
             try:
                 compiled(*args)

@@ -36,6 +36,7 @@ from gradexp.user_code import with_autograph
 STRETCH_SECONDS = 0.25  # a compiled call's length when no host event comes sooner
 FIRST_STRETCH = 16  # epochs in the first call, which also traces: its speed says little
 MAX_GROWTH = 8  # a call runs at most this many times the previous call's epochs
+TRACES = 0  # times a training call was traced in this process (gradexp.shared_programs' test)
 
 
 @dataclass
@@ -106,6 +107,9 @@ class Trainer:
         self._seconds_per_epoch: float | None = None  # as measured on the last call
         self._longest = 0  # epochs in the longest call so far
         self.optimizer.build(model.params)
+        # The optimizer's state before its first step, for a later job that shares this
+        # trainer's traced calls (gradexp.shared_programs; restart).
+        self._optimizer_start = [tf.identity(v) for v in self.optimizer.variables]
         # Known before tracing: the per-epoch arrays are laid out before the first step runs.
         self.own_losses = model.has_own_losses(self.x[:2])
         self.loss_keys = ["loss", *(PARTS if self.own_losses else ())]
@@ -126,6 +130,25 @@ class Trainer:
             run = tf.function(run, jit_compile=jit_compile or None, input_signature=signature,
                               autograph=False)
         self._run = run
+
+    def restart(self, seed: int, eval_epochs: Iterable[int], learning_rate: float | None) -> None:
+        """Start over as a new job of the same shape (gradexp.shared_programs), keeping the
+        traced calls: epoch 0, the optimizer's state before its first step with this job's
+        learning rate (None: a schedule, the same for every job of the shape), the batch order
+        from `seed`, this job's evaluation epochs. The model's variables are the caller's."""
+        for variable, start in zip(self.optimizer.variables, self._optimizer_start):
+            variable.assign(start)
+        if learning_rate is not None:
+            self.optimizer.learning_rate = learning_rate  # assigns the variable the trace reads
+        self.shuffle.reset_from_seed(seed)
+        self.epoch = 0
+        self.epoch_variable.assign(0)
+        self.eval_epochs = np.unique(np.fromiter(eval_epochs if self.evaluator is not None
+                                                 else (), dtype=np.int64))
+        self.stretch_seconds = STRETCH_SECONDS
+        self.calls = 0
+        self._seconds_per_epoch = None
+        self._longest = 0
 
     def final_loss(self) -> float:
         """The loss on the whole training set with the current parameters, as Keras'
@@ -312,6 +335,8 @@ class Trainer:
         """sum(segments) epochs; per-epoch values stay in TensorArrays until the end. The
         held-out metrics are computed after each segment whose `evaluate` is true: one branch
         per segment, none per epoch, so evaluating costs the epochs nothing."""
+        global TRACES
+        TRACES += 1  # compiled: this body runs once per trace
         keys = (["lr"] if self.log_lr else []) + [*self.loss_keys, "grad_norm",
                                                    *self.model.scalars()]
         arrays = {key: tf.TensorArray(tf.float32, size=tf.reduce_sum(segments)) for key in keys}

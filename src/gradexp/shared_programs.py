@@ -1,0 +1,118 @@
+"""Jobs of one shape in one process share their traced programs (issue 20, items 1 and 7).
+
+A sequential sweep runs every job in one process. Each job used to build its own model,
+optimizer, evaluator and trainer, and so trace its own training call and its checks' float64
+functions: ~0.3 s a job, and ~7 MiB of native TensorFlow state a job that nothing released.
+Here a job whose program would be traced the same as an earlier job's (the same model, loss,
+optimizer apart from its learning rate, data, batch size, metrics and compile flags: `shape_key`)
+takes the earlier job's parts instead: the model's variables get this job's freshly built
+initial values (weights, seed generators, statistics), the optimizer's variables their values
+before the first step and this job's learning rate (a variable the trace reads), the batch
+order generator this job's seed. The compiled calls never see a difference, so the job records
+what it would record alone (tests/test_shared_programs.py).
+
+Keras keeps beta_1, momentum, rho and weight_decay as Python floats in the trace: jobs that
+differ in them have different keys and trace apart. At most MAX_SHARED shapes are kept (least
+recently used first out), so a sweep over many shapes holds a bounded number of programs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+MAX_SHARED = 4  # shapes whose parts stay in memory for the next job of that shape
+
+
+@dataclass
+class SharedParts:
+    """What one shape's jobs share: the model and the evaluator and trainer traced on it."""
+
+    model: Any  # gradexp.models.Model
+    evaluator: Any  # gradexp.evaluation.Evaluator
+    trainer: Any  # gradexp.trainer.Trainer
+    jobs: int = 1  # jobs that used these parts (the first included)
+
+
+_SHARED: OrderedDict[tuple, SharedParts] = OrderedDict()
+
+
+def data_fingerprint(data: Any) -> str:
+    """A digest of a data set's training rows and held-out splits (kept on the Dataset: a
+    dataclass, unhashable, so no weak dictionary can hold it)."""
+    kept = getattr(data, "_gradexp_fingerprint", None)
+    if kept is not None:
+        return kept
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(f"{data.task}|{data.batch_size}".encode())
+    for name, split in [("train", data), *sorted(data.splits().items())]:
+        for array in (split.x, split.y):
+            array = np.ascontiguousarray(array)
+            digest.update(f"{name}|{array.dtype}|{array.shape}".encode())
+            digest.update(array.tobytes())
+    data._gradexp_fingerprint = digest.hexdigest()
+    return data._gradexp_fingerprint
+
+
+def shape_key(cfg: DictConfig, data: Any, device: Any, eval_metrics: Any) -> tuple | None:
+    """What the traced programs of a run depend on; None when its parts are not shared (a
+    resumed run, a streamed data set, a distribution strategy, eager training)."""
+    if (cfg.trainer.resume or data.stream is not None or device.strategy is not None
+            or not cfg.trainer.compile):
+        return None
+
+    def plain(node: Any) -> str:
+        return repr(OmegaConf.to_container(node, resolve=True, enum_to_str=True)
+                    if OmegaConf.is_config(node) else node)
+
+    optimizer = OmegaConf.to_container(cfg.optimizer, resolve=True, enum_to_str=True)
+    schedule = optimizer.get("schedule", {}).get("name", "none")
+    if schedule == "none":
+        optimizer.pop("learning_rate")  # a variable of the optimizer: set per job
+        epochs = None
+    else:  # a schedule bakes its rates and steps into the trace
+        epochs = cfg.trainer.epochs
+    return (plain(cfg.model), plain(cfg.loss), repr(optimizer), epochs, data_fingerprint(data),
+            cfg.trainer.batch_size, cfg.trainer.jit_compile, plain(eval_metrics), device.used,
+            bool(cfg.trainer.deterministic))
+
+
+def take(key: tuple | None, fresh_model: Any) -> SharedParts | None:
+    """The parts an earlier job of this shape left, set to this job's start (its freshly built
+    model's variables); None when there are none (the caller builds its own and `keep`s them)."""
+    if key is None or key not in _SHARED:
+        return None
+    parts = _SHARED[key]
+    mine, theirs = parts.model.network.variables, fresh_model.network.variables
+    if len(mine) != len(theirs) or any(a.shape != b.shape or a.dtype != b.dtype
+                                       for a, b in zip(mine, theirs)):
+        del _SHARED[key]  # a builder that made another model from the same config: trace anew
+        return None
+    for variable, start in zip(mine, theirs):
+        variable.assign(start)
+    parts.model.sync_twins()  # the float64 twin of the checks: the new seeds and statistics
+    parts.evaluator.calls = 0
+    parts.jobs += 1
+    _SHARED.move_to_end(key)
+    return parts
+
+
+def keep(key: tuple | None, model: Any, evaluator: Any, trainer: Any) -> None:
+    """Keep a new shape's parts for the next job of that shape, dropping the least recently
+    used shape beyond MAX_SHARED."""
+    if key is None:
+        return
+    _SHARED[key] = SharedParts(model, evaluator, trainer)
+    _SHARED.move_to_end(key)
+    while len(_SHARED) > MAX_SHARED:
+        _SHARED.popitem(last=False)
+
+
+def clear() -> None:
+    """Forget every shared part (the next job of any shape traces anew)."""
+    _SHARED.clear()

@@ -1,0 +1,69 @@
+"""Jobs of one shape in one process share their traced programs (gradexp.shared_programs): the
+second job traces neither the training call nor the checks' float64 functions, and records what
+it records when run alone. Real TensorFlow, Keras and a sqlite MLflow store."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from mlflow import MlflowClient
+
+from conftest import run
+from gradexp import run_checks, shared_programs, trainer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "baselines"))
+import record_baseline  # noqa: E402
+from test_records_unchanged import differences  # noqa: E402
+
+# Mini-batches, so the seed orders them; a check at epochs 10 and 20 (the float64 functions);
+# Adam, whose step count and moments must start over.
+SHAPE = ("trainer.epochs=20", "trainer.batch_size=16", "gradcheck.every_n_epochs=10",
+         "optimizer=adam")
+FIRST = (*SHAPE, "trainer.seed=0")
+SECOND = (*SHAPE, "trainer.seed=1", "optimizer.learning_rate=0.05")
+
+
+def store_in(folder: Path) -> str:
+    folder.mkdir()
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
+def record(folder: Path, result) -> dict:
+    """The run as plain data, its store's folder written <TMP>."""
+    client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+    return record_baseline.run_record(client, client.get_run(result.run_id), str(folder))
+
+
+def test_two_jobs_of_one_shape_trace_once_and_record_what_they_record_alone(tmp_path):
+    shared_programs.clear()
+    together = store_in(tmp_path / "together")
+    traces, compiled = trainer.TRACES, run_checks.COMPILED
+    run(together, *FIRST)
+    first_traces, first_compiled = trainer.TRACES - traces, run_checks.COMPILED - compiled
+    second = run(together, *SECOND)
+    assert first_traces == 1 and first_compiled >= 1
+    assert trainer.TRACES - traces == first_traces  # the second job traced nothing new
+    assert run_checks.COMPILED - compiled == first_compiled
+
+    shared_programs.clear()  # the second job alone: its own parts, traced anew
+    alone = run(store_in(tmp_path / "alone"), *SECOND)
+    assert trainer.TRACES - traces == 2 * first_traces
+    found, expected = record(tmp_path / "together", second), record(tmp_path / "alone", alone)
+    assert expected["metrics"]["val/mse"] and expected["params"]["trainer.seed"] == "1"
+    assert differences(expected, found) == []
+    assert found["metrics"] == expected["metrics"]  # bit for bit, not only within 1e-6
+
+
+def test_jobs_of_other_shapes_trace_apart_and_the_kept_shapes_are_bounded(tmp_path, monkeypatch):
+    shared_programs.clear()
+    monkeypatch.setattr(shared_programs, "MAX_SHARED", 2)
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    traces = trainer.TRACES
+    for optimizer in ("sgd", "adam", "rmsprop"):  # three shapes: three traces, two kept
+        run(store, "trainer.epochs=5", "gradcheck=off", f"optimizer={optimizer}")
+    assert trainer.TRACES - traces == 3
+    assert len(shared_programs._SHARED) == 2
+    run(store, "trainer.epochs=5", "gradcheck=off", "optimizer=sgd")  # dropped: traced again
+    run(store, "trainer.epochs=5", "gradcheck=off", "optimizer=rmsprop")  # kept: shared
+    assert trainer.TRACES - traces == 4
