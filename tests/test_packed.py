@@ -39,16 +39,22 @@ def artifact_paths(client: MlflowClient, run_id: str, path: str | None = None) -
 
 @pytest.fixture(scope="module")
 def both(tmp_path_factory):
-    """The same 4-job sweep, packed and sequential, each into its own store."""
+    """The same 4-job sweep, packed and sequential, each into its own store; and how many times
+    each traced the sequential trainer's training call."""
     import os
+
+    from gradexp import shared_programs, trainer
 
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     stores = {}
     for launcher in ("packed", "basic"):
         folder = tmp_path_factory.mktemp(launcher)
         stores[launcher] = f"sqlite:///{folder / 'mlflow.db'}"
+        shared_programs.clear()  # no traces left by earlier tests
+        before = trainer.TRACES
         # the default store (mlflow.db in the launch folder): the same tracking.uri param
         gradexp.sweep(f"hydra/launcher={launcher}", *FOUR, launch_dir=folder)
+        stores[f"{launcher} traces"] = trainer.TRACES - before
     return stores
 
 
@@ -79,6 +85,13 @@ def test_each_packed_job_logs_the_same_loss_curve(both):
         assert [step for step, _ in curves[0]] == [step for step, _ in curves[1]]
         for (_, mine), (_, theirs) in zip(*curves):
             assert math.isclose(mine, theirs, rel_tol=1e-5, abs_tol=1e-7), name
+
+
+def test_packed_jobs_are_replayed_not_trained_again(both):
+    # a packed job's epochs come from its group's program; the sequential trainer never trains
+    # (an earlier job's shared trainer, gradexp.shared_programs, must not take over either)
+    assert both["packed traces"] == 0
+    assert both["basic traces"] > 0
 
 
 def test_the_parent_names_the_packed_launcher(both):

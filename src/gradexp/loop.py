@@ -236,9 +236,12 @@ class Loop:
                       DIRECTION_TAG: run.direction})
         with device.scope():
             run.model = build_model(cfg.model, data.n_features, data.n_outputs)
+        trained = take_trained()  # hydra/launcher=packed trained this job already
         # An earlier job of this shape in this process: its traced programs, set to this
-        # job's start (gradexp.shared_programs), instead of a new trace.
-        key = shared_programs.shape_key(cfg, data, device, metric_specs(cfg, data.task))
+        # job's start (gradexp.shared_programs), instead of a new trace. A packed job replays
+        # what its group trained, so it neither takes nor leaves shared parts.
+        key = None if trained is not None else shared_programs.shape_key(
+            cfg, data, device, metric_specs(cfg, data.task))
         shared = shared_programs.take(key, run.model)
         if shared is not None:
             run.model, run.evaluator, run.trainer = shared.model, shared.evaluator, shared.trainer
@@ -259,7 +262,6 @@ class Loop:
                 compile=cfg.trainer.compile, jit_compile=cfg.trainer.jit_compile,
                 log_lr=schedule != "none", strategy=device.strategy,
                 evaluator=run.evaluator, eval_epochs=eval_epochs(cfg))
-            trained = take_trained()  # hydra/launcher=packed trained this job already
             if trained is not None and run.resume is None:
                 run.trainer = ReplayTrainer(run.trainer, trained)
             if run.resume is not None:
