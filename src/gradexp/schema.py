@@ -13,98 +13,29 @@ StrEnums, so a value read from the config is already its text (`cfg.device.name 
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable
-from dataclasses import MISSING as NO_DEFAULT
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, NamedTuple, get_type_hints
+from typing import Any
 
 from omegaconf import MISSING
 
-
-# ---------------------------------------------------------------- rules and settings
-@dataclass(frozen=True)
-class Rule:
-    """What a field accepts beyond its type: `test(value)` is true, else `accepted` is said
-    (`trainer.epochs=0: must be an integer >= 1`). A null value is not tested."""
-
-    test: Callable[[Any], bool]
-    accepted: str
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def at_least(minimum: int, note: str = "") -> Rule:
-    return Rule(lambda v: _is_int(v) and v >= minimum, f"must be an integer >= {minimum}{note}")
-
-
-def positive(what: str = "a number") -> Rule:
-    return Rule(lambda v: v > 0, f"must be {what} > 0")
-
-
-def fraction(what: str = "a fraction") -> Rule:
-    return Rule(lambda v: 0 <= v < 1, f"must be {what} in [0, 1)")
-
-
-# Every seed (data.seed, model.seed, trainer.seed, any *_seed): what numpy and TensorFlow accept.
-SEED_MAX = 2**32 - 1
-NON_NEGATIVE = Rule(lambda v: v >= 0, "must be a number >= 0")
-SEED = Rule(lambda v: _is_int(v) and 0 <= v <= SEED_MAX, f"must be an integer in [0, {SEED_MAX}]")
-NAME = Rule(lambda v: isinstance(v, str) and v.strip() != "", "must be a name (not empty)")
-COLUMNS = Rule(lambda v: len(v) > 0,
-               "must be a list of column names, e.g. [area,rooms], or null for every other column")
-WIDTHS = Rule(lambda v: all(_is_int(w) and w >= 1 for w in v),
-              "must be a list of integers >= 1, e.g. [32,32]")
-
-
-def setting(default: Any, doc: str, rule: Rule | None = None, *, accepted: str = "") -> Any:
-    """A schema field: its default (MISSING: the option file or the person sets it), a one-line
-    doc (unit, meaning of null), the rule its values pass. `accepted` words a closed set (an
-    Enum) better than OmegaConf's list where a reason helps (gradcheck.dtype)."""
-    metadata = {"doc": doc, "rule": rule, "accepted": accepted}
-    if isinstance(default, type) and is_dataclass(default):
-        return field(default_factory=default, metadata=metadata)
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
-    return field(default=default, metadata=metadata)
-
-
-class Described(NamedTuple):
-    key: str
-    type: Any
-    default: Any  # MISSING ("???"): set by the option file or required
-    doc: str
-    accepted: str  # the rule's words, or ""
-
-
-def describe(schema: type, prefix: str = "") -> list[Described]:
-    """Every key of `schema` (nested blocks as dotted keys) with its type, default, doc and
-    range, in declaration order: what a reference page of the config is made of."""
-    hints = get_type_hints(schema)
-    rows: list[Described] = []
-    for item in fields(schema):
-        kind = hints[item.name]
-        if isinstance(kind, type) and is_dataclass(kind):
-            rows += describe(kind, f"{prefix}{item.name}.")
-            continue
-        default = item.default if item.default is not NO_DEFAULT else (
-            item.default_factory() if item.default_factory is not NO_DEFAULT else MISSING)
-        rule = item.metadata.get("rule")
-        accepted = item.metadata.get("accepted") or (rule.accepted if rule else "")
-        rows.append(Described(f"{prefix}{item.name}", kind, default,
-                              item.metadata.get("doc", ""), accepted))
-    return rows
-
-
-def accepted_words(schema: type, name: str) -> str:
-    """How a closed set's field words what it accepts, when it says more than the list."""
-    for item in fields(schema):
-        if item.name == name:
-            return item.metadata.get("accepted", "")
-    return ""
+from gradexp.schema_fields import (  # noqa: F401  (re-exported: gradexp.schema.setting, ...)
+    COLUMNS,
+    NAME,
+    NON_NEGATIVE,
+    SEED,
+    SEED_MAX,
+    WIDTHS,
+    Described,
+    Rule,
+    _is_int,
+    accepted_words,
+    at_least,
+    describe,
+    fraction,
+    positive,
+    setting,
+)
 
 
 # ---------------------------------------------------------------- closed sets
