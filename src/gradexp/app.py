@@ -10,6 +10,7 @@ second; TensorFlow and MLflow load inside the job.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import gc
 import os
 import sys
@@ -209,6 +210,9 @@ def _mode_known(arguments: list[str]) -> Iterator[None]:
 
 def main() -> None:
     """The `gradexp` console script and `python -m gradexp`."""
+    # A crash inside TensorFlow's C++ (a segfault) would otherwise end the process with no word
+    # on stderr; faulthandler prints the Python stack of every thread first.
+    faulthandler.enable()
     try:
         _main()
     finally:
