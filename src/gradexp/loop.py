@@ -15,9 +15,6 @@ last checkpoint, as the same MLflow run.
 
 from __future__ import annotations
 
-import signal
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +26,7 @@ from gradexp.config_checks import check_ranges
 from gradexp.data import data_record, load_data
 from gradexp.devices import check_device
 from gradexp.endings import Diverged, GradientCheckFailed, RunFailed, Terminated, status_of
+from gradexp.interrupts import interrupts_deferred, sigterm_as_interrupt
 from gradexp.metrics import check_objective, metric_specs, objective
 from gradexp.mlflow_store import check_server, check_store_folder, config_params, resolve_uri
 from gradexp.resume import prepare_resume
@@ -113,23 +111,6 @@ def check_user_code(cfg: DictConfig, launch_dir: Path, data=None) -> None:
         check_against_data(cfg, data)  # loss vs task, your model vs the data's shapes
 
 
-@contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """Turn SIGTERM into an exception so the run can end KILLED and keep what it has."""
-    def handler(signum, frame):
-        raise Terminated()
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread (some launchers): leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 class Loop:
     """Builds the parts of one run, trains, and tells the callbacks, in their order."""
 
@@ -176,10 +157,15 @@ class Loop:
             for callback in self.callbacks:
                 if hasattr(callback, "stops"):
                     stops |= callback.stops(epochs)
-            for stretch in run.trainer.train(stops):
-                self.emit_with_checks("on_stretch_end", stretch, {})
-                if run.stop_training:
-                    break
+            stretches = iter(run.trainer.train(stops))
+            while not run.stop_training:
+                # A Ctrl-C or SIGTERM lands between stretches, never inside TensorFlow or a
+                # checkpoint save (gradexp.interrupts): the run then ends KILLED at this epoch.
+                with interrupts_deferred():
+                    stretch = next(stretches, None)
+                    if stretch is None:
+                        break
+                    self.emit_with_checks("on_stretch_end", stretch, {})
             self.end("FINISHED")
 
     def end(self, status: str, reason: str | None = None, trace: str | None = None) -> None:

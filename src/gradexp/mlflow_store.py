@@ -15,10 +15,8 @@ import contextlib
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -29,6 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from gradexp.interrupts import interrupts_deferred
 from gradexp.liveness import HEARTBEAT_SECONDS, HEARTBEAT_TAG, now_utc, process_tags
 from gradexp.schema import ConfigError
 from gradexp.tag_keys import DATASET_SOURCE_TAG, PARENT_TAG
@@ -167,33 +166,6 @@ def check_store_folder(uri: str) -> None:
     if not folder.is_dir():
         raise ConfigError(f"tracking.uri={uri}: the folder {folder} does not exist; create it "
                           "first or pick a store in an existing folder")
-
-
-@contextlib.contextmanager
-def interrupts_deferred() -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM until the block ends, then deliver them.
-
-    A KeyboardInterrupt inside an sqlite write can leave the store's connection holding its lock,
-    and the run's own final writes (ending it KILLED) would then wait on it. So each write
-    finishes first and the interrupt lands right after it.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if caught:
-            handler = previous[caught[0]]
-            if callable(handler):
-                handler(caught[0], None)
-            elif handler == signal.SIG_DFL:
-                signal.raise_signal(caught[0])
 
 
 def retry_locked(action: Callable[[], T], attempts: int = 30) -> T:
