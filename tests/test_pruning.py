@@ -1,10 +1,14 @@
 """sweep.pruner (issue 20 item 4): Optuna's pruners stop a sweep's unpromising jobs early.
 
-Seed 004's line, SGD for 100 epochs, evaluated every 10: learning rates 0.1 and 0.3 reach the
-line, 0.0001 barely moves (val/mse ~30 against ~0.009). With sweep.pruner=median and one startup
-trial, the bad rate (the last job) is judged at its first evaluation against the finished jobs
-and stopped there; the good ones train to the end. Real Hydra sweeps, a real sqlite store, a
-real Optuna journal beside it.
+Seed 004's line, SGD, evaluated every 10 epochs: learning rates 0.1 and 0.3 reach the line,
+0.0001 barely moves (val/mse ~30 against ~0.01). Each pruner judges the bad rate (the last job)
+at its first evaluation against the jobs before it and stops it there; the good ones, the best
+(0.3) judged after 0.1, train to the end. median (one startup trial) over 100 epochs; asha and
+hyperband over 20, where both judge at epoch 10 only: asha's next rung is 40 (Optuna's
+reduction factor 4), and hyperband has one bracket (trainer.epochs < 3x the first evaluation),
+so every job meets the others there. (With more brackets Optuna spreads the jobs over them by a
+hash of the study's name and compares a job only with those of its own: docs/sweeps.md.)
+Real Hydra sweeps, a real sqlite store, a real Optuna journal beside it.
 """
 
 from __future__ import annotations
@@ -26,11 +30,11 @@ PRUNED = ("sweep.pruner=median", "sweep.pruner_startup_trials=1", "eval.every=10
 TINY = ("gradcheck=off", "tracking.log_model=false")
 
 
-def children_and_parent(folder: Path):
+def children_and_parent(folder: Path, experiment: str = "gradexp"):
     from mlflow import MlflowClient
 
     client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
-    runs = client.search_runs([client.get_experiment_by_name("gradexp").experiment_id])
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     children = {float(r.data.params["optimizer.learning_rate"]): r for r in runs
                 if "mlflow.parentRunId" in r.data.tags}
@@ -38,17 +42,19 @@ def children_and_parent(folder: Path):
     return client, parent, children
 
 
-def trial_states(folder: Path) -> dict[float, str]:
+def trial_states(folder: Path, experiment: str = "gradexp"):
+    """The study of the one sweep of `experiment` in the journal, and its trials' states."""
     storage = optuna.storages.JournalStorage(
         optuna.storages.journal.JournalFileBackend(str(folder / JOURNAL_FILE)))
-    (summary,) = optuna.get_all_study_summaries(storage)
+    (summary,) = [s for s in optuna.get_all_study_summaries(storage)
+                  if s.study_name.startswith(f"{experiment}-")]
     study = optuna.load_study(study_name=summary.study_name, storage=storage)
     return study, [t.state.name for t in study.trials]
 
 
-def assert_bad_rate_pruned(folder: Path) -> None:
-    """What a person sees in MLflow and the study after the sweep."""
-    client, parent, children = children_and_parent(folder)
+def assert_bad_rate_pruned(folder: Path, epochs: int = 100, experiment: str = "gradexp") -> None:
+    """What a person sees in MLflow and the study after the sweep of `epochs` epochs."""
+    client, parent, children = children_and_parent(folder, experiment)
     assert set(children) == {0.1, 0.3, 0.0001}
     assert all(run.info.status == "FINISHED" for run in children.values())
     bad = children[0.0001]
@@ -60,7 +66,7 @@ def assert_bad_rate_pruned(folder: Path) -> None:
     for rate in (0.1, 0.3):  # the good ones trained to the end, unmarked
         assert PRUNED_TAG not in children[rate].data.tags
         assert max(m.step for m in client.get_metric_history(children[rate].info.run_id,
-                                                             "loss")) == 100
+                                                             "loss")) == epochs
         assert children[rate].data.metrics["val/mse"] < 0.02
     # The sweep: the best is a job that trained to the end; the pruned one is marked.
     assert parent.info.status == "FINISHED"
@@ -72,19 +78,34 @@ def assert_bad_rate_pruned(folder: Path) -> None:
     assert marks == {children[0.1].info.run_id: None, children[0.3].info.run_id: None,
                      bad.info.run_id: 10}
     # Optuna's study beside mlflow.db: two trials complete, the bad one PRUNED.
-    study, states = trial_states(folder)
+    study, states = trial_states(folder, experiment)
     assert sorted(states) == ["COMPLETE", "COMPLETE", "PRUNED"]
     pruned = next(t for t in study.trials if t.state.name == "PRUNED")
     assert pruned.intermediate_values == {10: pytest.approx(val[0].value)}
 
 
-def test_a_bad_learning_rate_is_pruned_while_good_ones_finish(tmp_path, capsys):
-    results = gradexp.sweep(RATES, *PRUNED, *TINY, launch_dir=tmp_path)
-    assert [result.epochs for result in results] == [100, 100, 10]
+PRUNERS = {"median": (PRUNED, 100),
+           "asha": (("sweep.pruner=asha", "eval.every=10", "trainer.epochs=20"), 20),
+           "hyperband": (("sweep.pruner=hyperband", "eval.every=10", "trainer.epochs=20"), 20)}
+
+
+@pytest.fixture(scope="module")
+def shared_store(tmp_path_factory) -> Path:
+    """One launch folder (one mlflow.db, one optuna.journal) for the pruners' sweeps, each in an
+    experiment of its own: a new sqlite store takes MLflow seconds to create."""
+    return tmp_path_factory.mktemp("pruners")
+
+
+@pytest.mark.parametrize("pruner", list(PRUNERS))
+def test_a_bad_learning_rate_is_pruned_while_good_ones_finish(pruner, shared_store, capsys):
+    overrides, epochs = PRUNERS[pruner]
+    results = gradexp.sweep(RATES, *overrides, *TINY, f"tracking.experiment={pruner}",
+                            launch_dir=shared_store)
+    assert [result.epochs for result in results] == [epochs, epochs, 10]
     assert math.isfinite(results[2].objective_value)  # returned to the sweeper as usual
-    assert_bad_rate_pruned(tmp_path)
+    assert_bad_rate_pruned(shared_store, epochs, pruner)
     out = capsys.readouterr().out
-    assert "pruned at epoch 10 by sweep.pruner=median" in out
+    assert f"pruned at epoch 10 by sweep.pruner={pruner}" in out
     assert "pruned@10" in out  # the sweep table marks it
 
 
