@@ -123,9 +123,11 @@ def prepare(cfg: DictConfig, launch_dir: Path, built: dict | None = None
     data = built[data_key]
     if data.stream is not None:
         return None, "a streamed tf.data set"
-    # what the first weights depend on: the model's config, the data's widths, the seeds set
+    # What the first weights depend on: the model's config, the data's widths, the seeds set. A
+    # builder of yours (no model.seed) may draw from a global state that moves: built per job.
     model_key = ("model", OmegaConf.to_yaml(cfg.model, resolve=True), data.n_features,
-                 data.n_outputs, cfg.trainer.seed, bool(cfg.trainer.deterministic))
+                 data.n_outputs, cfg.trainer.seed, bool(cfg.trainer.deterministic)) \
+        if "seed" in cfg.model else ("model", object())
     if model_key not in built:
         if cfg.trainer.deterministic:
             keras.utils.set_random_seed(cfg.trainer.seed)
