@@ -17,6 +17,7 @@ from conftest import finish, spawn_cli
 # to write, and the same code path either way).
 FOUR = ("optimizer=sgd,momentum,adagrad,adam", "optimizer.learning_rate=0.05",
         "trainer.epochs=40", "tracking.log_model=false")
+DRIFT = "gradexp.packed_drift"
 # What differs between any two runs whatever launched them
 PER_RUN_TAGS = {"mlflow.runName", "mlflow.source.name", "mlflow.source.type", "mlflow.user",
                 "gradexp.host", "gradexp.pid", "gradexp.heartbeat", "mlflow.parentRunId",
@@ -69,11 +70,20 @@ def test_each_packed_job_records_what_its_sequential_run_records(both):
         for key, value in alone.data.metrics.items():
             assert math.isclose(run.data.metrics[key], value, rel_tol=1e-5, abs_tol=1e-7), \
                 (name, key, run.data.metrics[key], value)
-        assert set(run.data.tags) == set(alone.data.tags)
-        tags = {k: v for k, v in run.data.tags.items() if k not in PER_RUN_TAGS}
+        # the one tag a packed job may add: its mark, when its loss oscillated or diverged
+        assert set(run.data.tags) - {DRIFT} == set(alone.data.tags)
+        tags = {k: v for k, v in run.data.tags.items() if k not in PER_RUN_TAGS | {DRIFT}}
         assert tags == {k: v for k, v in alone.data.tags.items() if k not in PER_RUN_TAGS}
         assert artifact_paths(MlflowClient(both["packed"]), run.info.run_id) == \
             artifact_paths(MlflowClient(both["basic"]), alone.info.run_id)
+
+
+def test_an_oscillating_packed_job_is_marked_though_it_matched_here(both):
+    # momentum at 0.05 swings around the minimum (its loss rises in 17 of 39 epochs): marked as
+    # one that may drift, though this one matches its sequential run (the test above)
+    marks = {name: run.data.tags.get(DRIFT) for name, run in children(both["packed"]).items()}
+    assert marks["momentum"].startswith("oscillated (loss rose in ")
+    assert marks["sgd"] is marks["adam"] is marks["adagrad"] is None
 
 
 def test_each_packed_job_logs_the_same_loss_curve(both):
@@ -137,3 +147,44 @@ def test_an_interrupted_packed_sweep_leaves_no_child_running(tmp_path):
     statuses = [run.info.status for run in runs if "mlflow.parentRunId" in run.data.tags]
     assert "KILLED" in statuses and "RUNNING" not in statuses
     assert len(statuses) < 16  # it stopped the sweep
+
+
+def test_a_diverging_packed_job_is_marked_and_named(tmp_path, store, capsys):
+    # lr=3 makes SGD on the line diverge: its packed records may drift from a sequential run's
+    gradexp.sweep(f"tracking.uri={store}", "hydra/launcher=packed", "optimizer=sgd",
+                  "optimizer.learning_rate=0.05,3.0", "trainer.epochs=8", "gradcheck=off",
+                  "tracking.log_model=false", launch_dir=tmp_path)
+    lines = [line for line in capsys.readouterr().err.splitlines() if "diverged or" in line]
+    assert len(lines) == 1 and "packed jobs #1 diverged or oscillated" in lines[0]
+    runs = {run.data.params["optimizer.learning_rate"]: run
+            for run in MlflowClient(store).search_runs(["1"])
+            if "mlflow.parentRunId" in run.data.tags}
+    assert "gradexp.packed_drift" not in runs["0.05"].data.tags
+    assert runs["3.0"].data.tags["gradexp.packed_drift"].startswith("diverged")
+
+
+@pytest.mark.parametrize(("loss", "reason"), [
+    ([1.0, 0.5, 0.3, 0.25, 0.24, 0.24], None),
+    ([1.0, 0.5, float("nan"), float("nan")], "diverged (loss not finite from epoch 3)"),
+    ([1.0, 2.0, 4.0], "diverged (loss 1 at epoch 1, 4 at the end)"),
+    ([1.0, 0.5, 0.9, 0.4, 0.8, 0.3, 0.7, 0.2], "oscillated (loss rose in 3 of 7 epochs)"),
+])
+def test_the_drift_reason_reads_the_loss_curve(loss, reason):
+    from gradexp.packed.program import drift_reason
+
+    assert drift_reason(loss) == reason
+
+
+def test_a_packed_job_takes_the_seeds_its_master_seed_derives(tmp_path):
+    # seed=N derives model.seed and trainer.seed (gradexp.seeds): a packed job's first weights
+    # and batches must come from those, as its sequential run's do
+    common = ("trainer.epochs=5", "trainer.batch_size=25", "gradcheck=off",
+              "tracking.log_model=false")
+    (tmp_path / "packed").mkdir()
+    (tmp_path / "alone").mkdir()
+    packed = gradexp.sweep("hydra/launcher=packed", "seed=1,2", *common,
+                           launch_dir=tmp_path / "packed")
+    alone = gradexp.run("seed=2", *common, launch_dir=tmp_path / "alone")
+    assert packed[0].metrics["val/mse"] != packed[1].metrics["val/mse"]
+    for key, value in alone.metrics.items():
+        assert math.isclose(packed[1].metrics[key], value, rel_tol=1e-5, abs_tol=1e-7), key

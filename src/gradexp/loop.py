@@ -36,6 +36,7 @@ from gradexp.setup_checks import check_against_data, check_config
 from gradexp.tag_keys import (
     DIRECTION_TAG,
     OBJECTIVE_TAG,
+    PACKED_DRIFT_TAG,
     REPLICAS_TAG,
     RESUMED_FROM_EPOCH_TAG,
     TASK_TAG,
@@ -250,6 +251,8 @@ class Loop:
                 evaluator=run.evaluator, eval_epochs=eval_epochs(cfg))
             if trained is not None and run.resume is None:
                 run.trainer = ReplayTrainer(run.trainer, trained)
+                if trained.drift:  # its loss swung or grew: it may not match a sequential run
+                    run.set_tags({PACKED_DRIFT_TAG: trained.drift})
             if run.resume is not None:
                 run.resume.restore(run.trainer)
                 run.set_tags({RESUMED_FROM_EPOCH_TAG: run.trainer.epoch})

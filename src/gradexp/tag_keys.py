@@ -60,3 +60,6 @@ OPTUNA_BEST_TRIAL_TAG = "gradexp.optuna.best_trial"
 OPTUNA_STUDY_TAG = "gradexp.optuna.study"
 OPTUNA_STORAGE_TAG = "gradexp.optuna.storage"
 PRUNED_TAG = "gradexp.pruned_at_epoch"  # on a pruned child run: the last epoch it trained
+# on a packed child run whose training diverged or oscillated: why its records may drift
+# from those of the same job run sequentially (float arithmetic in another order)
+PACKED_DRIFT_TAG = "gradexp.packed_drift"

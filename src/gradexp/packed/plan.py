@@ -19,6 +19,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from gradexp.callbacks import AFTER_YOURS, BEFORE_YOURS
+from gradexp.seeds import derive_seeds
+from gradexp.tag_keys import PACKED_DRIFT_TAG
 
 # Model keys that change the first weights only, not the program's shapes
 WEIGHTS_ONLY_KEYS = ("seed", "init_scale")
@@ -93,9 +95,15 @@ def keep_epochs(cfg: DictConfig) -> set[int]:
     return keep
 
 
-def prepare(cfg: DictConfig, launch_dir: Path) -> tuple[Prepared | None, str | None]:
+def prepare(cfg: DictConfig, launch_dir: Path, built: dict | None = None
+            ) -> tuple[Prepared | None, str | None]:
     """Build what a job's run would build (its data, model, loss, optimizer), as gradexp.loop
-    builds them, and say whether it fits the packed program."""
+    builds them, and say whether it fits the packed program. `built` keeps the data sets and
+    models already built for this sweep: jobs with the same data config share one data set, and
+    jobs with the same model config and seeds one model (its first weights are all they take
+    from it), jobs with the same seed and batches one batch order, instead of building each
+    once a job (a 64-job sweep built 64 of each)."""
+    built = {} if built is None else built
     from gradexp.tensorflow_import import import_tensorflow
 
     tf = import_tensorflow()
@@ -109,17 +117,31 @@ def prepare(cfg: DictConfig, launch_dir: Path) -> tuple[Prepared | None, str | N
     from gradexp.user_code import importable
 
     importable(launch_dir)
-    data = load_data(cfg.data, launch_dir)
+    data_key = ("data", OmegaConf.to_yaml(cfg.data, resolve=True))
+    if data_key not in built:
+        built[data_key] = load_data(cfg.data, launch_dir)
+    data = built[data_key]
     if data.stream is not None:
         return None, "a streamed tf.data set"
-    if cfg.trainer.deterministic:
-        keras.utils.set_random_seed(cfg.trainer.seed)
-    tf.random.set_seed(cfg.trainer.seed)
-    model = build_model(cfg.model, data.n_features, data.n_outputs)
-    if model.network.non_trainable_variables:
-        return None, "a model with state per job (dropout seeds, batch-norm statistics)"
-    if model.has_own_losses(tf.constant(data.x[:2])):
-        return None, "a model with losses of its own (regularizers)"
+    # What the first weights depend on: the model's config, the data's widths, the seeds set. A
+    # builder of yours (no model.seed) may draw from a global state that moves: built per job.
+    model_key = ("model", OmegaConf.to_yaml(cfg.model, resolve=True), data.n_features,
+                 data.n_outputs, cfg.trainer.seed, bool(cfg.trainer.deterministic)) \
+        if "seed" in cfg.model else ("model", object())
+    if model_key not in built:
+        if cfg.trainer.deterministic:
+            keras.utils.set_random_seed(cfg.trainer.seed)
+        tf.random.set_seed(cfg.trainer.seed)
+        model = build_model(cfg.model, data.n_features, data.n_outputs)
+        reason = None
+        if model.network.non_trainable_variables:
+            reason = "a model with state per job (dropout seeds, batch-norm statistics)"
+        elif model.has_own_losses(tf.constant(data.x[:2])):
+            reason = "a model with losses of its own (regularizers)"
+        built[model_key] = (model, reason)
+    model, reason = built[model_key]
+    if reason is not None:
+        return None, reason
     epochs = cfg.trainer.epochs
     rows = len(data.x)
     batch_size = min(cfg.trainer.batch_size or rows, rows)
@@ -127,8 +149,11 @@ def prepare(cfg: DictConfig, launch_dir: Path) -> tuple[Prepared | None, str | N
     hyper, reason = optimizer_update(optimizer)
     if hyper is None:
         return None, reason
+    orders_key = ("orders", cfg.trainer.seed, rows, batch_size, epochs)
+    if orders_key not in built:
+        built[orders_key] = shuffle_orders(cfg.trainer.seed, rows, batch_size, epochs)
     setup = JobSetup(data.x, data.y, [v.numpy() for v in model.params], hyper,
-                     shuffle_orders(cfg.trainer.seed, rows, batch_size, epochs))
+                     built[orders_key])
     architecture = {k: v for k, v in OmegaConf.to_container(cfg.model, resolve=True).items()
                     if k not in WEIGHTS_ONLY_KEYS}
     key = (data.x.shape, data.y.shape, tuple(tuple(v.shape) for v in model.params),
@@ -141,12 +166,15 @@ def plan_sweep(jobs: dict[int, DictConfig], launch_dir: Path) -> Plan:
     """Sort a sweep's jobs (number -> task config) into packed groups and a sequential rest."""
     plan = Plan()
     groups: dict[tuple, list[int]] = defaultdict(list)
+    built: dict[tuple, Any] = {}  # data sets and models, shared by the jobs that agree on them
     for number, cfg in jobs.items():
+        # the seeds the job's run derives from a master `seed` (gradexp.loop does the same)
+        derive_seeds(cfg)
         reason = config_reason(cfg)
         prepared = None
         if reason is None:
             try:
-                prepared, reason = prepare(cfg, launch_dir)
+                prepared, reason = prepare(cfg, launch_dir, built)
             except Exception as error:  # noqa: BLE001 - its own run will say it in full
                 reason = f"could not be built ahead ({type(error).__name__})"
         if prepared is None:
@@ -175,3 +203,15 @@ def train_groups(plan: Plan) -> dict[int, Any]:
                                 [plan.prepared[n].setup for n in members], first.batch_size)
         trained.update(zip(members, program.train(first.epochs, keep)))
     return trained
+
+
+def drift_line(trained: dict[int, Any]) -> str | None:
+    """One line naming the packed jobs whose training diverged or oscillated (their records may
+    drift from a sequential run's; each such child is tagged gradexp.packed_drift); None if
+    none did."""
+    drifting = sorted(number for number, job in trained.items() if job.drift)
+    if not drifting:
+        return None
+    return (f"packed jobs #{', #'.join(map(str, drifting))} diverged or oscillated: their "
+            "records may differ from a sequential run's in float arithmetic (tag "
+            f"{PACKED_DRIFT_TAG})")

@@ -11,6 +11,7 @@ training (gradexp.packed.replay) instead of training again; a sequential job tra
 # and dataclasses then cannot resolve string annotations.
 import copy
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +51,7 @@ class PackedLauncher(Launcher):
     def launch(self, job_overrides: Sequence[Sequence[str]],
                initial_job_idx: int) -> Sequence[JobReturn]:
         from gradexp.console import note_line
-        from gradexp.packed.plan import plan_sweep, train_groups
+        from gradexp.packed.plan import drift_line, plan_sweep, train_groups
         from gradexp.packed.replay import handed_over
 
         setup_globals()
@@ -70,7 +71,15 @@ class PackedLauncher(Launcher):
         plan = plan_sweep({idx: self._task_config(cfg) for idx, cfg in configs.items()},
                           Path(self.config.hydra.runtime.cwd))
         note_line(plan.line())
+        started = time.perf_counter()
         trained = train_groups(plan)
+        if trained:  # the packed training alone (benchmarks/bench_packed.py reads this line)
+            log.info(f"trained {len(trained)} packed jobs in {len(plan.groups)} "
+                     f"program{'s' * (len(plan.groups) != 1)}: "
+                     f"{time.perf_counter() - started:.2f} s")
+        drift = drift_line(trained)
+        if drift:
+            note_line(drift)
         runs: list[JobReturn] = []
         for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
             log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}"
