@@ -18,13 +18,16 @@ two pay TensorFlow's first-call costs).
 
 Several --src trees run interleaved, round by round, so load drifts hit them alike; the table
 prints each tree's median 2-job and 16-job wall times, the marginal cost a job and its ratio to
-the limit (target: at most 1.5x). Every sweep must leave its 16 (or 2) children FINISHED.
+the limit (target: at most 1.5x), and the marginal CPU seconds a job (the sweep process's user +
+system time: steadier than wall time on a loaded machine, but blind to overlap). Every sweep
+must leave its 16 (or 2) children FINISHED.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -33,6 +36,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before anything imports TensorFlow
 OPTIMIZERS = ("sgd", "momentum", "adagrad", "adam")
 RATES = (0.01, 0.03, 0.1, 0.3)
 EPOCHS = 100
@@ -55,24 +59,30 @@ def finished_children(folder: Path) -> int:
                if "mlflow.parentRunId" in run.data.tags)
 
 
-def timed_sweep(src: str, jobs: int) -> float:
-    """Wall seconds of a `jobs`-job sweep of tree `src`, in a fresh folder with its store made."""
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed_sweep(src: str, jobs: int) -> tuple[float, float]:
+    """Wall and CPU seconds of a `jobs`-job sweep of tree `src`, in a fresh folder with its
+    store made."""
     env = {**os.environ, "PYTHONPATH": src, "TF_CPP_MIN_LOG_LEVEL": "3"}
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
         subprocess.run([sys.executable, "-m", "gradexp", "trainer.epochs=1", "gradcheck=off",
                         "tracking.experiment=setup"], cwd=folder, env=env, check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), children_cpu()
         done = subprocess.run([sys.executable, "-m", "gradexp", *sweep_args(jobs),
                                f"trainer.epochs={EPOCHS}"], cwd=folder, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        seconds = time.perf_counter() - started
+        seconds, cpu = time.perf_counter() - started, children_cpu() - cpu
         if done.returncode:
             raise SystemExit(f"the {jobs}-job sweep of {src} failed:\n{done.stderr[-3000:]}")
         if (found := finished_children(folder)) != jobs:
             raise SystemExit(f"the {jobs}-job sweep of {src}: {found} of {jobs} children FINISHED")
-        return seconds
+        return seconds, cpu
 
 
 def traced_epochs(tf, network, params, optimizer, xs, ys):
@@ -96,7 +106,6 @@ def traced_epochs(tf, network, params, optimizer, xs, ys):
 def limit_seconds() -> list[float]:
     """The in-process limit: the seconds of each of the 16 jobs (fresh model, one trace)."""
     sys.path.insert(0, str(HERE / "src"))
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import keras
     import numpy as np
     import tensorflow as tf
@@ -138,24 +147,29 @@ def main() -> None:
     trees = [(label, str(Path(src).resolve())) for label, src in trees]
     print(f"load average before: {os.getloadavg()[0]:.1f}", flush=True)
     walls: dict[tuple[str, int], list[float]] = {}
+    cpus: dict[tuple[str, int], list[float]] = {}
     for round_ in range(options.rounds):
         for label, src in trees:
             for jobs in (2, 16):
-                seconds = timed_sweep(src, jobs)
+                seconds, cpu = timed_sweep(src, jobs)
                 walls.setdefault((label, jobs), []).append(seconds)
-                print(f"round {round_ + 1}: {label}: {jobs} jobs {seconds:.1f} s", flush=True)
+                cpus.setdefault((label, jobs), []).append(cpu)
+                print(f"round {round_ + 1}: {label}: {jobs} jobs {seconds:.1f} s "
+                      f"(CPU {cpu:.1f} s), load {os.getloadavg()[0]:.1f}", flush=True)
     limit = limit_seconds()
     limit_job = statistics.mean(limit[2:])
     print(f"\nload average after: {os.getloadavg()[0]:.1f}; {options.rounds} rounds, medians")
     print(f"the limit: {limit_job:.3f} s a job (jobs 3-16; the first {limit[0]:.2f} s)\n")
-    print("| tree | 2 jobs s | 16 jobs s | marginal s a job | / the limit |")
-    print("|---|---:|---:|---:|---:|")
+    print("| tree | 2 jobs s | 16 jobs s | marginal s a job | / the limit "
+          "| marginal CPU s a job |")
+    print("|---|---:|---:|---:|---:|---:|")
     for label, _ in trees:
         two = statistics.median(walls[(label, 2)])
         sixteen = statistics.median(walls[(label, 16)])
         marginal = (sixteen - two) / 14
+        cpu = (statistics.median(cpus[(label, 16)]) - statistics.median(cpus[(label, 2)])) / 14
         print(f"| {label} | {two:.1f} | {sixteen:.1f} | {marginal:.3f} | "
-              f"{marginal / limit_job:.1f}x |")
+              f"{marginal / limit_job:.1f}x | {cpu:.3f} |")
     print(f"\ntarget: at most {TARGET}x the limit")
 
 
