@@ -151,6 +151,10 @@ def run_job(cfg: DictConfig, stop: Callable[[Failure], NoReturn]):
             show_config=not multirun,  # a sweep's jobs differ only in what Hydra prints per job
         )
     except BaseException as error:
+        if multirun:  # the job before it may be ending in the background: stored first
+            from gradexp.callbacks.recorder import wait_for_ends
+
+            wait_for_ends()
         failure = job_failure(error, cfg)
         if failure is None:
             raise
