@@ -92,6 +92,11 @@ class MlflowSweepCallback(Callback):
             start_study(config)  # sweep.pruner: the Optuna study the jobs report to
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from gradexp.callbacks.recorder import wait_for_ends
+        from gradexp.sweep_configs import forget
+
+        forget()  # the job configs check_every_job kept for the launcher
+        wait_for_ends()  # the last child's writes, ending in the background: stored first
         if self.tracker is None:
             return
         with _stop_the_sweep_on_error():
@@ -190,6 +195,7 @@ def check_every_job(config: DictConfig) -> None:
     from gradexp.config_errors import USER_ERRORS, one_line
     from gradexp.schema import ConfigError
     from gradexp.setup_checks import check_config
+    from gradexp.sweep_configs import compose_job
     from gradexp.user_code import check_modules_exist
 
     if _plugin_name(config.hydra.sweeper) != "BasicSweeper" \
@@ -205,7 +211,8 @@ def check_every_job(config: DictConfig) -> None:
     for batch in BasicSweeper.split_arguments(parsed, None):
         for job in batch:
             try:
-                job_cfg = loader.load_sweep_config(config, list(job))
+                # kept: the sweeper and the launcher ask for it again (gradexp.sweep_configs)
+                job_cfg = compose_job(loader, config, list(job))
                 with open_dict(job_cfg):
                     del job_cfg["hydra"]  # the run's config, as the job's task sees it
             except USER_ERRORS as error:

@@ -5,11 +5,21 @@ callbacks handed it (gradexp.run_view.Records: metrics, per-epoch series, tags, 
 model) and the `logs` of each stretch, and at the end the run's status and why. It comes after
 every other callback that records, so what they hand it in an event is written in that event.
 With tracking=none it records nothing.
+
+In a sequential sweep (Hydra's basic launcher: the sweep ends in this process) a FINISHED
+child's last writes (the plots, history.parquet, the reports, its thinned metrics, its end) go
+to one background thread, `ENDS`, and overlap the next job; the model is still written here,
+first, since the served network holds the weights the next job of its shape resets
+(gradexp.shared_programs). At most one run ends in the background at a time; `wait_for_ends`
+(the sweep's end, this process's exit) blocks until it is stored, and says in one line a write
+that failed there (that run then ends FAILED, with its reason, as it would have here).
 """
 
 from __future__ import annotations
 
+import atexit
 import shutil
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from gradexp.callbacks.base import Callback
@@ -79,6 +89,14 @@ class MlflowRecorder(Callback):
         if self.ended:
             return
         self.ended = True
+        if status == "FINISHED" and _ends_in_background(run, self.tracker):
+            self.write_models(run)
+            _end_in_background(lambda: self.finish(run, status), run.run_id)
+            return
+        self.finish(run, status)
+
+    def finish(self, run: RunView, status: str) -> None:
+        """The last writes, then the run's end status (FAILED, with why, if a write fails)."""
         try:
             self.write(run)
             if run.status_reason:
@@ -97,6 +115,15 @@ class MlflowRecorder(Callback):
         self.tracker.wait()
         self.tracker.heartbeat()
 
+    def write_models(self, run: RunView) -> None:
+        """The models handed so far, written now (the rest stays in run.records)."""
+        models, run.records.models = run.records.models, []
+        for served, step, on_error in models:  # on_error may hand a tag: written later
+            try:
+                self.tracker.log_keras_model(served, step=step)
+            except Exception as error:  # noqa: BLE001 - the run's results stand without it
+                on_error(error)
+
     def write(self, run: RunView) -> None:
         """Write what the callbacks handed in, in the order they handed it, and empty it."""
         while not _empty(run.records):
@@ -109,11 +136,9 @@ class MlflowRecorder(Callback):
                 self.tracker.set_tags(records.tags)
             for kind, what, path in records.artifacts:
                 self.write_artifact(kind, what, path)
-            for served, step, on_error in records.models:  # on_error may hand a tag: written
-                try:
-                    self.tracker.log_keras_model(served, step=step)
-                except Exception as error:  # noqa: BLE001 - the run's results stand without it
-                    on_error(error)
+            if records.models:
+                run.records.models = records.models
+                self.write_models(run)
 
     def write_artifact(self, kind: str, what, path: str | None) -> None:
         tracker = self.tracker
@@ -133,6 +158,47 @@ class MlflowRecorder(Callback):
                     shutil.rmtree(Path(what).parent, ignore_errors=True)
         else:
             raise ValueError(f"unknown artifact kind {kind!r}")
+
+
+# ---------------------------------------------------------------- ends in the background
+ENDS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow-run-end")
+_pending: list[tuple[Future, str | None]] = []
+
+
+def _ends_in_background(run: RunView, tracker) -> bool:
+    """A sweep child of Hydra's basic launcher, into a real store: its sweep ends (and waits
+    for it) in this process. Launchers with worker processes end their runs in place."""
+    if run.parent_run_id is None or tracker.run_id is None:
+        return False
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return False
+    launcher = str(HydraConfig.get().launcher.get("_target_", ""))
+    return launcher.endswith(".BasicLauncher")
+
+
+def _end_in_background(finish, run_id: str | None) -> None:
+    wait_for_ends()  # the run before this one: at most one pending, so memory stays bounded
+    if not _pending:
+        atexit.register(wait_for_ends)  # runs before the sweep's own exit hook (LIFO)
+    _pending.append((ENDS.submit(finish), run_id))
+
+
+def wait_for_ends() -> None:
+    """Block until every run ending in the background is stored; a failure there is said in
+    one line (the run itself ended FAILED with the reason)."""
+    from rich.markup import escape
+
+    from gradexp.console import error_line
+
+    while _pending:
+        ending, run_id = _pending.pop(0)
+        try:
+            ending.result()
+        except BaseException as error:  # noqa: BLE001 - said, and the run says it too
+            error_line(escape(f"run {run_id}: its last writes failed ({type(error).__name__}:"
+                              f" {error}); the run is recorded as FAILED"))
 
 
 def _empty(records: Records) -> bool:

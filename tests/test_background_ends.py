@@ -1,0 +1,56 @@
+"""A sequential sweep's children end in the background (gradexp.callbacks.recorder: their last
+writes overlap the next job): every child still ends FINISHED with all it records, and a write
+that fails there is not lost: its run ends FAILED, the sweep says so in one line and fails.
+Real TensorFlow, Hydra's basic launcher and a sqlite MLflow store, in-process."""
+
+from __future__ import annotations
+
+import pytest
+from mlflow import MlflowClient
+
+import gradexp
+
+TINY = ("trainer.epochs=5",)
+
+
+def artifacts(client: MlflowClient, run_id: str, path: str | None = None) -> set[str]:
+    found = set()
+    for item in client.list_artifacts(run_id, path):
+        found |= artifacts(client, run_id, item.path) if item.is_dir else {item.path}
+    return found
+
+
+def children(client: MlflowClient) -> list:
+    return [run for run in client.search_runs(["1"]) if "mlflow.parentRunId" in run.data.tags]
+
+
+def test_every_child_ends_finished_with_its_plots_history_and_model(tmp_path):
+    results = gradexp.sweep("optimizer=sgd,adam", *TINY,
+                            launch_dir=tmp_path)
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = children(client)
+    assert len(results) == len(runs) == 2
+    for run in runs:
+        assert run.info.status == "FINISHED"
+        found = artifacts(client, run.info.run_id)
+        assert {"history.parquet", "plots/loss_curve.png", "config.yaml"} <= found
+        assert run.data.metrics["val/mse"] == pytest.approx(
+            next(r for r in results if r.run_id == run.info.run_id).objective_value)
+        (model,) = client.search_logged_models(["1"], filter_string=(
+            f"source_run_id = '{run.info.run_id}'"))
+        assert model.status == "READY"
+
+
+def test_a_write_that_fails_after_the_job_ends_its_run_failed_and_fails_the_sweep(
+        tmp_path, capfd):
+    (tmp_path / "late_file.py").write_text(
+        "class LateFile:\n"
+        "    def on_train_end(self, run, status):\n"
+        "        run.log_artifact('file', 'no/such/file.txt')\n")
+    with pytest.raises(gradexp.GradexpError):
+        gradexp.sweep("optimizer.learning_rate=0.01,0.1", *TINY,
+                      "+callbacks.late._target_=late_file.LateFile", launch_dir=tmp_path)
+    runs = children(MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}"))
+    assert sorted(run.info.status for run in runs) == ["FAILED", "FAILED"]
+    said = capfd.readouterr().err
+    assert said.count("its last writes failed") == 2 and "no/such/file.txt" in said
