@@ -7,7 +7,7 @@
 Runs `python -m gradexp -m 'trainer.seed=range(0,JOBS)' trainer.epochs=20` (Hydra's basic
 launcher: every job in one process, the default checks and tracking on) in a fresh temp folder
 and samples the process's resident set size (VmRSS, from /proc) each time Hydra starts a job,
-reading its stdout as it goes. Prints the RSS after jobs 1, 20, 50, 100, ... and the growth per
+reading its stdout as it goes. Prints the RSS after jobs 1, 20, 40, 60, ... and the growth per
 job between job 20 and the last, and the seconds a job between them (the launcher's marginal cost
 a job). Target: RSS after job 200 within 10% of after job 20. Several --src run one after
 another in the same invocation, printed side by side.
@@ -71,7 +71,7 @@ def main() -> None:
     print("| after job | " + " | ".join(f"{label} RSS MiB" for label in labels) + " |")
     print("|---:|" + "---:|" * len(labels))
     common = set.intersection(*(set(samples) for samples in runs.values()))
-    for job in sorted({1, 20, 50, 100, 150, max(common)} & common):
+    for job in sorted(({1, max(common)} | set(range(20, max(common), 20))) & common):
         print(f"| {job} | " + " | ".join(f"{runs[label][job][0]:.0f}" for label in labels)
               + " |")
     last = max(common)

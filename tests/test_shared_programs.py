@@ -67,3 +67,39 @@ def test_jobs_of_other_shapes_trace_apart_and_the_kept_shapes_are_bounded(tmp_pa
     run(store, "trainer.epochs=5", "gradcheck=off", "optimizer=sgd")  # dropped: traced again
     run(store, "trainer.epochs=5", "gradcheck=off", "optimizer=rmsprop")  # kept: shared
     assert trainer.TRACES - traces == 4
+
+
+def test_a_job_leaves_neither_its_own_model_nor_its_served_model_behind(tmp_path, monkeypatch):
+    """Sharing must not grow memory (issue 20 item 7): a job of a kept shape builds a model only
+    for its initial values and a served model only to log it; once a later job of that shape has
+    begun, neither is alive (the shared network used to keep every job's served model)."""
+    import gc
+    import weakref
+
+    from gradexp import export, models
+
+    shared_programs.clear()
+    built, served = [], []
+    build_model, served_network = models.build_model, export.served_network
+
+    def building(*args, **kwargs):
+        model = build_model(*args, **kwargs)
+        built.append(weakref.ref(model.network))
+        return model
+
+    def serving(network, *args, **kwargs):
+        model = served_network(network, *args, **kwargs)  # its input layer: what Keras keeps
+        served.append([weakref.ref(part) for part in [model, *model.layers] if part is not network])
+        return model
+
+    monkeypatch.setattr(models, "build_model", building)
+    monkeypatch.setattr(export, "served_network", serving)
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    for seed in range(3):
+        run(store, "trainer.epochs=5", "gradcheck=off", f"trainer.seed={seed}")
+    gc.collect()
+    assert len(built) == len(served) == 3
+    assert built[0]() is not None  # the first job's model: the shape's shared one
+    assert [ref() for ref in built[1:]] == [None, None]
+    # The last job's served model goes when the next job of the shape begins.
+    assert [[ref() for ref in parts] for parts in served[:2]] == [[None] * len(served[0])] * 2

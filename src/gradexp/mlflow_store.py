@@ -222,7 +222,7 @@ def open_client(uri: str):
     from gradexp.tensorflow_import import freeze_imported_objects
 
     client = MlflowClient(tracking_uri=uri)
-    freeze_imported_objects()  # SQLAlchemy's and alembic's modules, loaded by the store
+    freeze_imported_objects("the MLflow store")  # SQLAlchemy's and alembic's modules
     return client
 
 

@@ -2,7 +2,7 @@
 
 A sequential sweep runs every job in one process. Each job used to build its own model,
 optimizer, evaluator and trainer, and so trace its own training call and its checks' float64
-functions: ~0.3 s a job, and ~7 MiB of native TensorFlow state a job that nothing released.
+functions: ~0.3 s a job, and ~4 MiB of memory a job (the rest of the 8.8 MiB was frozen garbage).
 Here a job whose program would be traced the same as an earlier job's (the same model, loss,
 optimizer apart from its learning rate, data, batch size, metrics and compile flags: `shape_key`)
 takes the earlier job's parts instead: the model's variables get this job's freshly built
@@ -37,6 +37,7 @@ class SharedParts:
     evaluator: Any  # gradexp.evaluation.Evaluator
     trainer: Any  # gradexp.trainer.Trainer
     jobs: int = 1  # jobs that used these parts (the first included)
+    nodes: tuple[int, int] = (0, 0)  # the network's Keras graph nodes (in, out) when kept
 
 
 _SHARED: OrderedDict[tuple, SharedParts] = OrderedDict()
@@ -95,6 +96,7 @@ def take(key: tuple | None, fresh_model: Any) -> SharedParts | None:
         return None
     for variable, start in zip(mine, theirs):
         variable.assign(start)
+    _forget_later_graphs(parts)
     parts.model.sync_twins()  # the float64 twin of the checks: the new seeds and statistics
     parts.evaluator.calls = 0
     parts.jobs += 1
@@ -107,10 +109,26 @@ def keep(key: tuple | None, model: Any, evaluator: Any, trainer: Any) -> None:
     used shape beyond MAX_SHARED."""
     if key is None:
         return
-    _SHARED[key] = SharedParts(model, evaluator, trainer)
+    network = model.network
+    _SHARED[key] = SharedParts(model, evaluator, trainer, nodes=(
+        len(getattr(network, "_inbound_nodes", ())), len(getattr(network, "_outbound_nodes", ()))))
     _SHARED.move_to_end(key)
     while len(_SHARED) > MAX_SHARED:
         _SHARED.popitem(last=False)
+
+
+def _forget_later_graphs(parts: SharedParts) -> None:
+    """Drop the Keras graph nodes earlier jobs added to the shared network by calling it on
+    symbolic inputs (the served model, gradexp.export, calls it as a layer): Keras appends a
+    node per call to the network's `_inbound_nodes` (and to `_outbound_nodes` for what came
+    after it), and each holds that job's whole served model. A network built per job died with
+    them; a shared one kept one served model a job (issue 20 item 7). Private Keras 3 lists,
+    hence getattr: a network without them has nothing to forget."""
+    network = parts.model.network
+    for name, kept in zip(("_inbound_nodes", "_outbound_nodes"), parts.nodes):
+        nodes = getattr(network, name, None)
+        if isinstance(nodes, list):
+            del nodes[kept:]
 
 
 def clear() -> None:

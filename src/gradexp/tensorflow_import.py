@@ -38,7 +38,7 @@ def import_tensorflow() -> ModuleType:
         os.dup2(saved, 2)
         os.close(saved)
     _quiet_absl()
-    freeze_imported_objects()
+    freeze_imported_objects("tensorflow")
     return tf
 
 
@@ -47,12 +47,22 @@ def _quiet_absl() -> None:
     logging.getLogger("absl").setLevel(logging.WARNING)
 
 
-def freeze_imported_objects() -> None:
-    """Take the objects alive now out of the cycle collector's full passes.
+_FROZEN: set[str] = set()  # the imports whose objects were frozen in this process
+
+
+def freeze_imported_objects(after: str) -> None:
+    """Take the objects alive now out of the cycle collector's full passes, once a process for
+    each import (`after`: "tensorflow", "the MLflow store").
 
     After TensorFlow (and, later, MLflow's store) is imported, the heap holds millions of module
     objects that live until the process ends. Each full collection walks all of them: 0.2-0.3 s
     of a default run's MLflow store open alone went to that (benchmarks/bench_fixed_cost.py).
     Frozen objects are still freed by reference counting; only their cycles are never collected.
+    That is why it is done once: a sweep opens the store in every job, and freezing there froze
+    whatever the jobs before had left to the cycle collector (a model, the served model, MLflow's
+    entities) for good: 5 MiB a job of a sequential sweep (issue 20 item 7,
+    benchmarks/bench_sweep_memory.py).
     """
-    gc.freeze()
+    if after not in _FROZEN:
+        _FROZEN.add(after)
+        gc.freeze()
