@@ -85,7 +85,7 @@ def empty_store(folder: Path) -> str:
         from mlflow import MlflowClient
 
         template = Path.cwd() / "empty-store-template" / "mlflow.db"
-        template.parent.mkdir()
+        template.parent.mkdir(exist_ok=True)
         MlflowClient(f"sqlite:///{template}").search_experiments()  # creates the tables
         _EMPTY_STORE.append(template)
     folder.mkdir(parents=True, exist_ok=True)
