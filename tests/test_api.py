@@ -80,7 +80,8 @@ def test_two_runs_in_one_process_leave_hydra_and_logging_as_they_found_them(tmp_
     assert logging.root.handlers == handlers and os.getcwd() == cwd
 
 
-def test_a_mistake_is_a_gradexp_error_with_the_command_lines_one_line(tmp_path, store):
+def test_a_mistake_is_a_gradexp_error_with_the_command_lines_one_line(tmp_path):
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"  # not the `store` fixture's: none made yet
     with pytest.raises(gradexp.GradexpError) as unknown:
         gradexp.run(f"tracking.uri={store}", "optimizer=adamm", launch_dir=tmp_path)
     assert str(unknown.value) == ("optimizer=adamm: no such option; available: adagrad, adam, "

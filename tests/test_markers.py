@@ -1,5 +1,21 @@
-"""The suite's own rule: a test that starts a process is marked slow (conftest.py's audit hook
-fails any process start in a session that selects no slow test, e.g. `-m "not slow"`)."""
+"""The suite's own rules for its two tiers.
+
+`python -m pytest` (CI) runs every test; `python -m pytest -m "not slow"` is the fast tier.
+
+- A test that starts a process (`python -m gradexp`, an MLflow server, Ray, a helper script) is
+  marked slow: conftest.py's audit hook fails any process start in a session that selects no
+  slow test (tested below).
+- A test whose own work takes over ~20 s unloaded on the 2-core machine (about 75 s at a load
+  of 8-10) is marked slow too; under that it stays fast. Before marking one slow: share the run
+  through a module-scoped fixture where several tests only read it, train fewer epochs or
+  tinier data where the assertion still holds and can still fail.
+- What every test pays is kept out of its time: each `store` is a copy of one empty MLflow store
+  made once a session (conftest.empty_store), not ~50 schema migrations a test.
+- The fast tier keeps at least one test of each area: config (test_config, test_every_key),
+  the runner (test_runner), the checker (test_gradcheck, test_verification), tracking
+  (test_tracking), sweeps composed in-process (test_api, test_evaluation, test_replicates,
+  test_packed) and compare (test_compare).
+"""
 
 from __future__ import annotations
 
