@@ -154,13 +154,16 @@ def test_a_diverging_packed_job_is_marked_and_named(tmp_path, store, capsys):
     gradexp.sweep(f"tracking.uri={store}", "hydra/launcher=packed", "optimizer=sgd",
                   "optimizer.learning_rate=0.05,3.0", "trainer.epochs=8", "gradcheck=off",
                   "tracking.log_model=false", launch_dir=tmp_path)
-    lines = [line for line in capsys.readouterr().err.splitlines() if "diverged or" in line]
+    out, err = capsys.readouterr()
+    lines = [line for line in err.splitlines() if "diverged or" in line]
     assert len(lines) == 1 and "packed jobs #1 diverged or oscillated" in lines[0]
     runs = {run.data.params["optimizer.learning_rate"]: run
             for run in MlflowClient(store).search_runs(["1"])
             if "mlflow.parentRunId" in run.data.tags}
     assert "gradexp.packed_drift" not in runs["0.05"].data.tags
     assert runs["3.0"].data.tags["gradexp.packed_drift"].startswith("diverged")
+    marked = [line for line in out.splitlines() if "FINISHED drift" in line]  # the sweep table
+    assert len(marked) == 1 and f"{runs['3.0'].data.metrics['val/mse']:.6g}" in marked[0], out
 
 
 @pytest.mark.parametrize(("loss", "reason"), [

@@ -44,6 +44,7 @@ from gradexp.tag_keys import (
     OPTUNA_BEST_TRIAL_TAG,
     OPTUNA_STORAGE_TAG,
     OPTUNA_STUDY_TAG,
+    PACKED_DRIFT_TAG,
     PARENT_TAG,
     PRUNED_TAG,
     REASON_TAG,
@@ -384,6 +385,7 @@ def _row(run, metric: str, *, reused: bool) -> dict[str, Any]:
         "reason": run.data.tags.get(REASON_TAG),
         "reused": reused,
         "pruned_at_epoch": _pruned_at(run),
+        "packed_drift": run.data.tags.get(PACKED_DRIFT_TAG),  # why its records may drift
     }
 
 
@@ -437,6 +439,8 @@ def print_sweep(summary: SweepSummary, tracker) -> None:
         status = f"{row['status']} (reused)" if row["reused"] else row["status"]
         if row["pruned_at_epoch"] is not None:
             status = f"{status} pruned@{row['pruned_at_epoch']}"
+        if row["packed_drift"] is not None:  # packed, and diverged or oscillated
+            status = f"{status} drift"
         table.add_row(row["run_name"], status, f"{row['objective']:.6g}",
                       f"{row['final_loss']:.6g}", row["gradcheck"] or "-")
     print_table(table)  # wraps, never cuts: run names stay apart in an 80-column log
