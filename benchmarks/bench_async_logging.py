@@ -45,57 +45,65 @@ def names(count: int) -> list[str]:
     return [base[i] if i < len(base) else f"extra_{i}" for i in range(count)]
 
 
-def sync_batches(client, run_id, epochs, keys, ms, matrix):
-    from mlflow.entities import Metric
-
+def timed(epochs, ms, matrix, log_epoch, drain=lambda: None) -> tuple[float, float]:
+    """The stand-in loop: `log_epoch(epoch)` after each epoch's work, then `drain()` until every
+    point is stored. Returns the seconds the loop saw and the seconds until stored."""
     start = time.perf_counter()
     for epoch in range(1, epochs + 1):
         work(ms, matrix)
+        log_epoch(epoch)
+    loop = time.perf_counter() - start
+    drain()
+    return loop, time.perf_counter() - start
+
+
+def sync_batches(client, run_id, epochs, keys, ms, matrix):
+    from mlflow.entities import Metric
+
+    def log_epoch(epoch):
         now = int(time.time() * 1000)
         client.log_batch(run_id, metrics=[Metric(k, 1.0 / epoch, now, epoch) for k in keys])
-    loop = time.perf_counter() - start
-    return loop, time.perf_counter() - start
+
+    return timed(epochs, ms, matrix, log_epoch)
 
 
 def mlflow_async(client, run_id, epochs, keys, ms, matrix):
     import mlflow
     from mlflow.entities import Metric
 
-    start, operations = time.perf_counter(), []
-    for epoch in range(1, epochs + 1):
-        work(ms, matrix)
+    operations = []
+
+    def log_epoch(epoch):
         now = int(time.time() * 1000)
         operations.append(client.log_batch(
             run_id, metrics=[Metric(k, 1.0 / epoch, now, epoch) for k in keys],
             synchronous=False))
-    loop = time.perf_counter() - start
-    for operation in operations:  # flush_async_logging() alone left points unwritten here
-        operation.wait()
-    mlflow.flush_async_logging()
-    return loop, time.perf_counter() - start
+
+    def drain():
+        for operation in operations:  # flush_async_logging() alone left points unwritten here
+            operation.wait()
+        mlflow.flush_async_logging()
+
+    return timed(epochs, ms, matrix, log_epoch, drain)
 
 
 def gradexp_each_epoch(tracker, epochs, keys, ms, matrix):
-    start = time.perf_counter()
-    for epoch in range(1, epochs + 1):
-        work(ms, matrix)
+    def log_epoch(epoch):
         for key in keys:
             tracker.log_metric(key, 1.0 / epoch, epoch)
         tracker.flush()
-    loop = time.perf_counter() - start
-    tracker.wait()
-    return loop, time.perf_counter() - start
+
+    return timed(epochs, ms, matrix, log_epoch, tracker.wait)
 
 
 def gradexp_as_recorded(tracker, epochs, keys, ms, matrix):
-    start = time.perf_counter()
-    for epoch in range(1, epochs + 1):
-        work(ms, matrix)
-        tracker.log_history([epoch], {key: [1.0 / epoch] for key in keys})
-    loop = time.perf_counter() - start
-    tracker.flush()
-    tracker.wait()
-    return loop, time.perf_counter() - start
+    def drain():
+        tracker.flush()
+        tracker.wait()
+
+    return timed(epochs, ms, matrix,
+                 lambda epoch: tracker.log_history([epoch], {key: [1.0 / epoch] for key in keys}),
+                 drain)
 
 
 WAYS = {"sync log_batch": sync_batches, "mlflow async": mlflow_async,
