@@ -223,3 +223,37 @@ def test_an_interrupted_run_keeps_its_history_and_last_epoch(store, client, tmp_
     assert steps_of(client, stored.info.run_id, "loss") == [1, 34, 35]  # kept 1, 34; then 35
     assert list(history_artifact(client, stored.info.run_id, tmp_path)["step"]) == list(
         range(1, 36))
+
+
+def test_two_jobs_logging_one_dataset_at_once_both_link_it(store, client):
+    # SLURM and joblib jobs start together and log the same data set: MLflow checks for it, then
+    # inserts, so the slower job's insert fails UNIQUE (seen in a CI run); its retry links it.
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    from gradexp.mlflow_store import retry_locked
+
+    experiment = client.create_experiment("race")
+    first, second = (client.create_run(experiment).info.run_id for _ in range(2))
+    dataset = Dataset("train", "d1g35t", "local", '{"uri": "train.csv"}')
+    inputs = [DatasetInput(dataset, [InputTag("mlflow.data.context", "train")])]
+    attempts = []
+
+    def log_second():
+        attempts.append(1)
+        if len(attempts) == 1:  # the other job's insert lands between MLflow's check and ours
+            client.log_inputs(first, datasets=inputs)
+            raise sqlite_error()
+        client.log_inputs(second, datasets=inputs)
+
+    retry_locked(log_second)
+    assert len(attempts) == 2
+    for run_id in (first, second):
+        assert [d.dataset.name for d in client.get_run(run_id).inputs.dataset_inputs] == ["train"]
+
+
+def sqlite_error():
+    """The error MLflow raised in that CI run, as MLflow raises it."""
+    from mlflow.exceptions import MlflowException
+
+    return MlflowException("(sqlite3.IntegrityError) UNIQUE constraint failed: "
+                           "datasets.experiment_id, datasets.name, datasets.digest")

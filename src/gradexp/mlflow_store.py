@@ -168,14 +168,20 @@ def check_store_folder(uri: str) -> None:
                           "first or pick a store in an existing folder")
 
 
+# Parallel jobs on one sqlite store: another's write holds the lock, or two insert one dataset at
+# once (MLflow checks, then inserts: the loser's retry finds the winner's row and links to it).
+RETRIED = ("database is locked", "unique constraint failed: datasets")
+
+
 def retry_locked(action: Callable[[], T], attempts: int = 30) -> T:
-    """Run `action`, retrying while sqlite says "database is locked" (parallel sweep jobs)."""
+    """Run `action`, retrying while another job's write is in the way (RETRIED)."""
     for attempt in range(attempts):
         try:
             with interrupts_deferred():
                 return action()
-        except Exception as error:  # MLflow wraps sqlite's OperationalError in its own types
-            if "locked" not in str(error).lower() or attempt == attempts - 1:
+        except Exception as error:  # MLflow wraps sqlite's errors in its own types
+            message = str(error).lower()
+            if not any(what in message for what in RETRIED) or attempt == attempts - 1:
                 raise
             time.sleep(min(0.05 * 2**attempt, 2.0))
     raise AssertionError("unreachable")
