@@ -179,7 +179,13 @@ def confusion_matrix(counts: np.ndarray, title: str):
 
     n = counts.shape[0]
     size = min(9.0, 3.0 + 0.45 * n)
-    figure = Figure(figsize=(size, size * 0.85), dpi=100, layout="tight")
+    # Fixed margins, in inches (tick labels, axis labels, title, the colorbar's labels):
+    # layout="tight" draws the figure twice, ~0.27 s against ~0.15 s of CPU for a 10-class
+    # matrix, and every classification job draws one.
+    figure = Figure(figsize=(size, size * 0.85), dpi=100)
+    width, height = figure.get_size_inches()
+    figure.subplots_adjust(left=0.75 / width, right=1 - 0.45 / width,
+                           bottom=0.6 / height, top=1 - 0.4 / height)
     axes = figure.subplots()
     image = axes.imshow(counts, cmap="Blues")
     for (row, column), count in np.ndenumerate(counts):
