@@ -5,6 +5,8 @@ sweep_summary.json, the gradexp.best_group tag, the error-bar plot and `gradexp 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import statistics
@@ -107,14 +109,16 @@ def test_overlap_note_only_when_the_best_two_intervals_overlap():
 def replicated(tmp_path_factory):
     folder = tmp_path_factory.mktemp("replicates")
     store = f"sqlite:///{folder / 'mlflow.db'}"
-    results = gradexp.sweep(f"tracking.uri={store}", "seed=0,1,2", "optimizer=sgd,adam", *QUICK,
-                            launch_dir=folder)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):  # the sweep's tables, as the terminal shows them
+        results = gradexp.sweep(f"tracking.uri={store}", "seed=0,1,2", "optimizer=sgd,adam",
+                                "sweep.best_per=[optimizer.name]", *QUICK, launch_dir=folder)
     client = MlflowClient(store)
     children = [client.get_run(result.run_id) for result in results]
     (parent_id,) = {child.data.tags["mlflow.parentRunId"] for child in children}
     summary = json.load(open(client.download_artifacts(parent_id, "sweep_summary.json")))
     return {"store": store, "client": client, "children": children,
-            "parent": client.get_run(parent_id), "summary": summary}
+            "parent": client.get_run(parent_id), "summary": summary, "printed": printed.getvalue()}
 
 
 def test_groups_hold_the_childrens_mean_std_and_interval(replicated):
@@ -134,6 +138,18 @@ def test_groups_hold_the_childrens_mean_std_and_interval(replicated):
         assert group["mean"] == pytest.approx(mean, rel=1e-12)
         assert group["std"] == pytest.approx(std, rel=1e-12)
         assert group["ci95"] == pytest.approx([mean - half, mean + half], rel=1e-9)
+
+
+def test_each_value_at_its_best_is_its_best_configurations_mean_not_its_luckiest_seed(
+        replicated):
+    printed = replicated["printed"]
+    table = printed.split("each optimizer.name at its best (by the mean)")[1].split(
+        "replicates: each configuration's mean")[0]
+    for group in replicated["summary"]["groups"]:  # one configuration per optimizer here
+        assert f"optimizer={group['params']['optimizer']}" in table
+        assert f"{group['mean']:.6g}" in table
+    for child in replicated["children"]:  # no single seed's value
+        assert f"{child.data.metrics['val/mse']:.6g}" not in table
 
 
 def test_the_overlap_note_follows_the_intervals(replicated):

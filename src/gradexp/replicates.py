@@ -118,6 +118,11 @@ def number(value: float | None) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value:.6g}"
 
 
+def interval(group: Group) -> str:
+    """The group's 95% interval as `[low, high]`, or "-" with one replicate."""
+    return "-" if group.ci95 is None else f"[{number(group.ci95[0])}, {number(group.ci95[1])}]"
+
+
 def groups_table(groups: Sequence[Group], metric: str, arrow: str, title: str):
     """A rich Table: one row a group, best mean first."""
     from rich.table import Table
@@ -126,9 +131,8 @@ def groups_table(groups: Sequence[Group], metric: str, arrow: str, title: str):
     for column in ("group", "n", f"mean {metric} {arrow}", "std", "95% interval"):
         table.add_column(column, overflow="fold")
     for group in groups:
-        interval = "-" if group.ci95 is None else \
-            f"[{number(group.ci95[0])}, {number(group.ci95[1])}]"
-        table.add_row(group.label, str(group.n), number(group.mean), number(group.std), interval)
+        table.add_row(group.label, str(group.n), number(group.mean), number(group.std),
+                      interval(group))
     return table
 
 

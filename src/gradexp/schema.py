@@ -484,8 +484,8 @@ class SweepConfig:
                              "(regression) or val/accuracy (classification)")
     direction: Direction = setting(Direction.auto, "auto: maximize accuracy, r2, auc...; "
                                    "minimize the rest")
-    best_per: list[str] = setting([], "params to report the best run of each value of, e.g. "
-                                  "[optimizer.name]")
+    best_per: list[str] = setting([], "params to report the best run (with replicates: the "
+                                  "best mean) of each value of, e.g. [optimizer.name]")
     aggregate_over: list[str] = setting(["seed"], "swept keys whose jobs are replicates: jobs "
                                         "differing only in these form one group (mean, std, "
                                         "95% interval)")

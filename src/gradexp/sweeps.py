@@ -269,7 +269,8 @@ class SweepSummary:
     metric: str  # what the rows are ranked by: the objective, or final_loss when no run has it
     direction: str
     fell_back: bool = False  # no run has the objective; ranked by the final loss instead
-    best_per: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    # Each best_per key's values, each at its best: a row, or with replicates its best Group.
+    best_per: dict[str, dict[str, Any]] = field(default_factory=dict)
     also_differ: list[str] = field(default_factory=list)  # params that differ beyond the swept
     groups: list = field(default_factory=list)  # gradexp.replicates.Group, best mean first
     overlap: str | None = None  # the best group's interval overlaps the next one's
@@ -341,10 +342,14 @@ def summarize_sweep(tracker, best_per: list[str] | None = None,
         tracker.log_figure(replicates.errorbar_figure(summary.groups, metric),
                            replicates.ERRORBAR_PLOT)
     for key in best_per or []:
-        groups: dict[str, dict[str, Any]] = {}
-        for row in finished:  # best first: the first row of each value is its best
-            groups.setdefault(params[row["run_id"]].get(key, "-"), row)
-        summary.best_per[key] = groups
+        best_of: dict[str, Any] = {}
+        # With replicates, a value's best is its configuration with the best mean (a Group),
+        # not its luckiest seed; else its best run. Both lists are best first.
+        for best in ([group for group in summary.groups if group.n] if summary.groups
+                     else finished):
+            run_id = best.run_ids[0] if summary.groups else best["run_id"]
+            best_of.setdefault(params[run_id].get(key, "-"), best)
+        summary.best_per[key] = best_of
     _overlay_curves(tracker, rows, metric)
     tracker.log_metric("children", len(rows), 0)
     tracker.log_metric("children_failed", sum(r["status"] != "FINISHED" for r in rows), 0)
@@ -370,6 +375,28 @@ def _overlay_curves(tracker, rows: list[dict[str, Any]], metric: str) -> None:
         curves = {label: series[key] for label, series in zip(labels, found) if key in series}
         if curves:
             tracker.log_figure(loss_curves(curves, title, ylabel=key), path)
+
+
+def _best_per_table(key: str, best_of: dict[str, Any], metric: str, arrow: str,
+                    replicated: bool):
+    """Each value of `key` at its best: its best configuration's mean and interval over the
+    replicates, or (one run a configuration) its best run."""
+    from rich.table import Table
+
+    from gradexp.replicates import interval, number
+
+    table = Table(title=f"each {key} at its best" + (" (by the mean)" if replicated else ""),
+                  title_justify="left")
+    columns = ("best configuration", "n", f"mean {metric} {arrow}", "95% interval") \
+        if replicated else ("best run", f"{metric} {arrow}")
+    for column in (key, *columns):
+        table.add_column(column, overflow="fold")
+    for value, best in best_of.items():
+        if replicated:
+            table.add_row(value, best.label, str(best.n), number(best.mean), interval(best))
+        else:
+            table.add_row(value, best["run_name"], f"{best['objective']:.6g}")
+    return table
 
 
 def _row(run, metric: str, *, reused: bool) -> dict[str, Any]:
@@ -444,13 +471,8 @@ def print_sweep(summary: SweepSummary, tracker) -> None:
         table.add_row(row["run_name"], status, f"{row['objective']:.6g}",
                       f"{row['final_loss']:.6g}", row["gradcheck"] or "-")
     print_table(table)  # wraps, never cuts: run names stay apart in an 80-column log
-    for key, groups in summary.best_per.items():
-        best = Table(title=f"each {key} at its best", title_justify="left")
-        for column in (key, "best run", f"{summary.metric} {arrow}"):
-            best.add_column(column, overflow="fold")
-        for value, row in groups.items():
-            best.add_row(value, row["run_name"], f"{row['objective']:.6g}")
-        print_table(best)
+    for key, best_of in summary.best_per.items():
+        print_table(_best_per_table(key, best_of, summary.metric, arrow, bool(summary.groups)))
     if summary.groups:
         from gradexp.replicates import groups_table
 
