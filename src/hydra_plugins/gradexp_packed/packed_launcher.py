@@ -72,7 +72,7 @@ class PackedLauncher(Launcher):
                           Path(self.config.hydra.runtime.cwd))
         note_line(plan.line())
         started = time.perf_counter()
-        trained = train_groups(plan)
+        trained = train_groups(plan, self._group_trials(plan, configs))
         if trained:  # the packed training alone (benchmarks/bench_packed.py reads this line)
             log.info(f"trained {len(trained)} packed jobs in {len(plan.groups)} "
                      f"program{'s' * (len(plan.groups) != 1)}: "
@@ -82,8 +82,11 @@ class PackedLauncher(Launcher):
             note_line(drift)
         runs: list[JobReturn] = []
         for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
+            job = trained.get(idx)
             log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}"
-                     + (" (packed)" if idx in trained else ""))
+                     + ("" if job is None else " (packed)" if job.pruned_at is None else
+                        f" (packed; sweep.pruner stopped it at epoch {job.pruned_at} while its "
+                        "group trained on)"))
             with handed_over(trained.pop(idx, None)):
                 runs.append(run_job(hydra_context=self.hydra_context,
                                     task_function=self.task_function, config=configs[idx],
@@ -91,6 +94,24 @@ class PackedLauncher(Launcher):
                                     job_subdir_key="hydra.sweep.subdir"))
             configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         return runs
+
+    @staticmethod
+    def _group_trials(plan, configs: dict) -> dict:
+        """sweep.pruner=asha or hyperband: each packed job's Optuna trial, asked in job order
+        (the trial numbers, and so hyperband's brackets, a sequential sweep's), for its group to
+        judge it as it trains. median and percentile judge a job against the jobs finished,
+        which a group has none of until it ends: their groups train to the end and each job is
+        judged in its replayed run, one after another, as a sequential sweep judges it."""
+        from gradexp.pruning import LOCKSTEP_PRUNERS, open_trial, pruner_name
+
+        trials = {}
+        for number in sorted(n for group in plan.groups for n in group):
+            task_cfg = plan.prepared[number].cfg
+            if pruner_name(task_cfg) in LOCKSTEP_PRUNERS:
+                trial = open_trial(task_cfg, configs[number].hydra)
+                if trial is not None:
+                    trials[number] = trial
+        return trials
 
     @staticmethod
     def _task_config(sweep_config: DictConfig) -> DictConfig:
