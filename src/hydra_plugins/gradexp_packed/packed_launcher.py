@@ -41,6 +41,7 @@ class PackedLauncher(Launcher):
         self.config: DictConfig | None = None
         self.task_function: TaskFunction | None = None
         self.hydra_context: HydraContext | None = None
+        self.said_one_trial = False
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
               config: DictConfig) -> None:
@@ -70,7 +71,7 @@ class PackedLauncher(Launcher):
             configs[idx] = sweep_config
         plan = plan_sweep({idx: self._task_config(cfg) for idx, cfg in configs.items()},
                           Path(self.config.hydra.runtime.cwd))
-        note_line(plan.line())
+        self._say(plan, len(job_overrides))
         started = time.perf_counter()
         trained = train_groups(plan, self._group_trials(plan, configs))
         if trained:  # the packed training alone (benchmarks/bench_packed.py reads this line)
@@ -94,6 +95,20 @@ class PackedLauncher(Launcher):
                                     job_subdir_key="hydra.sweep.subdir"))
             configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         return runs
+
+    def _say(self, plan, jobs: int) -> None:
+        """The plan's one line; under the Optuna sweeper launching one trial a batch
+        (hydra.sweeper.n_jobs=1), one line for the whole sweep instead of one a trial."""
+        from gradexp.console import note_line
+
+        assert self.config is not None
+        sweeper = str(self.config.hydra.sweeper._target_).rsplit(".", 1)[-1]
+        if jobs != 1 or sweeper != "OptunaSweeper":
+            note_line(plan.line())
+        elif not self.said_one_trial:
+            self.said_one_trial = True
+            note_line("packed nothing: hydra.sweeper.n_jobs=1 launches one trial at a time, "
+                      "and a job alone runs sequentially (raise n_jobs to pack a batch)")
 
     @staticmethod
     def _group_trials(plan, configs: dict) -> dict:
