@@ -211,8 +211,9 @@ def train_groups(plan: Plan, trials: dict[int, Any] | None = None) -> dict[int, 
         judge = GroupJudge(members, plan.prepared, trials) if judged else None
         results = program.train(first.epochs, keep, judge)
         for number, job in zip(members, results):
-            if number in trials:
-                job.trial = DecidedTrial(trials[number], job.pruned_at)
+            if number in trials:  # judged in the group, or else in its run (GroupJudge.unjudged)
+                job.trial = trials[number] if number in judge.unjudged else \
+                    DecidedTrial(trials[number], job.pruned_at)
         trained.update(zip(members, results))
     return trained
 
@@ -223,7 +224,9 @@ class GroupJudge:
     gradexp.evaluation.Evaluator on its weights of that epoch), and Optuna's pruner says whether
     it stops, as the pruning callback (gradexp.callbacks.pruning) asks in a sequential sweep.
     asha and hyperband judge a job at a rung against the jobs that reached that rung, so a group
-    judged epoch by epoch stops the jobs a sequential sweep in the same order stops."""
+    judged epoch by epoch stops the jobs a sequential sweep in the same order stops. A job whose
+    evaluation fails here (a metric of yours, say) is left to its run, which judges it in its
+    replay and fails as it would alone (`unjudged`)."""
 
     def __init__(self, members: list[int], prepared: dict[int, Prepared],
                  trials: dict[int, Any]):
@@ -231,24 +234,34 @@ class GroupJudge:
         from gradexp.evaluation import Evaluator
         from gradexp.metrics import metric_specs, objective
 
-        self.jobs = []  # (position in the group, its trial, its parts, its epochs, objective)
+        self.jobs = []  # (position in the group, its number, trial, parts, evaluator, ...)
+        self.unjudged: set[int] = set()
         for position, number in enumerate(members):
             if number not in trials:
                 continue
             job = prepared[number]
-            evaluator = Evaluator(job.model, metric_specs(job.cfg, job.data.task),
-                                  job.data.splits())
-            self.jobs.append((position, trials[number], job, evaluator, eval_epochs(job.cfg),
-                              objective(job.cfg, job.data.task)[0]))
+            try:
+                evaluator = Evaluator(job.model, metric_specs(job.cfg, job.data.task),
+                                      job.data.splits())
+            except Exception:  # noqa: BLE001 - its own run will say it in full
+                self.unjudged.add(number)
+                continue
+            self.jobs.append((position, number, trials[number], job, evaluator,
+                              eval_epochs(job.cfg), objective(job.cfg, job.data.task)[0]))
 
     def __call__(self, epoch: int, trained: list[Any]) -> set[int]:
         stopped = set()
-        for position, trial, job, evaluator, epochs, metric in self.jobs:
-            if trained[position].pruned_at is not None or epoch not in epochs:
+        for position, number, trial, job, evaluator, epochs, metric in self.jobs:
+            if trained[position].pruned_at is not None or epoch not in epochs \
+                    or number in self.unjudged:
                 continue
             for variable, value in zip(job.model.params, trained[position].weights[epoch]):
                 variable.assign(value)
-            value = evaluator(("train", "val")).get(metric)
+            try:
+                value = evaluator(("train", "val")).get(metric)
+            except Exception:  # noqa: BLE001 - its own run will say it in full
+                self.unjudged.add(number)
+                continue
             if value is None:
                 continue  # an objective no evaluation gives (final_loss): never judged
             if trial.judge(value, epoch, last=epoch >= job.epochs):
