@@ -119,16 +119,15 @@ def start_study(config: DictConfig) -> None:
 
 
 def study_name(config: DictConfig) -> str:
-    """`<experiment>-pruning-<digest>`: the digest of the sweep's config as composed (the
-    master `seed` included), its command line's overrides in their order (the grid and the
-    order of its jobs) and the sweeper's params; not of the time or the sweep's folder."""
+    """`<experiment>-pruning-<digest>`: the digest of what the sweep's command line asks, its
+    overrides in their order (the grid, the order of its jobs, a master `seed=N`) and the
+    sweeper's params; not of the time or the sweep's folder. The name needs only to repeat: a
+    study per sweep is kept by `_set_aside` (two sweeps of one command line, its config files
+    edited in between, get the same brackets, and studies of their own all the same)."""
     import hashlib
 
-    composed = OmegaConf.to_container(config, resolve=False)
-    composed.pop("hydra", None)
     params = OmegaConf.select(config, "hydra.sweeper.params", default=None)
-    what = {"config": composed,
-            "overrides": list(OmegaConf.select(config, "hydra.overrides.task", default=[])),
+    what = {"overrides": list(OmegaConf.select(config, "hydra.overrides.task", default=[])),
             "params": OmegaConf.to_container(params, resolve=False)
             if isinstance(params, DictConfig) else params}
     digest = hashlib.sha1(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
