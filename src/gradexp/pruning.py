@@ -10,6 +10,10 @@
     each job      `open_trial` (gradexp.callbacks.pruning calls it): the job's trial in that
                   study, judged by the pruner that sweep.pruner names; the job reports its
                   objective at each evaluation and stops when the pruner says so.
+    packed jobs   hydra/launcher=packed with asha or hyperband (LOCKSTEP_PRUNERS): the launcher
+                  opens each packed job's trial before training its group, the group reports
+                  and judges at each evaluation (gradexp.packed.plan.GroupJudge), and the job's
+                  run gets a `DecidedTrial` that stops its replay where the group stopped it.
 
 The pruners are Optuna's (MedianPruner, PercentilePruner, SuccessiveHalvingPruner,
 HyperbandPruner), not rules of ours. Optuna is imported only when a pruner is on.
