@@ -141,9 +141,12 @@ class PackedProgram:
               judge: Callable[[int, list[Trained]], set[int]] | None = None) -> list[Trained]:
         """All epochs, the weights kept after each epoch in `keep` (and before the first).
         `judge(epoch, trained)` (sweep.pruner), called after each stretch, names the jobs that
-        stop there (never at the last epoch): from then on their weights and optimizer state
-        stay as they are while the group goes on, and their later values are dropped."""
+        stop there (never at the last epoch): their later values are dropped, and the group
+        goes on without them: masked (their weights and optimizer state held) while few have
+        stopped, dropped from the program (a narrower one, traced anew) once a quarter of its
+        rows have."""
         count = len(self.jobs)
+        program, rows = self, list(range(count))  # rows: the job behind each row of `program`
         active = np.ones(count, np.float32)
         params = [tf.constant(np.stack([job.initial[i] for job in self.jobs]))
                   for i in range(len(self.jobs[0].initial))]
@@ -152,29 +155,40 @@ class PackedProgram:
         second = [tf.zeros_like(p) for p in params]
         iteration = tf.constant(0, tf.int64)
         trained = [Trained({}, {0: [p[j].numpy() for p in params]}) for j in range(count)]
-        parts: list[dict[str, np.ndarray]] = []
+        parts: list[dict[int, dict[str, np.ndarray]]] = []  # each stretch: job -> its values
         done = 0
         for end in sorted({e for e in keep if 0 < e <= epochs} | {epochs}):
-            orders = (np.stack([job.orders[done:end] for job in self.jobs]).astype(np.int32)
-                      if self.n_batches > 1 else np.zeros((count, end - done, 1), np.int32))
-            params, first, second, iteration, values = self._run(
+            orders = (np.stack([job.orders[done:end] for job in program.jobs]).astype(np.int32)
+                      if self.n_batches > 1 else np.zeros((len(rows), end - done, 1), np.int32))
+            params, first, second, iteration, values = program._run(
                 params, first, second, iteration, tf.constant(orders), tf.constant(end - done),
                 tf.constant(active))
-            parts.append({key: value.numpy() for key, value in values.items()})
+            values = {key: value.numpy() for key, value in values.items()}
+            parts.append({j: {key: value[:, r] for key, value in values.items()}
+                          for r, j in enumerate(rows) if active[r]})
             done = end
-            for j in range(count):
-                if active[j]:
-                    trained[j].weights[end] = [p[j].numpy() for p in params]
-            if judge is not None:  # at the last epoch too: the job reports it, as it would
-                for j in judge(end, trained):
-                    active[j] = 0.0
-                    trained[j].pruned_at = end
-                if not active.any():
-                    break
+            for r, j in enumerate(rows):
+                if active[r]:
+                    trained[j].weights[end] = [p[r].numpy() for p in params]
+            if judge is None:
+                continue
+            for j in judge(end, trained):  # at the last epoch too: it reports, as it would
+                active[rows.index(j)] = 0.0
+                trained[j].pruned_at = end
+            if not active.any():
+                break
+            if end < epochs and (len(rows) - active.sum()) * 4 >= len(rows):
+                going = np.flatnonzero(active).tolist()
+                params, first, second = ([tf.gather(t, going) for t in state]
+                                         for state in (params, first, second))
+                rows = [rows[r] for r in going]
+                program = PackedProgram(self.model, self.loss, [self.jobs[j] for j in rows],
+                                        self.batch_size)
+                active = np.ones(len(rows), np.float32)
         for j in range(count):
-            trained[j].values = {key: np.concatenate([part[key][:, j] for part in parts]
-                                                     )[:trained[j].pruned_at or epochs]
-                                 for key in parts[0]}
+            mine = [part[j] for part in parts if j in part]
+            trained[j].values = {key: np.concatenate([part[key] for part in mine])
+                                 for key in mine[0]}
             trained[j].drift = drift_reason(trained[j].values["loss"])
         return trained
 
