@@ -53,6 +53,10 @@ class Trained:
     trial: Any = None  # its Optuna trial, judged in its group (gradexp.pruning.DecidedTrial)
 
 
+# A group drops its jobs stopped by sweep.pruner from the program (a narrower one, a new trace)
+# once this fraction of its rows has stopped; before, it masks them (their arithmetic goes on)
+DROP_FRACTION = 0.25
+
 # An epoch's loss that rose by more than this (relative) counts as a rise; a job whose loss rose
 # in more than OSCILLATING of its epochs oscillates (mini-batch noise near a minimum stays below).
 RISE = 1e-3
@@ -177,7 +181,7 @@ class PackedProgram:
                 trained[j].pruned_at = end
             if not active.any():
                 break
-            if end < epochs and (len(rows) - active.sum()) * 4 >= len(rows):
+            if end < epochs and len(rows) - active.sum() >= DROP_FRACTION * len(rows):
                 going = np.flatnonzero(active).tolist()
                 params, first, second = ([tf.gather(t, going) for t in state]
                                          for state in (params, first, second))
