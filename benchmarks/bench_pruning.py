@@ -2,12 +2,14 @@
 
     python benchmarks/bench_pruning.py                  # median pruner (~3-5 minutes)
     python benchmarks/bench_pruning.py --pruner asha
+    python benchmarks/bench_pruning.py --pruner asha --launcher packed   # one packed group
 
 The sweep: experiment=digits_mlp's job (Adam, 30 epochs, mini-batches of 64, evaluated every
 3 epochs), its learning rate at 16 log-spaced values from 1e-5 to 1 (the small ones barely learn
 in 30 epochs), in a fixed shuffled order (a grid listed smallest first would make the bad rates
 Optuna's startup trials), gradcheck=off, no logged model. It runs twice in this process
-(gradexp.sweep, Hydra's basic launcher), each in a fresh folder: without a pruner and with one.
+(gradexp.sweep, Hydra's basic launcher or --launcher packed), each in a fresh folder: without a
+pruner and with one.
 Printed: the epochs trained by all jobs, the wall time (the machine may be shared), the jobs
 pruned, and the best configuration of each sweep by val/accuracy (the parent's best run).
 """
@@ -32,7 +34,7 @@ RATES = [float(f"{rate:.3g}") for rate in np.geomspace(1e-5, 1.0, 16)]
 random.Random(0).shuffle(RATES)
 
 
-def sweep(pruner: str, folder: Path) -> dict:
+def sweep(pruner: str, folder: Path, launcher: str = "basic") -> dict:
     from mlflow import MlflowClient
 
     import gradexp
@@ -40,7 +42,7 @@ def sweep(pruner: str, folder: Path) -> dict:
     started = time.perf_counter()
     results = gradexp.sweep(*DIGITS, f"optimizer.learning_rate={','.join(map(str, RATES))}",
                             f"sweep.pruner={pruner}", "gradcheck=off", "tracking.log_model=false",
-                            launch_dir=folder)
+                            f"hydra/launcher={launcher}", launch_dir=folder)
     seconds = time.perf_counter() - started
     client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
     child = client.get_run(results[0].run_id)
@@ -56,13 +58,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pruner", default="median",
                         choices=["median", "percentile", "asha", "hyperband"])
+    parser.add_argument("--launcher", default="basic", choices=["basic", "packed"])
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     print(f"learning rates, in the order run: {', '.join(map(str, RATES))}")
     rows = {}
     for pruner in ("none", args.pruner):
         with tempfile.TemporaryDirectory() as folder:
-            rows[pruner] = sweep(pruner, Path(folder))
+            rows[pruner] = sweep(pruner, Path(folder), args.launcher)
     none, pruned = rows["none"], rows[args.pruner]
     print(f"\n{'sweep.pruner':<14}{'jobs':>6}{'pruned':>8}{'epochs':>8}{'seconds':>9}"
           f"  best learning rate (val/accuracy)")

@@ -94,3 +94,64 @@ def test_the_same_search_run_again_continues_its_study(tmp_path):
     newest = max(parents, key=lambda r: r.info.start_time)
     assert newest.data.tags["gradexp.optuna.study"] == study.study_name
     assert int(newest.data.tags["gradexp.optuna.best_trial"]) == study.best_trial.number
+
+
+def test_a_batch_of_trials_packs_and_tells_the_values_the_basic_launcher_tells(
+        tmp_path_factory, capsys):
+    # One batch of n_jobs=4 trials (the grid in the seeded sampler's order), asha judging them at
+    # epoch 10: packed into one program, then each trial's run recorded as the basic launcher
+    # records it. The study's trials (params, state, value, reports) and the child runs match.
+    from mlflow import MlflowClient
+
+    import gradexp
+    from gradexp.tag_keys import PRUNED_TAG
+
+    search = ("hydra/sweeper=optuna", "hydra/sweeper/sampler=grid",
+              "hydra.sweeper.sampler.seed=0", "hydra.sweeper.n_jobs=4",
+              "optimizer.learning_rate=choice(0.3,0.1,0.0001,0.00001)", "sweep.pruner=asha",
+              "eval.every=10", "trainer.epochs=20", "gradcheck=off", "tracking.log_model=false")
+    found = {}
+    for launcher in ("packed", "basic"):
+        folder = tmp_path_factory.mktemp(launcher)
+        results = gradexp.sweep(f"hydra/launcher={launcher}", *search, launch_dir=folder)
+        assert len(results) == 4
+        trials = {t.params["optimizer.learning_rate"]: (t.state.name, t.value,
+                                                         t.intermediate_values)
+                  for t in study_in(folder).trials}
+        client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+        runs = {float(r.data.params["optimizer.learning_rate"]):
+                (r.info.status, r.data.metrics["val/mse"], r.data.tags.get(PRUNED_TAG))
+                for r in client.search_runs(["1"]) if "mlflow.parentRunId" in r.data.tags}
+        found[launcher] = trials, runs
+        if launcher == "packed":  # one program; the pruned trial stopped in it (the launcher)
+            out = capsys.readouterr()
+            assert "packed 4 of 4 jobs in 1 program" in out.err
+            assert "optimizer.learning_rate=1e-05 " in "\n".join(
+                line for line in (out.out + out.err).splitlines()
+                if "sweep.pruner stopped it at epoch 10 while its group trained on" in line)
+    (packed, packed_runs), (basic, basic_runs) = found["packed"], found["basic"]
+    assert set(packed) == set(basic) == set(packed_runs) == {0.3, 0.1, 0.0001, 0.00001}
+    assert "PRUNED" in {state for state, _, _ in basic.values()}  # the test judges something
+    for rate, (state, value, reports) in basic.items():
+        assert packed[rate][0] == state
+        assert packed[rate][1] == pytest.approx(value, rel=1e-5)
+        assert packed[rate][2] == pytest.approx(reports, rel=1e-5)
+        assert packed_runs[rate][0] == basic_runs[rate][0] == "FINISHED"
+        assert packed_runs[rate][1] == pytest.approx(basic_runs[rate][1], rel=1e-5)
+        assert packed_runs[rate][2] == basic_runs[rate][2]
+        if state == "COMPLETE":  # the value told is the child's objective
+            assert value == pytest.approx(basic_runs[rate][1], rel=1e-6)
+
+
+def test_one_trial_a_batch_says_once_that_nothing_packs(tmp_path, capsys):
+    import gradexp
+
+    results = gradexp.sweep("hydra/sweeper=optuna", "hydra/launcher=packed",
+                            "hydra.sweeper.n_trials=2", "hydra.sweeper.sampler.seed=0",
+                            "optimizer.learning_rate=interval(0.05,0.3)", *TINY,
+                            launch_dir=tmp_path)
+    assert len(results) == 2 and all(math.isfinite(r.objective_value) for r in results)
+    lines = [line for line in capsys.readouterr().err.splitlines() if "pack" in line]
+    assert len(lines) == 1 and lines[0].endswith(
+        "packed nothing: hydra.sweeper.n_jobs=1 launches one trial at a time, and a job alone "
+        "runs sequentially (raise n_jobs to pack a batch)")

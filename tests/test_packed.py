@@ -191,3 +191,42 @@ def test_a_packed_job_takes_the_seeds_its_master_seed_derives(tmp_path):
     assert packed[0].metrics["val/mse"] != packed[1].metrics["val/mse"]
     for key, value in alone.metrics.items():
         assert math.isclose(packed[1].metrics[key], value, rel_tol=1e-5, abs_tol=1e-7), key
+
+
+@pytest.mark.parametrize("stopped", [{0: 4}, {0: 4, 2: 8}])
+def test_a_stopped_job_keeps_its_weights_while_the_others_train_as_they_would(tmp_path,
+                                                                               stopped):
+    # sweep.pruner in a group (gradexp.packed.plan.GroupJudge): one job of five stopped is
+    # masked (its weights held), two are dropped from a narrower program. Either way each
+    # job's weights are those of the group trained unjudged, up to where it stopped.
+    import numpy as np
+
+    from conftest import compose_config
+    from gradexp.packed.plan import plan_sweep
+
+    rates = [0.01, 0.03, 0.1, 0.2, 0.3]
+    plan = plan_sweep({n: compose_config("trainer.epochs=12", "trainer.batch_size=25",
+                                         f"optimizer.learning_rate={rate}", "optimizer=adam")
+                       for n, rate in enumerate(rates)}, tmp_path)
+    (members,) = plan.groups
+    from gradexp.packed.program import PackedProgram
+
+    def program():
+        first = plan.prepared[members[0]]
+        return PackedProgram(first.model, first.loss,
+                             [plan.prepared[n].setup for n in members], first.batch_size)
+
+    keep = {4, 8, 12}
+    alone = program().train(12, keep)
+    judged = program().train(12, keep, lambda epoch, trained: {
+        j for j, at in stopped.items() if at == epoch})
+    for j, job in enumerate(judged):
+        assert job.pruned_at == stopped.get(j)
+        last = stopped.get(j, 12)
+        assert sorted(job.weights) == [e for e in (0, 4, 8, 12) if e <= last]
+        assert len(job.values["loss"]) == last
+        np.testing.assert_allclose(job.values["loss"], alone[j].values["loss"][:last],
+                                   rtol=1e-6)
+        for epoch, weights in job.weights.items():
+            for mine, theirs in zip(weights, alone[j].weights[epoch]):
+                np.testing.assert_allclose(mine, theirs, rtol=1e-6, atol=1e-7)

@@ -171,3 +171,58 @@ def test_the_optuna_sweeper_prunes_its_own_trials(tmp_path):
     _, _, children = children_and_parent(tmp_path)
     assert children[0.00001].data.tags[PRUNED_TAG] == "10"
     assert all(run.info.status == "FINISHED" for run in children.values())
+
+
+def test_the_same_hyperband_sweep_run_twice_prunes_the_same_jobs(tmp_path):
+    # 30 epochs evaluated every 10: two brackets (one judges at 10, one first at 30, the end),
+    # chosen by Optuna from a hash of the study's name and the trial's number. The study is
+    # named from the sweep, so a second run of it draws the same brackets; its own study is new
+    # (the first run's is kept beside it), so it is not judged against the first run's jobs.
+    sweep = ("optimizer.learning_rate=0.3,0.0001,0.1,0.00001", "sweep.pruner=hyperband",
+             "eval.every=10", "trainer.epochs=30", "seed=3", *TINY)
+    marks = []
+    for _ in range(2):
+        gradexp.sweep(*sweep, launch_dir=tmp_path)
+        from mlflow import MlflowClient
+
+        client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+        parents = client.search_runs(["1"], "tags.`gradexp.sweep` = 'true'",
+                                     order_by=["attributes.start_time DESC"])
+        children = client.search_runs(
+            ["1"], f"tags.`mlflow.parentRunId` = '{parents[0].info.run_id}'")
+        marks.append({float(r.data.params["optimizer.learning_rate"]):
+                      r.data.tags.get(PRUNED_TAG) for r in children})
+    assert len(marks[0]) == 4 and marks[0] == marks[1]
+    # With seed=3 the study's name puts the first two jobs in the bracket judged at 10 and the
+    # last two in the other: 0.0001 is stopped there, 0.00001 trains to the end (the name is
+    # the digest of these overrides: change them and the brackets move; pick another seed).
+    assert marks[0] == {0.3: None, 0.0001: "10", 0.1: None, 0.00001: None}
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(tmp_path / JOURNAL_FILE)))
+    (name,) = [s.study_name for s in optuna.get_all_study_summaries(storage)
+               if not s.study_name.endswith("-earlier-1")]
+    names = {s.study_name for s in optuna.get_all_study_summaries(storage)}
+    assert names == {name, f"{name}-earlier-1"} and name.startswith("gradexp-pruning-")
+    for study in names:
+        assert len(optuna.load_study(study_name=study, storage=storage).trials) == 4
+
+
+@pytest.mark.parametrize("pruner", ["asha", "median"])
+def test_a_packed_group_prunes_the_bad_rate_as_a_sequential_sweep_does(pruner, tmp_path, capsys):
+    # asha: the group judges its jobs at epoch 10, side by side, and the bad one stops updating
+    # while the others train on; median: the group trains to the end and each job is judged in
+    # its replayed run, one after another. Either way the records a sequential sweep leaves.
+    overrides, epochs = PRUNERS[pruner]
+    results = gradexp.sweep("hydra/launcher=packed", RATES, *overrides, *TINY,
+                            f"tracking.experiment={pruner}", launch_dir=tmp_path)
+    assert [result.epochs for result in results] == [epochs, epochs, 10]
+    assert_bad_rate_pruned(tmp_path, epochs, pruner)
+    captured = capsys.readouterr()
+    assert "packed 3 of 3 jobs in 1 program" in captured.err
+    assert f"pruned at epoch 10 by sweep.pruner={pruner}" in captured.out
+    assert "pruned@10" in captured.out
+    # the launcher's line for the job: whether its group stopped it
+    (line,) = [line for line in (captured.out + captured.err).splitlines()
+               if "#2 : optimizer.learning_rate=0.0001 " in line]
+    assert line.endswith("(packed; sweep.pruner stopped it at epoch 10 while its group "
+                         "trained on)" if pruner == "asha" else "(packed)")

@@ -10,6 +10,10 @@
     each job      `open_trial` (gradexp.callbacks.pruning calls it): the job's trial in that
                   study, judged by the pruner that sweep.pruner names; the job reports its
                   objective at each evaluation and stops when the pruner says so.
+    packed jobs   hydra/launcher=packed with asha or hyperband (LOCKSTEP_PRUNERS): the launcher
+                  opens each packed job's trial before training its group, the group reports
+                  and judges at each evaluation (gradexp.packed.plan.GroupJudge), and the job's
+                  run gets a `DecidedTrial` that stops its replay where the group stopped it.
 
 The pruners are Optuna's (MedianPruner, PercentilePruner, SuccessiveHalvingPruner,
 HyperbandPruner), not rules of ours. Optuna is imported only when a pruner is on.
@@ -20,7 +24,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,7 +103,10 @@ def write_pruning_file(sweep_dir: Path, study: str, *, storage: str | None = Non
 
 def start_study(config: DictConfig) -> None:
     """At the start of a grid sweep with a pruner: a new study for this sweep's jobs (a
-    study per sweep: one sweep's jobs are judged against each other, not an earlier sweep's)."""
+    study per sweep: one sweep's jobs are judged against each other, not an earlier sweep's),
+    named from what determines the sweep (`study_name`), so that the same sweep run again is
+    judged the same way: HyperbandPruner puts a trial in its bracket by a hash of the study's
+    name and the trial's number, which Optuna documents as the way to make it reproducible."""
     import optuna
 
     from gradexp.metrics import objective
@@ -109,11 +115,45 @@ def start_study(config: DictConfig) -> None:
         return  # the Optuna sweeper keeps its own study and writes the file itself
     _quiet_optuna()
     journal = str(store_folder(config) / JOURNAL_FILE)
-    experiment = OmegaConf.select(config, "tracking.experiment", default="gradexp")
-    name = f"{experiment}-pruning-{uuid.uuid4().hex[:12]}"
-    optuna.create_study(study_name=name, storage=open_storage(None, journal),
-                        direction=objective(config)[1])
+    storage = open_storage(None, journal)
+    name = study_name(config)
+    _set_aside(storage, name)
+    optuna.create_study(study_name=name, storage=storage, direction=objective(config)[1])
     write_pruning_file(Path(config.hydra.sweep.dir), name, journal=journal)
+
+
+def study_name(config: DictConfig) -> str:
+    """`<experiment>-pruning-<digest>`: the digest of what the sweep's command line asks, its
+    overrides in their order (the grid, the order of its jobs, a master `seed=N`) and the
+    sweeper's params; not of the time or the sweep's folder. The name needs only to repeat: a
+    study per sweep is kept by `_set_aside` (two sweeps of one command line, its config files
+    edited in between, get the same brackets, and studies of their own all the same)."""
+    import hashlib
+
+    params = OmegaConf.select(config, "hydra.sweeper.params", default=None)
+    what = {"overrides": list(OmegaConf.select(config, "hydra.overrides.task", default=[])),
+            "params": OmegaConf.to_container(params, resolve=False)
+            if isinstance(params, DictConfig) else params}
+    digest = hashlib.sha1(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
+    experiment = OmegaConf.select(config, "tracking.experiment", default="gradexp")
+    return f"{experiment}-pruning-{digest[:12]}"
+
+
+def _set_aside(storage: Any, name: str) -> None:
+    """An earlier run of the same sweep left a study of this name: it is kept, copied under
+    `<name>-earlier-<n>` (the first n free), and the name is freed for this run's new study
+    (Optuna's own copy_study and delete_study; a study cannot be renamed)."""
+    import optuna
+
+    names = {summary.study_name for summary in optuna.get_all_study_summaries(storage)}
+    if name not in names:
+        return
+    n = 1
+    while f"{name}-earlier-{n}" in names:
+        n += 1
+    optuna.copy_study(from_study_name=name, from_storage=storage, to_storage=storage,
+                      to_study_name=f"{name}-earlier-{n}")
+    optuna.delete_study(study_name=name, storage=storage)
 
 
 def _sweeper(config: DictConfig) -> str:
@@ -166,17 +206,42 @@ class JobTrial:
             study.tell(self.trial, state=states[state], skip_if_finished=True)
 
 
-def open_trial(cfg: DictConfig) -> JobTrial | None:
+class DecidedTrial(JobTrial):
+    """A packed job's trial, reported to and judged in its group as it trained
+    (gradexp.packed.plan, sweep.pruner=asha or hyperband): its replayed run stops where the
+    group stopped it, and tells how it ended as any job does."""
+
+    def __init__(self, trial: JobTrial, pruned_at: int | None):
+        super().__init__(trial.trial, trial.owned)
+        self.pruned_at = pruned_at
+
+    def judge(self, value: float, epoch: int, *, last: bool) -> bool:
+        return not last and epoch == self.pruned_at  # reported already, in the group
+
+
+# Pruners that judge a job at a rung against the jobs that reached it (not the jobs finished):
+# a packed group judges its jobs at each evaluation side by side, as a sequential sweep would
+LOCKSTEP_PRUNERS = ("asha", "hyperband")
+
+
+def open_trial(cfg: DictConfig, hydra_cfg: DictConfig | None = None) -> JobTrial | None:
     """This job's trial when it runs in a sweep with a pruner (None otherwise: a single run, or
-    a sweep whose folder has no study)."""
+    a sweep whose folder has no study); `hydra_cfg`: the job's Hydra config when it is not the
+    one running (the packed launcher asks its groups' trials before their runs)."""
     if pruner_name(cfg) == "none":
         return None
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    if not HydraConfig.initialized():
-        return None
-    hydra_cfg = HydraConfig.get()
+    from gradexp.packed.replay import take_trial
+
+    if hydra_cfg is None:
+        decided = take_trial()
+        if decided is not None:
+            return decided
+        if not HydraConfig.initialized():
+            return None
+        hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode != RunMode.MULTIRUN:
         return None
     found = Path(hydra_cfg.runtime.cwd) / hydra_cfg.sweep.dir / PRUNING_FILE

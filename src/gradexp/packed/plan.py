@@ -37,6 +37,8 @@ class Prepared:
     batch_size: int
     epochs: int
     keep: set[int]  # epochs whose weights its recording needs
+    cfg: Any = None  # its task config
+    data: Any = None  # its gradexp.data.Dataset
 
 
 @dataclass
@@ -159,7 +161,7 @@ def prepare(cfg: DictConfig, launch_dir: Path, built: dict | None = None
     key = (data.x.shape, data.y.shape, tuple(tuple(v.shape) for v in model.params),
            repr(architecture), OmegaConf.to_yaml(cfg.loss, resolve=True), epochs, batch_size)
     return Prepared(setup, key, model, build_loss(cfg.loss), batch_size, epochs,
-                    keep_epochs(cfg)), None
+                    keep_epochs(cfg), cfg, data), None
 
 
 def plan_sweep(jobs: dict[int, DictConfig], launch_dir: Path) -> Plan:
@@ -191,18 +193,80 @@ def plan_sweep(jobs: dict[int, DictConfig], launch_dir: Path) -> Plan:
     return plan
 
 
-def train_groups(plan: Plan) -> dict[int, Any]:
-    """Train every packed group: job number -> its gradexp.packed.program.Trained."""
+def train_groups(plan: Plan, trials: dict[int, Any] | None = None) -> dict[int, Any]:
+    """Train every packed group: job number -> its gradexp.packed.program.Trained. `trials`
+    (job number -> gradexp.pruning.JobTrial, sweep.pruner=asha or hyperband): each such job is
+    judged at its evaluations as its group trains, and a job stopped stops updating."""
     from gradexp.packed.program import PackedProgram
+    from gradexp.pruning import DecidedTrial
 
+    trials = trials or {}
     trained = {}
     for members in plan.groups:
         first = plan.prepared[members[0]]
         keep = set().union(*(plan.prepared[n].keep for n in members))
         program = PackedProgram(first.model, first.loss,
                                 [plan.prepared[n].setup for n in members], first.batch_size)
-        trained.update(zip(members, program.train(first.epochs, keep)))
+        judged = [n for n in members if n in trials]
+        judge = GroupJudge(members, plan.prepared, trials) if judged else None
+        results = program.train(first.epochs, keep, judge)
+        for number, job in zip(members, results):
+            if number in trials:  # judged in the group, or else in its run (GroupJudge.unjudged)
+                job.trial = trials[number] if number in judge.unjudged else \
+                    DecidedTrial(trials[number], job.pruned_at)
+        trained.update(zip(members, results))
     return trained
+
+
+class GroupJudge:
+    """sweep.pruner in a packed group: at each evaluation epoch, in job order, each job still
+    training reports its objective to its trial, evaluated as its run evaluates it (its own
+    gradexp.evaluation.Evaluator on its weights of that epoch), and Optuna's pruner says whether
+    it stops, as the pruning callback (gradexp.callbacks.pruning) asks in a sequential sweep.
+    asha and hyperband judge a job at a rung against the jobs that reached that rung, so a group
+    judged epoch by epoch stops the jobs a sequential sweep in the same order stops. A job whose
+    evaluation fails here (a metric of yours, say) is left to its run, which judges it in its
+    replay and fails as it would alone (`unjudged`)."""
+
+    def __init__(self, members: list[int], prepared: dict[int, Prepared],
+                 trials: dict[int, Any]):
+        from gradexp.callbacks.held_out import eval_epochs
+        from gradexp.evaluation import Evaluator
+        from gradexp.metrics import metric_specs, objective
+
+        self.jobs = []  # (position in the group, its number, trial, parts, evaluator, ...)
+        self.unjudged: set[int] = set()
+        for position, number in enumerate(members):
+            if number not in trials:
+                continue
+            job = prepared[number]
+            try:
+                evaluator = Evaluator(job.model, metric_specs(job.cfg, job.data.task),
+                                      job.data.splits())
+            except Exception:  # noqa: BLE001 - its own run will say it in full
+                self.unjudged.add(number)
+                continue
+            self.jobs.append((position, number, trials[number], job, evaluator,
+                              eval_epochs(job.cfg), objective(job.cfg, job.data.task)[0]))
+
+    def __call__(self, epoch: int, trained: list[Any]) -> set[int]:
+        stopped = set()
+        for position, number, trial, job, evaluator, epochs, metric in self.jobs:
+            if trained[position].pruned_at is not None or epoch not in epochs \
+                    or number in self.unjudged:
+                continue
+            for variable, value in zip(job.model.params, trained[position].weights[epoch]):
+                variable.assign(value)
+            try:
+                value = evaluator(("train", "val")).get(metric)
+            except Exception:  # noqa: BLE001 - its own run will say it in full
+                self.unjudged.add(number)
+                continue
+            if value is None:
+                continue  # an objective no evaluation gives (final_loss): never judged
+            if trial.judge(value, epoch, last=epoch >= job.epochs):
+                stopped.add(position)
+        return stopped
 
 
 def drift_line(trained: dict[int, Any]) -> str | None:

@@ -15,7 +15,9 @@ recording needs (evaluations, gradient checks, the end) and keeps those weights
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -47,7 +49,13 @@ class Trained:
     values: dict[str, np.ndarray]
     weights: dict[int, list[np.ndarray]] = field(default_factory=dict)
     drift: str | None = None  # why its records may drift from a sequential run's (drift_reason)
+    pruned_at: int | None = None  # the epoch sweep.pruner stopped it at, in its group
+    trial: Any = None  # its Optuna trial, judged in its group (gradexp.pruning.DecidedTrial)
 
+
+# A group drops its jobs stopped by sweep.pruner from the program (a narrower one, a new trace)
+# once this fraction of its rows has stopped; before, it masks them (their arithmetic goes on)
+DROP_FRACTION = 0.25
 
 # An epoch's loss that rose by more than this (relative) counts as a rise; a job whose loss rose
 # in more than OSCILLATING of its epochs oscillates (mini-batch noise near a minimum stays below).
@@ -133,9 +141,17 @@ class PackedProgram:
         self._run = tf.function(self._epochs, autograph=False, reduce_retracing=True)
 
     # ------------------------------------------------------------------ host side
-    def train(self, epochs: int, keep: set[int]) -> list[Trained]:
-        """All epochs, the weights kept after each epoch in `keep` (and before the first)."""
+    def train(self, epochs: int, keep: set[int],
+              judge: Callable[[int, list[Trained]], set[int]] | None = None) -> list[Trained]:
+        """All epochs, the weights kept after each epoch in `keep` (and before the first).
+        `judge(epoch, trained)` (sweep.pruner), called after each stretch, names the jobs that
+        stop there (never at the last epoch): their later values are dropped, and the group
+        goes on without them: masked (their weights and optimizer state held) while few have
+        stopped, dropped from the program (a narrower one, traced anew) once a quarter of its
+        rows have."""
         count = len(self.jobs)
+        program, rows = self, list(range(count))  # rows: the job behind each row of `program`
+        active = np.ones(count, np.float32)
         params = [tf.constant(np.stack([job.initial[i] for job in self.jobs]))
                   for i in range(len(self.jobs[0].initial))]
         acc0 = self.hyper["acc0"]
@@ -143,20 +159,40 @@ class PackedProgram:
         second = [tf.zeros_like(p) for p in params]
         iteration = tf.constant(0, tf.int64)
         trained = [Trained({}, {0: [p[j].numpy() for p in params]}) for j in range(count)]
-        parts: list[dict[str, np.ndarray]] = []
+        parts: list[dict[int, dict[str, np.ndarray]]] = []  # each stretch: job -> its values
         done = 0
         for end in sorted({e for e in keep if 0 < e <= epochs} | {epochs}):
-            orders = (np.stack([job.orders[done:end] for job in self.jobs]).astype(np.int32)
-                      if self.n_batches > 1 else np.zeros((count, end - done, 1), np.int32))
-            params, first, second, iteration, values = self._run(
-                params, first, second, iteration, tf.constant(orders), tf.constant(end - done))
-            parts.append({key: value.numpy() for key, value in values.items()})
+            orders = (np.stack([job.orders[done:end] for job in program.jobs]).astype(np.int32)
+                      if self.n_batches > 1 else np.zeros((len(rows), end - done, 1), np.int32))
+            params, first, second, iteration, values = program._run(
+                params, first, second, iteration, tf.constant(orders), tf.constant(end - done),
+                tf.constant(active))
+            values = {key: value.numpy() for key, value in values.items()}
+            parts.append({j: {key: value[:, r] for key, value in values.items()}
+                          for r, j in enumerate(rows) if active[r]})
             done = end
-            for j in range(count):
-                trained[j].weights[end] = [p[j].numpy() for p in params]
+            for r, j in enumerate(rows):
+                if active[r]:
+                    trained[j].weights[end] = [p[r].numpy() for p in params]
+            if judge is None:
+                continue
+            for j in judge(end, trained):  # at the last epoch too: it reports, as it would
+                active[rows.index(j)] = 0.0
+                trained[j].pruned_at = end
+            if not active.any():
+                break
+            if end < epochs and len(rows) - active.sum() >= DROP_FRACTION * len(rows):
+                going = np.flatnonzero(active).tolist()
+                params, first, second = ([tf.gather(t, going) for t in state]
+                                         for state in (params, first, second))
+                rows = [rows[r] for r in going]
+                program = PackedProgram(self.model, self.loss, [self.jobs[j] for j in rows],
+                                        self.batch_size)
+                active = np.ones(len(rows), np.float32)
         for j in range(count):
-            trained[j].values = {key: np.concatenate([part[key][:, j] for part in parts])
-                                 for key in parts[0]}
+            mine = [part[j] for part in parts if j in part]
+            trained[j].values = {key: np.concatenate([part[key] for part in mine])
+                                 for key in mine[0]}
             trained[j].drift = drift_reason(trained[j].values["loss"])
         return trained
 
@@ -165,7 +201,7 @@ class PackedProgram:
         params, x, y = args
         return self.loss(y, self.model.apply(list(params), x, training=True))
 
-    def _step(self, params, first, second, iteration, x, y):
+    def _step(self, params, first, second, iteration, x, y, active):
         with tf.GradientTape() as tape:
             tape.watch(params)
             losses = tf.vectorized_map(self._job_loss, (params, x, y))
@@ -173,13 +209,14 @@ class PackedProgram:
         gradients = tape.gradient(total, params)
         norm = tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(g), axis=list(range(1, len(g.shape))))
                                  for g in gradients]))
-        new = [self._update(p, g, m, v, iteration)
+        new = [self._update(p, g, m, v, iteration, active)
                for p, g, m, v in zip(params, gradients, first, second)]
         return ([n[0] for n in new], [n[1] for n in new], [n[2] for n in new], iteration + 1,
                 losses, norm)
 
-    def _update(self, p, g, m, v, iteration):
-        """Every job's update, written as Keras writes each optimizer; each job keeps its own."""
+    def _update(self, p, g, m, v, iteration, active):
+        """Every job's update, written as Keras writes each optimizer; each job keeps its own
+        (a job no longer `active`, stopped by sweep.pruner, keeps what it has)."""
         h = {key: _per_job(value, p) for key, value in self.hyper.items()}
         kind = h["kind"]
         lr = h["lr"]
@@ -205,13 +242,14 @@ class PackedProgram:
                 out = tf.where(tf.equal(kind, index), value, out)
             return out
 
-        return (pick(plain, momentum, nesterov, adagrad, adam),
-                pick(m, velocity, velocity, accumulator, mean),
-                pick(v, v, v, v, square))
+        going = tf.greater(_per_job(active, p), 0.0)
+        return (tf.where(going, pick(plain, momentum, nesterov, adagrad, adam), p),
+                tf.where(going, pick(m, velocity, velocity, accumulator, mean), m),
+                tf.where(going, pick(v, v, v, v, square), v))
 
-    def _epoch(self, params, first, second, iteration, orders, e):
+    def _epoch(self, params, first, second, iteration, orders, e, active):
         if self.n_batches == 1:
-            return self._step(params, first, second, iteration, self.x, self.y)
+            return self._step(params, first, second, iteration, self.x, self.y, active)
         size, count = self.batch_size, len(self.jobs)
 
         def batch(index, params, first, second, iteration, loss, norm):
@@ -219,7 +257,7 @@ class PackedProgram:
             x = tf.gather(self.x, rows, batch_dims=1)
             y = tf.gather(self.y, rows, batch_dims=1)
             params, first, second, iteration, losses, norms = self._step(
-                params, first, second, iteration, x, y)
+                params, first, second, iteration, x, y, active)
             return index + 1, params, first, second, iteration, loss + losses, norm + norms
 
         zero = tf.zeros([count])
@@ -228,13 +266,13 @@ class PackedProgram:
             (tf.constant(0), params, first, second, iteration, zero, zero))
         return params, first, second, iteration, loss / self.n_batches, norm / self.n_batches
 
-    def _epochs(self, params, first, second, iteration, orders, count):
+    def _epochs(self, params, first, second, iteration, orders, count, active):
         keys = ["loss", "grad_norm", *(("W", "b") if self.scalar_index else ())]
         arrays = {key: tf.TensorArray(tf.float32, size=count) for key in keys}
 
         def epoch(e, params, first, second, iteration, arrays):
             params, first, second, iteration, loss, norm = self._epoch(
-                params, first, second, iteration, orders, e)
+                params, first, second, iteration, orders, e, active)
             values = {"loss": loss, "grad_norm": norm}
             if self.scalar_index:
                 w, b = self.scalar_index

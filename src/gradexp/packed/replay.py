@@ -27,15 +27,23 @@ _slot: dict[str, Any] = {}
 def handed_over(trained: Any) -> Iterator[None]:
     """`trained` (a gradexp.packed.program.Trained, or None) for the job run inside."""
     _slot["trained"] = trained
+    _slot["trial"] = getattr(trained, "trial", None)
     try:
         yield
     finally:
         _slot.pop("trained", None)
+        _slot.pop("trial", None)
 
 
 def take_trained() -> Any:
     """What the packed launcher trained for the job being built, once; None otherwise."""
     return _slot.pop("trained", None)
+
+
+def take_trial() -> Any:
+    """The Optuna trial its packed group judged the job being run with (sweep.pruner=asha or
+    hyperband: gradexp.pruning.DecidedTrial), once; None otherwise."""
+    return _slot.pop("trial", None)
 
 
 class ReplayTrainer:

@@ -1,8 +1,9 @@
 """`hydra/sweeper=optuna`: Optuna's ask-and-tell loop over Hydra's launcher.
 
 Each batch of `n_jobs` trials is asked of the study, launched as Hydra jobs (any launcher: basic,
-joblib, Ray, SLURM), and told back: the job's returned objective for a job that finished, FAIL
-for one that failed or returned no finite value (so samplers learn nothing from it). The study is
+joblib, Ray, SLURM, packed, which trains a batch's trials of one shape in one program), and told
+back: the job's returned objective for a job that finished, FAIL for one that failed or returned
+no finite value (so samplers learn nothing from it). The study is
 stored by default in a journal file beside the MLflow store, named from the experiment and the
 search space, so running the same search again continues it with `n_trials` more. With
 sweep.pruner, the study judges its trials with Optuna's pruner and each job reports to its trial

@@ -41,6 +41,7 @@ class PackedLauncher(Launcher):
         self.config: DictConfig | None = None
         self.task_function: TaskFunction | None = None
         self.hydra_context: HydraContext | None = None
+        self.said_one_trial = False
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
               config: DictConfig) -> None:
@@ -70,9 +71,9 @@ class PackedLauncher(Launcher):
             configs[idx] = sweep_config
         plan = plan_sweep({idx: self._task_config(cfg) for idx, cfg in configs.items()},
                           Path(self.config.hydra.runtime.cwd))
-        note_line(plan.line())
+        self._say(plan, len(job_overrides))
         started = time.perf_counter()
-        trained = train_groups(plan)
+        trained = train_groups(plan, self._group_trials(plan, configs))
         if trained:  # the packed training alone (benchmarks/bench_packed.py reads this line)
             log.info(f"trained {len(trained)} packed jobs in {len(plan.groups)} "
                      f"program{'s' * (len(plan.groups) != 1)}: "
@@ -82,8 +83,11 @@ class PackedLauncher(Launcher):
             note_line(drift)
         runs: list[JobReturn] = []
         for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
+            job = trained.get(idx)
             log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}"
-                     + (" (packed)" if idx in trained else ""))
+                     + ("" if job is None else " (packed)" if job.pruned_at is None else
+                        f" (packed; sweep.pruner stopped it at epoch {job.pruned_at} while its "
+                        "group trained on)"))
             with handed_over(trained.pop(idx, None)):
                 runs.append(run_job(hydra_context=self.hydra_context,
                                     task_function=self.task_function, config=configs[idx],
@@ -91,6 +95,38 @@ class PackedLauncher(Launcher):
                                     job_subdir_key="hydra.sweep.subdir"))
             configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         return runs
+
+    def _say(self, plan, jobs: int) -> None:
+        """The plan's one line; under the Optuna sweeper launching one trial a batch
+        (hydra.sweeper.n_jobs=1), one line for the whole sweep instead of one a trial."""
+        from gradexp.console import note_line
+
+        assert self.config is not None
+        sweeper = str(self.config.hydra.sweeper._target_).rsplit(".", 1)[-1]
+        if jobs != 1 or sweeper != "OptunaSweeper":
+            note_line(plan.line())
+        elif not self.said_one_trial:
+            self.said_one_trial = True
+            note_line("packed nothing: hydra.sweeper.n_jobs=1 launches one trial at a time, "
+                      "and a job alone runs sequentially (raise n_jobs to pack a batch)")
+
+    @staticmethod
+    def _group_trials(plan, configs: dict) -> dict:
+        """sweep.pruner=asha or hyperband: each packed job's Optuna trial, asked in job order
+        (the trial numbers, and so hyperband's brackets, a sequential sweep's), for its group to
+        judge it as it trains. median and percentile judge a job against the jobs finished,
+        which a group has none of until it ends: their groups train to the end and each job is
+        judged in its replayed run, one after another, as a sequential sweep judges it."""
+        from gradexp.pruning import LOCKSTEP_PRUNERS, open_trial, pruner_name
+
+        trials = {}
+        for number in sorted(n for group in plan.groups for n in group):
+            task_cfg = plan.prepared[number].cfg
+            if pruner_name(task_cfg) in LOCKSTEP_PRUNERS:
+                trial = open_trial(task_cfg, configs[number].hydra)
+                if trial is not None:
+                    trials[number] = trial
+        return trials
 
     @staticmethod
     def _task_config(sweep_config: DictConfig) -> DictConfig:
