@@ -44,8 +44,6 @@ from gradexp.gradcheck.second_order import second_order_reports
 from gradexp.losses import build_loss
 from gradexp.models import Model
 
-EAGER_CHECKS = 2  # a run with at most this many checks runs them eagerly (see GradientChecks)
-
 
 @dataclass
 class CheckResult:
@@ -165,9 +163,10 @@ def _checks(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, 
     """Run the checks `gradcheck` asks for on the current parameters, in the model's mode(s)
     `gradcheck.mode` names.
 
-    eager: run the float64 loss and its gradient as they are. Tracing them costs ~0.3 s, more
-    than a couple of eager checks (a default run checks twice); a run that checks every few
-    epochs compiles them instead, traced once per run."""
+    eager: run the float64 loss and its gradient as they are (tests compare the two paths).
+    A run's checks are compiled (GradientChecks): traced once per process and shape, since a
+    sweep's later jobs of one shape reuse the model and its traces (gradexp.shared_programs),
+    and a job must record what it records alone, which the eager ops' rounding would not."""
     mode = str(getattr(cfg.get("mode", "train"), "value", cfg.get("mode", "train")))
     model.sync_twins()  # the masks and statistics the model has now
     with _without_graph_optimizer():
