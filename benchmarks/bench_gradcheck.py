@@ -290,12 +290,29 @@ def fused_floor(run) -> None:
     the trace, of the first call and of a later call (median of 5), then ends the process."""
     import json
 
+    from gradexp.run_checks import _without_graph_optimizer
+
+    times, call = build_fused_floor(run.cfg, run.model, run.data)
+    with _without_graph_optimizer():
+        later = []
+        for _ in range(5):
+            start = time.perf_counter()
+            call()
+            later.append(time.perf_counter() - start)
+    times["later call"] = statistics.median(later)
+    print("FLOOR " + json.dumps(times), flush=True)
+    os._exit(0)  # nothing else of the run is wanted
+
+
+def build_fused_floor(cfg, model, data) -> tuple[dict, object]:
+    """fused_floor's function, traced and called once: ({"float64 model", "trace", "first
+    call"} seconds, a later call as a function of no arguments). Also used in-process, beside
+    the run's own later checks, by benchmarks/profile_later_checks.py --floor."""
     import tensorflow as tf
 
     from gradexp.losses import build_loss
     from gradexp.run_checks import _without_graph_optimizer, checked_rows
 
-    cfg, model, data = run.cfg, run.model, run.data
     rows = checked_rows(len(data.x), cfg.gradcheck.max_rows)
     x, y = tf.constant(data.x[rows], tf.float64), tf.constant(data.y[rows], tf.float64)
     loss = build_loss(cfg.loss, dtype="float64")
@@ -329,14 +346,7 @@ def fused_floor(run) -> None:
         start = time.perf_counter()
         fused(*args)[1].numpy()
         times["first call"] = time.perf_counter() - start
-        later = []
-        for _ in range(5):
-            start = time.perf_counter()
-            fused(*args)[1].numpy()
-            later.append(time.perf_counter() - start)
-    times["later call"] = statistics.median(later)
-    print("FLOOR " + json.dumps(times), flush=True)
-    os._exit(0)  # nothing else of the run is wanted
+    return times, lambda: fused(*args)[1].numpy()
 
 
 # The settings timed against gradcheck=off: the experiment's own (gradcheck.max_rows as

@@ -3,8 +3,12 @@
     PYTHONPATH=$PWD/src python benchmarks/profile_later_checks.py [--repeat 30]
 
 Runs experiment=digits_mlp (tracking=none, batch 32, checks every 10 epochs) in this process,
-then repeats the last check --repeat times on the trained model, with perf_counter around the
-check's parts (inclusive times; no profiler). Prints the medians of the repeated checks.
+then repeats the check of --epoch (the last: where a probe crosses a relu kink; 20: a smooth
+one) --repeat times on the trained model, with perf_counter around the check's parts (inclusive
+times; no profiler). Prints the medians of the repeated checks. --floor also times, alternating
+with them, a later call of bench_gradcheck.py's fused floor (one tf.function computing what a
+passing check at step h needs) on the same model and rows, and prints the check / floor ratio
+(issue 20's target: at most 2x), which load on the machine moves less than either.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 TIMES: dict[str, list[float]] = collections.defaultdict(list)
+FLOOR: list[float] = []
 ACTIVE = [False]
 
 
@@ -44,7 +49,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--epoch", type=int, default=30, help="the check repeated")
+    parser.add_argument("--floor", action="store_true", help="also the fused floor, alternated")
     args = parser.parse_args()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_gradcheck import build_fused_floor
 
     import gradexp.run_checks as verification
     from gradexp.gradcheck import checked_function, checker, joint, probe
@@ -100,7 +108,8 @@ def main() -> None:
         result = check(cfg, model, loss_cfg, data, epoch, eager)
         TIMES["check (run's own)"].append(time.perf_counter() - start)
         results.append(result)
-        if epoch == args.epoch:  # the last: repeat it on the trained model
+        if epoch == args.epoch:  # repeat it on the trained model
+            floor = build_fused_floor(run_cfg[0], model, data)[1] if args.floor else None
             for _ in range(args.repeat):
                 ACTIVE[0] = True
                 start = time.perf_counter()
@@ -108,9 +117,24 @@ def main() -> None:
                 TIMES["check_training_gradients"].append(time.perf_counter() - start)
                 ACTIVE[0] = False
                 assert with_timer.passed
+                if floor is not None:
+                    with verification._without_graph_optimizer():
+                        start = time.perf_counter()
+                        floor()
+                        FLOOR.append(time.perf_counter() - start)
         return result
 
     verification.check_training_gradients = wrapped
+    run_cfg: list = []  # the run's whole config (the floor's rows and loss)
+    import gradexp.callbacks.checks as callback
+
+    begin = callback.GradientChecks.on_train_begin
+
+    def keep_cfg(self, run):
+        run_cfg[:] = [run.cfg]
+        return begin(self, run)
+
+    callback.GradientChecks.on_train_begin = keep_cfg
     sys.argv = ["gradexp", "experiment=digits_mlp", "tracking=none", "trainer.batch_size=32",
                 "gradcheck.every_n_epochs=10"]
     try:
@@ -128,6 +152,12 @@ def main() -> None:
         sums = [sum(values[i:i + k]) for i in range(0, len(values), k)]
         med = statistics.median(sums)
         print(f"  {label:36s} {med * 1e3:7.2f}  ({per:g}/check)  {med / total:5.0%}")
+    if FLOOR:
+        floor = statistics.median(FLOOR)
+        ratios = sorted(t / f for t, f in zip(TIMES["check_training_gradients"], FLOOR))
+        print(f"fused floor, alternated: median {floor * 1e3:.2f} ms; check / floor: median "
+              f"{statistics.median(ratios):.2f}x (quartiles {ratios[len(ratios) // 4]:.2f}-"
+              f"{ratios[3 * len(ratios) // 4]:.2f}x)")
     r = results[-1]
     rep = r.reports["variables/probe"]
     print("report: passed", r.passed, "evals", rep.function_evaluations, "backward",

@@ -55,6 +55,27 @@ def test_two_jobs_of_one_shape_trace_once_and_record_what_they_record_alone(tmp_
     assert found["metrics"] == expected["metrics"]  # bit for bit, not only within 1e-6
 
 
+def test_a_job_of_another_optimizer_reuses_the_checks_functions_and_records_what_it_does_alone(
+        tmp_path):
+    """The checks' float64 functions depend on the model, loss and data, not the optimizer:
+    a job of another optimizer traces its training call but not its checks, and its gradcheck
+    metrics are those of the job run alone (default checks: at the start and the end)."""
+    shared_programs.clear()
+    together = store_in(tmp_path / "together")
+    run(together, "optimizer=sgd")
+    compiled, traces = run_checks.COMPILED, trainer.TRACES
+    second = run(together, "optimizer=adam", "optimizer.learning_rate=0.05")
+    assert trainer.TRACES - traces == 1  # its own training call (another optimizer)
+    assert run_checks.COMPILED == compiled  # the checks: the first job's
+
+    shared_programs.clear()
+    alone = run(store_in(tmp_path / "alone"), "optimizer=adam", "optimizer.learning_rate=0.05")
+    found, expected = record(tmp_path / "together", second), record(tmp_path / "alone", alone)
+    assert expected["metrics"]["gradcheck/max_rel_error"]
+    assert differences(expected, found) == []
+    assert found["metrics"] == expected["metrics"]  # bit for bit
+
+
 def test_jobs_of_other_shapes_trace_apart_and_the_kept_shapes_are_bounded(tmp_path, monkeypatch):
     shared_programs.clear()
     monkeypatch.setattr(shared_programs, "MAX_SHARED", 2)

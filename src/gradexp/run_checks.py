@@ -34,6 +34,7 @@ import tensorflow as tf
 from omegaconf import DictConfig
 from tensorflow.python.eager import context  # per-thread options of function calls
 
+from gradexp import shared_programs
 from gradexp.data import Dataset
 from gradexp.gradcheck import GradCheckReport, check_gradients
 from gradexp.gradcheck.connected import unconnected_names
@@ -43,8 +44,6 @@ from gradexp.gradcheck.report import ReportedError
 from gradexp.gradcheck.second_order import second_order_reports
 from gradexp.losses import build_loss
 from gradexp.models import Model
-
-EAGER_CHECKS = 2  # a run with at most this many checks runs them eagerly (see GradientChecks)
 
 
 @dataclass
@@ -165,9 +164,10 @@ def _checks(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, 
     """Run the checks `gradcheck` asks for on the current parameters, in the model's mode(s)
     `gradcheck.mode` names.
 
-    eager: run the float64 loss and its gradient as they are. Tracing them costs ~0.3 s, more
-    than a couple of eager checks (a default run checks twice); a run that checks every few
-    epochs compiles them instead, traced once per run."""
+    eager: run the float64 loss and its gradient as they are (tests compare the two paths).
+    A run's checks are compiled (GradientChecks): traced once per process and shape, since a
+    sweep's later jobs of one shape reuse the model and its traces (gradexp.shared_programs),
+    and a job must record what it records alone, which the eager ops' rounding would not."""
     mode = str(getattr(cfg.get("mode", "train"), "value", cfg.get("mode", "train")))
     model.sync_twins()  # the masks and statistics the model has now
     with _without_graph_optimizer():
@@ -402,6 +402,7 @@ class _Losses:
     joint: JointFunction | None = None  # of_params of one flat vector (gradcheck/joint.py)
     verified: bool = True  # False: the requested dtype, not yet tried (_check)
     random: bool | None = None  # the loss differs at one point (training mode); None: untried
+    owner: Model | None = None  # the model the functions are traced on (_of_another_model)
 
 
 # Per model: {(requested dtype, data, loss config, rows, mode): _Losses}. Weak, so a finished
@@ -414,9 +415,7 @@ def _losses_key(requested: str, loss_cfg: DictConfig, data: Dataset,
     """Which of a model's _Losses a check uses (the model itself is _LOSSES' weak key). The
     data by its contents: a later job sharing this model (gradexp.shared_programs) loads its own
     Dataset of the same rows, and must find the compiled functions, not add another."""
-    from gradexp.shared_programs import data_fingerprint
-
-    return (requested, data_fingerprint(data), repr(loss_cfg), max_rows, training)
+    return (requested, shared_programs.data_fingerprint(data), repr(loss_cfg), max_rows, training)
 
 
 def _losses(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset,
@@ -425,6 +424,10 @@ def _losses(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset,
     """The run's _Losses in one mode; trial=False: in the requested dtype, untried (_check)."""
     key = _losses_key(requested, loss_cfg, data, max_rows, training)
     kept = _LOSSES.setdefault(model, {})
+    if key not in kept:
+        found = shared_programs.check_functions(model, key)
+        if found is not None:
+            kept[key] = found
     if key not in kept:
         if trial:
             dtype, note = evaluation_dtype(requested, model, loss_cfg, data, values, training)
@@ -446,8 +449,14 @@ def _losses(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset,
             return training_loss(model, loss, list(params), xs, y, training)
 
         kept[key] = _Losses(dtype, note, x, _Compiled(of_params), _Compiled(of_inputs), data,
-                            verified=trial or dtype == _own_dtype(model))
-    return kept[key]
+                            verified=trial or dtype == _own_dtype(model), owner=model)
+        shared_programs.keep_check_functions(model, key, kept[key])
+    losses = kept[key]
+    if losses.owner is not model:  # another job's functions: this model's masks, statistics
+        twin = losses.owner._twins.get(losses.dtype)
+        if twin is not None:
+            model._copy_state(twin)
+    return losses
 
 
 def training_loss(model: Model, loss: Callable, params: list[tf.Tensor], x: tf.Tensor,

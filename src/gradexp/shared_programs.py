@@ -19,6 +19,7 @@ recently used first out), so a sweep over many shapes holds a bounded number of 
 from __future__ import annotations
 
 import hashlib
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -104,11 +105,20 @@ def take(key: tuple | None, fresh_model: Any) -> SharedParts | None:
     return parts
 
 
+def check_shape(key: tuple) -> tuple:
+    """The part of a shape_key the gradient checks' float64 functions depend on: the model,
+    the loss, the data and the device, not the optimizer, the batch size or the metrics. Jobs
+    of other optimizers share them (gradexp.run_checks, `shared_check_functions`)."""
+    return (key[0], key[1], key[4], key[8])
+
+
 def keep(key: tuple | None, model: Any, evaluator: Any, trainer: Any) -> None:
     """Keep a new shape's parts for the next job of that shape, dropping the least recently
-    used shape beyond MAX_SHARED."""
+    used shape beyond MAX_SHARED. The model is marked with its check_shape, so jobs of another
+    optimizer find the checks' functions traced on it."""
     if key is None:
         return
+    model._gradexp_check_shape = check_shape(key)
     network = model.network
     _SHARED[key] = SharedParts(model, evaluator, trainer, nodes=(
         len(getattr(network, "_inbound_nodes", ())), len(getattr(network, "_outbound_nodes", ()))))
@@ -131,6 +141,42 @@ def _forget_later_graphs(parts: SharedParts) -> None:
             del nodes[kept:]
 
 
+# The checks' float64 functions (gradexp.run_checks._Losses) by (check_shape, the run's key of
+# them): a job of another optimizer (another shared model of the same architecture, loss and
+# data) uses the ones traced on the first such job's model instead of tracing its own, its own
+# model's state copied into that model's float64 twin before each check (run_checks._losses).
+# The traces are the ones its own would be, so it records what it records alone. Weak on the
+# model they were traced on: they go with it (at most MAX_SHARED models are kept above).
+_CHECKS: dict[tuple, tuple[weakref.ref, Any]] = {}
+
+
+def keep_check_functions(model: Any, key: tuple, losses: Any) -> None:
+    """Offer a shared model's check functions (`losses`) to later models of its check shape."""
+    shape = getattr(model, "_gradexp_check_shape", None)
+    if shape is not None:
+        _CHECKS[(shape, key)] = (weakref.ref(model), losses)
+
+
+def check_functions(model: Any, key: tuple) -> Any:
+    """The check functions of `key` traced on another model of this model's check shape (of
+    the same variables), or None."""
+    shape = getattr(model, "_gradexp_check_shape", None)
+    if shape is None:
+        return None
+    for stale in [k for k, (owner, _) in _CHECKS.items() if owner() is None]:
+        del _CHECKS[stale]
+    found = _CHECKS.get((shape, key))
+    owner = found[0]() if found else None
+    if owner is None or owner is model:
+        return None
+    mine, theirs = model.network.variables, owner.network.variables
+    if len(mine) != len(theirs) or any(a.shape != b.shape or a.dtype != b.dtype
+                                       for a, b in zip(mine, theirs)):
+        return None
+    return found[1]
+
+
 def clear() -> None:
     """Forget every shared part (the next job of any shape traces anew)."""
     _SHARED.clear()
+    _CHECKS.clear()

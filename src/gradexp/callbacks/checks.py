@@ -48,15 +48,14 @@ class GradientChecks(Callback):
             self.check(run, run.epoch)
 
     def check(self, run: RunView, epoch: int) -> None:
-        from gradexp.run_checks import (
-            EAGER_CHECKS,
-            check_training_gradients,
-            disconnected_variables,
-        )
+        from gradexp.run_checks import check_training_gradients, disconnected_variables
 
+        # Compiled, whatever the number of checks: a job of a sweep that shares an earlier
+        # job's model (gradexp.shared_programs) reuses its traces, and a compiled float64
+        # graph can round differently from the eager ops, so a run alone takes the same path
+        # to record the same gradcheck/* values bit for bit (tests/test_shared_programs.py).
         result = check_training_gradients(run.cfg.gradcheck, run.model, run.cfg.loss,
-                                          run.data, epoch,
-                                          eager=len(self.epochs) <= EAGER_CHECKS)
+                                          run.data, epoch)
         if not run.checks:  # asked at the first check only: said once
             result.disconnected = disconnected_variables(run.cfg.gradcheck, run.model,
                                                          run.cfg.loss, run.data)

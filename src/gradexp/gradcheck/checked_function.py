@@ -256,6 +256,16 @@ class _Target:
         fp, fm = self._evaluate_pair(i, plus, minus)
         return float(step_dot), fp, fm
 
+    def directional_steps(self, i: int, u: Any, h: float, g: Any
+                          ) -> list[tuple[float, np.ndarray, np.ndarray]]:
+        """directional() at steps h and 2h (what probe._measure needs of one probe)."""
+        return [self.directional(i, u, h, g), self.directional(i, u, 2 * h, g)]
+
+    def directional_steps_many(self, i: int, items: list[tuple[Any, float, Any]]
+                               ) -> list[list[tuple[float, np.ndarray, np.ndarray]]]:
+        """directional_steps() of each (u, h, g) in ``items``."""
+        return [self.directional_steps(i, u, h, g) for u, h, g in items]
+
     def _value_tensor(self, i: int) -> Any:
         raise NotImplementedError
 
@@ -462,15 +472,35 @@ class _FunctionTarget(_Target):
                     ) -> tuple[float, np.ndarray, np.ndarray]:
         """For a light-traced f (a run's checks), one call of the probes' compiled directionals
         (two evaluations, as one probe's), not two calls of f and the perturbation's eager ops."""
-        import tensorflow as tf
 
         if not (light_traces(self.f) and self._compiled_vjp()):
             return super().directional(i, u, h, g)
-        h_t = tf.constant(h, tf.float64)
-        batch = compiled_directionals(self.f, i, 1)
-        step_dots, fps, fms = batch(list(self.tensors), [u], [h_t * u], h_t, [g])
-        self.evaluations += 2
-        return float(step_dots.numpy()[0]), fps.numpy()[0], fms.numpy()[0]
+        return self._directionals_at(i, [(u, h, g)])[0]
+
+    def directional_steps_many(self, i: int, items: list[tuple[Any, float, Any]]
+                               ) -> list[list[tuple[float, np.ndarray, np.ndarray]]]:
+        """For a light-traced f, steps h and 2h of every (u, h, g) in one call of the probes'
+        directionals (probe._steadier's and the kink's retries of a round: two calls a probe
+        before)."""
+        if not (light_traces(self.f) and self._compiled_vjp()):
+            return super().directional_steps_many(i, items)
+        flat = self._directionals_at(i, [(u, step, g) for u, h, g in items
+                                         for step in (h, 2 * h)])
+        return [flat[2 * k:2 * k + 2] for k in range(len(items))]
+
+    def _directionals_at(self, i: int, items: list[tuple[Any, float, Any]]
+                         ) -> list[tuple[float, np.ndarray, np.ndarray]]:
+        """directional() of each (u, h, g) in ``items``, one compiled call (h·u as there)."""
+        import tensorflow as tf
+
+        hs = [tf.constant(h, tf.float64) for _, h, _ in items]
+        batch = compiled_directionals(self.f, i, len(items))
+        step_dots, fps, fms = batch(list(self.tensors), [u for u, _, _ in items],
+                                    [h * u for h, (u, _, _) in zip(hs, items)],
+                                    [h for _, h, _ in items], [g for _, _, g in items])
+        self.evaluations += 2 * len(items)
+        step_dots, fps, fms = step_dots.numpy(), fps.numpy(), fms.numpy()
+        return [(float(step_dots[k]), fps[k], fms[k]) for k in range(len(items))]
 
     def jacobians(self, i: int, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """TensorFlow's own full-Jacobian check, on input ``i`` with the others held fixed,

@@ -62,6 +62,7 @@ def compiled_vjp(f: Any, checked: list[int]) -> Any:
             kept[tuple(checked)] = _by_signature(tf.function(vjp, autograph=False))
         else:
             per_point = tf.function(vjp_per_point, autograph=False)
+            traces: dict[tuple, Any] = {}  # by (points, cotangents) signature: _flat_call
             last: list[Any] = []  # [points, cotangent values, VJPs] of the last call
 
             def light(args: list[Any], cotangents: list[Any],
@@ -75,7 +76,7 @@ def compiled_vjp(f: Any, checked: list[int]) -> Any:
                         and all(a is b for p, q in zip(last[0], points) for a, b in zip(p, q))
                         and all(np.array_equal(a, b) for a, b in zip(last[1], values))):
                     return last[2]
-                last[:] = [points, values, per_point(points, cotangents)]
+                last[:] = [points, values, _flat_call(per_point, traces, points, cotangents)]
                 return last[2]
 
             kept[tuple(checked)] = light
@@ -88,7 +89,8 @@ def compiled_directionals(f: Any, i: int, probes: int) -> Any:
     None). Kept on f, as compiled_vjp.
 
     For a light-traced f one trace serves any number of probes (the probes' steps h and 2h, and
-    a kink's retry of one probe at a smaller step, which was eager: ~2 ms a step)."""
+    a kink's retry of one probe at a smaller step, which was eager: ~2 ms a step), and ``h``
+    may be one step per probe (a sequence; a number serves them all)."""
     import tensorflow as tf
 
     if not isinstance(f, tf.types.experimental.PolymorphicFunction):
@@ -122,9 +124,10 @@ def compiled_directionals(f: Any, i: int, probes: int) -> Any:
         # Loops over the probes (tf.map_fn), not the probes unrolled: the trace and first call
         # are a fraction (digits MLP, 8 probes: ~200 -> ~85 ms) and any number of probes runs
         # on it; each probe's ops are the ones directionals() has, on one probe's vectors.
+        # h: each probe's step (a kink's retry measures steps h and 2h in one call).
         x = tf.reshape(args[i], [-1])
-        plus, minus, dots = tf.map_fn(lambda p: _perturbed(x, p[0], p[1], h, p[2]),
-                                      (us, hus, gs),
+        plus, minus, dots = tf.map_fn(lambda p: _perturbed(x, p[0], p[1], p[3], p[2]),
+                                      (us, hus, gs, h),
                                       fn_output_signature=(x.dtype, x.dtype, tf.float64))
         outs = tf.map_fn(lambda value: at(args, value), tf.concat([plus, minus], 0),
                          fn_output_signature=tf.float64)
@@ -132,6 +135,7 @@ def compiled_directionals(f: Any, i: int, probes: int) -> Any:
         return dots, outs[:k], outs[k:]
 
     function: list[Any] = []
+    stacks: list[Any] = []  # [us, hus, their stacks] of the last call (directions are kept)
 
     def light(args: list[Any], us: list[Any], hus: list[Any], h: Any, gs: list[Any]
               ) -> tuple[Any, Any, Any]:
@@ -139,12 +143,60 @@ def compiled_directionals(f: Any, i: int, probes: int) -> Any:
             n = int(us[0].shape[0])
             vectors = tf.TensorSpec([None, n], tf.float64)
             signature = [[tf.TensorSpec(a.shape, a.dtype) for a in args], vectors, vectors,
-                         tf.TensorSpec([], tf.float64), vectors]
-            function.append(tf.function(stacked, input_signature=signature, autograph=False))
-        return function[0](args, tf.stack(us), tf.stack(hus), h, tf.stack(gs))
+                         tf.TensorSpec([None], tf.float64), vectors]
+            compiled = tf.function(stacked, input_signature=signature, autograph=False)
+            function[:] = [compiled, compiled.get_concrete_function()]
+        # A later check of a run draws the same directions (directions._direction keeps them,
+        # and h·u at its last steps): their stacks are made once, not at every check (~1 ms).
+        if not (stacks and _same(stacks[0], us) and _same(stacks[1], hus)):
+            stacks[:] = [list(us), list(hus), tf.stack(us), tf.stack(hus)]
+        # A scalar loss's probes share one VJP (probe._probe_entries): broadcast, not stacked.
+        g_stack = (tf.broadcast_to(gs[0], [len(gs), int(gs[0].shape[0])])
+                   if _same(gs, [gs[0]] * len(gs)) else tf.stack(gs))
+        steps = tf.constant(np.broadcast_to(np.asarray(h, np.float64), [len(us)]))
+        call = (list(args), stacks[2], stacks[3], steps, g_stack)
+        return _call_concrete(function[0], function[1], call, [*args, *call[1:]])
 
     kept[key] = light
     return kept[key]
+
+
+def _same(a: list[Any], b: list[Any]) -> bool:
+    """Whether two lists hold the same objects (identity, not values)."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
+def _call_concrete(function: Any, concrete: Any, args: tuple, flat: list[Any]) -> Any:
+    """tf.function ``function``'s ConcreteFunction ``concrete`` for ``args`` (``flat``: their
+    tensors, flattened), run without matching them to its signature in Python again: ~0.7 ms
+    a call of a run's later check (see _by_signature). Without ConcreteFunction._call_flat (a
+    TensorFlow that renamed it), the public call."""
+    call_flat = getattr(concrete, "_call_flat", None)
+    if call_flat is None:
+        return function(*args)
+    return call_flat(flat, concrete.captured_inputs)
+
+
+def _signature(value: Any) -> Any:
+    """Nested lists of tensors -> the same nesting of (shape, dtype), hashable."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_signature(v) for v in value)
+    return (tuple(value.shape), value.dtype)
+
+
+def _flat_call(function: Any, kept: dict, *args: Any) -> Any:
+    """tf.function ``function`` of nested lists of tensors, called through the ConcreteFunction
+    kept (in ``kept``) for the lists' lengths and the tensors' shapes and dtypes."""
+    import tensorflow as tf
+
+    flat = tf.nest.flatten(args)
+    if tf.config.functions_run_eagerly() or not all(isinstance(t, tf.Tensor) for t in flat):
+        return function(*args)
+    key = _signature(args)
+    concrete = kept.get(key)
+    if concrete is None:
+        concrete = kept[key] = function.get_concrete_function(*args)
+    return _call_concrete(function, concrete, args, flat)
 
 
 def _concrete(function: Any, args: tuple | list, kept: dict) -> tuple[Any, list[Any]] | None:

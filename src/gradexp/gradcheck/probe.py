@@ -155,18 +155,22 @@ def _probe_one(entry: GradCheckEntry, target: _Target, i: int, vs: list[np.ndarr
         todo = [k for k in np.flatnonzero(~(ratio <= 1)) if retries[k] < _KINK_RETRIES]
         for k in todo:
             retries[k] = _KINK_RETRIES
-            if _crosses_kink(target, i, x, x64, directions[k], vs[k], gs[k], results[k]):
-                smaller = _measure(target, i, directions[k], pairs[k],
-                                   results[k].step * shrink, vs[k], entry)
-                # Worth taking only while its noise stays below half the disagreement it is
-                # to explain (or within its nominal tolerance): past that, a wrong gradient
-                # hides in the rounding of a tiny float32 step.
-                nominal = entry.atol + entry.rtol * max(abs(smaller.numerical), rms)
-                gap = abs(results[k].analytical - results[k].numerical)
-                if _noise(smaller) <= max(nominal, _noise(results[k]), 0.5 * gap):
-                    retries[k] = kinks.count(k) + 1
-                    kinks.append(k)
-                    results[k] = smaller
+        crossing = [k for k in todo
+                    if _crosses_kink(target, i, x, x64, directions[k], vs[k], gs[k], results[k])]
+        # The round's smaller steps in one compiled call: each probe's retry depends on its
+        # own results only (rms is the loop's), so batching them changes no value.
+        smallers = _measure_many(target, i, [(directions[k], pairs[k], results[k].step * shrink,
+                                              vs[k]) for k in crossing], entry)
+        for k, smaller in zip(crossing, smallers):
+            # Worth taking only while its noise stays below half the disagreement it is
+            # to explain (or within its nominal tolerance): past that, a wrong gradient
+            # hides in the rounding of a tiny float32 step.
+            nominal = entry.atol + entry.rtol * max(abs(smaller.numerical), rms)
+            gap = abs(results[k].analytical - results[k].numerical)
+            if _noise(smaller) <= max(nominal, _noise(results[k]), 0.5 * gap):
+                retries[k] = kinks.count(k) + 1
+                kinks.append(k)
+                results[k] = smaller
         if not todo:
             break
         ratio, noise = _judge(results, entry)
@@ -230,6 +234,9 @@ def _measure(target: _Target, i: int, u: np.ndarray, pair: tuple[Any, Any, float
     already evaluated (target.directional's values at step 2h).
     """
     norm = float(pair[2] * np.linalg.norm(v)) or 1.0
+    if first is None and twice and second is None:  # both steps at once (one compiled call)
+        at_h, second = target.directional_steps(i, pair[0], h, pair[1])
+        first = _step_h(entry, v, pair[2], h, *at_h)
     if first is None:
         step_dot, fp, fm = target.directional(i, pair[0], h, pair[1])
         first = _step_h(entry, v, pair[2], h, step_dot, fp, fm)
@@ -293,20 +300,42 @@ def _steadier(target: _Target, i: int, directions: list[np.ndarray], pairs: list
     """
     shrink = 1 / 64 if _EPS[entry.precision] < 1e-10 else 1 / 8
     rms = float(np.sqrt(np.mean([p.numerical**2 for p in results])))
+    active: dict[int, list] = {}  # probe -> [its best measurement, its step, its nominal tol]
     for k in range(len(results)):
         best = results[k]
         nominal = entry.atol + entry.rtol * max(abs(best.numerical), rms)
-        if _noise(best) <= max(nominal, best.rounding):
-            continue  # smooth at this probe: its gap is not what limits it
-        step = best.step
-        for _ in range(_KINK_RETRIES):
-            step *= shrink
-            probe = _measure(target, i, directions[k], pairs[k], step, vs[k], entry)
-            if _noise(probe) < _noise(best):
-                best = probe
-            if _noise(probe) <= max(nominal, probe.rounding):
-                break
-        results[k] = best
+        if _noise(best) > max(nominal, best.rounding):  # else smooth: its gap does not limit it
+            active[k] = [best, best.step, nominal]
+    # Round by round, every probe still retried measured in one call (_measure_many); each
+    # probe's sequence of steps and its choice are its own, as when retried one by one.
+    for _ in range(_KINK_RETRIES):
+        if not active:
+            break
+        for state in active.values():
+            state[1] *= shrink
+        ks = list(active)
+        probes = _measure_many(target, i, [(directions[k], pairs[k], active[k][1], vs[k])
+                                           for k in ks], entry)
+        for k, probe in zip(ks, probes):
+            if _noise(probe) < _noise(active[k][0]):
+                active[k][0] = probe
+            if _noise(probe) <= max(active[k][2], probe.rounding):
+                results[k] = active.pop(k)[0]
+    for k, state in active.items():
+        results[k] = state[0]
+
+
+def _measure_many(target: _Target, i: int, items: list[tuple[np.ndarray, tuple, float,
+                                                              np.ndarray]],
+                  entry: GradCheckEntry) -> list[_Probe]:
+    """_measure (steps h and 2h) of each (u, pair, h, v) in ``items``: for a compiled target
+    every evaluation in one call (target.directional_steps_many)."""
+    if not items:
+        return []
+    steps = target.directional_steps_many(i, [(pair[0], h, pair[1]) for _, pair, h, _ in items])
+    return [_measure(target, i, u, pair, h, v, entry,
+                     first=_step_h(entry, v, pair[2], h, *at_h), second=at_2h)
+            for (u, pair, h, v), (at_h, at_2h) in zip(items, steps)]
 
 
 def _crosses_kink(target: _Target, i: int, x: np.ndarray, x64: np.ndarray, u: np.ndarray,
