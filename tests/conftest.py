@@ -10,6 +10,7 @@ is assumed: not a TTY, not the terminal's width or TERM, not the locale or a por
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 import gradexp
 from gradexp.app import register_experiments, resource_dir
@@ -57,6 +58,16 @@ def compose_config(*overrides: str) -> DictConfig:
     """The config `python -m gradexp OVERRIDES` would run, composed in-process."""
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose(config_name="config", overrides=list(overrides))
+
+
+@functools.cache
+def compose_config_once(*overrides: str) -> DictConfig:
+    """compose_config(OVERRIDES), composed once a process and shared: read only. For the tables
+    that test_every_key.py and test_config.py build from every option at collection, which
+    compose the same options (~0.15 s each); every xdist worker collects them again."""
+    cfg = compose_config(*overrides)
+    OmegaConf.set_readonly(cfg, True)
+    return cfg
 
 
 def run(store: str, *overrides: str, launch_dir: Path | None = None, quiet: bool = True,

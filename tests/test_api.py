@@ -65,6 +65,9 @@ def test_run_returns_its_result_and_records_it_in_the_launch_folders_store(tmp_p
 def test_two_runs_in_one_process_leave_hydra_and_logging_as_they_found_them(tmp_path, store):
     from hydra import compose, initialize_config_dir
 
+    # From a clean start: a test before it on this worker may have left Hydra's job config set
+    # (seen under -n 2 --dist loadgroup); what is checked is that gradexp.run sets none.
+    HydraConfig.instance().cfg = None
     handlers, cwd = logging.root.handlers[:], os.getcwd()
     first = gradexp.run(f"tracking.uri={store}", *QUICK, launch_dir=tmp_path)
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):  # a caller's own

@@ -9,6 +9,7 @@ import pytest
 from mlflow import MlflowClient
 
 import gradexp
+from conftest import empty_store
 
 TINY = ("trainer.epochs=5",)
 
@@ -25,6 +26,7 @@ def children(client: MlflowClient) -> list:
 
 
 def test_every_child_ends_finished_with_its_plots_history_and_model(tmp_path):
+    empty_store(tmp_path)  # the launch folder's default store, as MLflow makes it
     results = gradexp.sweep("optimizer=sgd,adam", *TINY,
                             launch_dir=tmp_path)
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -47,6 +49,7 @@ def test_a_write_that_fails_after_the_job_ends_its_run_failed_and_fails_the_swee
         "class LateFile:\n"
         "    def on_train_end(self, run, status):\n"
         "        run.log_artifact('file', 'no/such/file.txt')\n")
+    empty_store(tmp_path)  # the launch folder's default store, as MLflow makes it
     with pytest.raises(gradexp.GradexpError):
         gradexp.sweep("optimizer.learning_rate=0.01,0.1", *TINY,
                       "+callbacks.late._target_=late_file.LateFile", launch_dir=tmp_path)

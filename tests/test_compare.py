@@ -28,6 +28,10 @@ import gradexp
 from conftest import compose_config
 from gradexp.compare import main
 
+# `-n 2 --dist loadgroup` (the fast tier on both cores): this module's tests on one xdist worker,
+# so its module-scoped store of runs is made once, not once a worker.
+pytestmark = pytest.mark.xdist_group("compare")
+
 LONG_LR = "0.06460685963831937"  # what Optuna proposes; a legend shows 0.06461
 EPOCHS = "10"
 
@@ -48,7 +52,7 @@ def runs(tmp_path_factory) -> dict:
     from mlflow import MlflowClient
 
     folder = tmp_path_factory.mktemp("store")
-    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    uri = conftest.empty_store(folder)
     run_in_process(uri, folder, "model=buggy_linear", "gradcheck=jacobian",
                    "tracking.experiment=gradexp", run_name="model=buggy_linear")
     gradexp.sweep("optimizer=sgd,adam", f"optimizer.learning_rate=0.1,{LONG_LR}",
@@ -239,7 +243,7 @@ def test_plot_draws_every_epoch_from_the_history_artifact_and_mlflow_without_it(
     import gradexp.plots
     from gradexp.loop import run_experiment
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = conftest.empty_store(tmp_path)
     cfg = compose_config(f"tracking.uri={uri}", "trainer.epochs=30", "tracking.max_points=5",
                          "gradcheck=off", "tracking.log_model=false", "optimizer=adam")
     thinned = run_experiment(cfg, run_name="thinned", launch_dir=tmp_path, quiet=True)
@@ -326,10 +330,8 @@ def test_default_store_is_mlflow_db_here_and_a_missing_one_is_not_created(
 
 
 def test_a_store_without_runs_says_so(capsys, tmp_path):
-    from mlflow import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    MlflowClient(uri).search_experiments()  # creates the tables and the Default experiment
+    uri = conftest.empty_store(tmp_path)  # the tables and the Default experiment, no run
     code, out, err = compare(capsys, "--tracking-uri", uri)
     assert code == 2 and out == ""
     assert err.strip().endswith("the store has no runs yet: record one with python -m gradexp "

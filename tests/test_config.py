@@ -7,7 +7,7 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from conftest import CONF, compose_config
+from conftest import CONF, compose_config, compose_config_once
 from gradexp.config_checks import check_ranges
 from gradexp.schema import ConfigError
 
@@ -180,7 +180,7 @@ def _rule_cases() -> list[tuple[tuple[str, ...], str, str, str]]:
 
     for group, option in [*OPTIONS, (None, None)]:
         chosen = (f"{group}={option}", *EXTRA.get((group, option), [])) if group else ()
-        cfg = compose_config(*chosen)
+        cfg = compose_config_once(*chosen)
         for prefix in ([group] if group else ["eval", "sweep"]):
             walk(chosen, prefix, cfg[prefix])
     return cases

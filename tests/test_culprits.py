@@ -4,6 +4,8 @@ error, tolerance, their ratio) the same way in the console, the summary, the jso
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import shutil
 import sys
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mlflow import MlflowClient
 
 import conftest
 from conftest import REPO
@@ -44,20 +47,48 @@ def model(builder: str, bug: float | None = None) -> tuple[str, ...]:
     return overrides + ((f"+model.kwargs.bug={bug}",) if bug is not None else ())
 
 
+@pytest.fixture(scope="module")
+def functional_run(tmp_path_factory) -> tuple:
+    """model=functional with its bug, run once as at a terminal (printing): the store, the
+    result and what it printed. Three tests read different things of this one run (what MLflow
+    holds, the console's warning, the one error everywhere); each ran it itself before."""
+    folder = tmp_path_factory.mktemp("culprits")
+    launch = folder / "launch"
+    launch.mkdir()
+    shutil.copy(REPO / "examples" / "culprit_models.py", launch)
+    store = conftest.empty_store(folder)
+    out = io.StringIO()
+    sys.modules.pop("culprit_models", None)
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out):
+        patch.setattr(sys, "path", [str(launch), *sys.path])
+        result = run(store, launch, *model("functional"), quiet=False)
+    sys.modules.pop("culprit_models", None)
+    return store, result, out.getvalue()
+
+
 def first_report(client, run_id: str) -> dict:
     with open(client.download_artifacts(run_id, "gradcheck/report_epoch_00000.json")) as f:
         return json.load(f)
 
 
+# The three tests of functional_run on one xdist worker (`-n 2 --dist loadgroup`): one run.
+SHARED_RUN = pytest.mark.xdist_group("culprits_functional_run")
+
+
 # ---------------------------------------------------------------- runs
 @pytest.mark.parametrize(("builder", "culprit"), [
-    ("functional", "softplus_block"),
+    pytest.param("functional", "softplus_block", marks=SHARED_RUN),
     ("nested", "block/softplus_block"),
     ("subclassed", "softplus_block"),
 ])
 def test_the_wrong_layer_is_named_and_the_variables_it_flows_into_are_affected(
-        store, client, launch, builder, culprit):
-    result = run(store, launch, *model(builder))
+        request, builder, culprit):
+    if builder == "functional":  # the shared run
+        store, result, _ = request.getfixturevalue("functional_run")
+    else:
+        store = conftest.empty_store(request.getfixturevalue("tmp_path"))
+        result = run(store, request.getfixturevalue("launch"), *model(builder))
+    client = MlflowClient(store)
     assert result.gradcheck_passed is False
     stored = client.get_run(result.run_id)
     assert stored.data.tags["gradexp.gradcheck.culprits"] == culprit
@@ -96,10 +127,10 @@ def test_an_error_in_the_loss_names_no_layer(store, client, launch):
     assert report["culprits"] == [] and "head/kernel" in report["affected"]
 
 
+@SHARED_RUN
 def test_the_warning_is_a_few_lines_naming_the_layer_its_element_and_the_affected(
-        store, launch, capsys):
-    run(store, launch, *model("functional"), quiet=False)
-    out = capsys.readouterr().out
+        functional_run):
+    _, _, out = functional_run
     start = out.index("warning: gradient check failed at epoch 0")
     lines = out[start:].splitlines()[:4]
     assert lines[1].startswith("  wrong layer: softplus_block, checked alone in float64")
@@ -110,10 +141,10 @@ def test_the_warning_is_a_few_lines_naming_the_layer_its_element_and_the_affecte
     assert not epoch_line.startswith(" ")  # the warning ended after four lines
 
 
-def test_one_reported_error_in_the_console_the_summary_the_json_and_mlflow(
-        store, client, launch, capsys):
-    result = run(store, launch, *model("functional"), quiet=False)
-    out = capsys.readouterr().out
+@SHARED_RUN
+def test_one_reported_error_in_the_console_the_summary_the_json_and_mlflow(functional_run):
+    store, result, out = functional_run
+    client = MlflowClient(store)
     metrics = client.get_run(result.run_id).data.metrics
     error = first_report(client, result.run_id)["error"]
     ratio, rel, tolerance = (error["error_to_tolerance"], error["rel_error"],

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import CONF, compose_config
+from conftest import CONF, compose_config, compose_config_once, empty_store
 from gradexp.app import error_message
 from gradexp.config_errors import USER_ERRORS
 from gradexp.loop import RunFailed, run_experiment
@@ -81,13 +81,13 @@ def _cases() -> list[tuple[tuple[str, ...], str, str]]:
     for group in GROUPS:
         for option in sorted(p.stem for p in (CONF / group).glob("*.yaml")):
             chosen = (f"{group}={option}", *NEEDS.get((group, option), ()))
-            node = compose_config(*chosen)[group]
+            node = compose_config_once(*chosen)[group]
             for name, kind in _schema_types(node).items():
                 key = f"{group}.{name}"
                 for value in sorted({_wrong_type(kind), _out_of_range(key, kind)} - {None}):
                     if not any(k == key and v == value for _, k, v in cases):
                         cases.append((chosen, key, value))
-    for name, kind in _schema_types(compose_config().sweep).items():
+    for name, kind in _schema_types(compose_config_once().sweep).items():
         for value in sorted({_wrong_type(kind), _out_of_range(f"sweep.{name}", kind)} - {None}):
             cases.append(((), f"sweep.{name}", value))
     return cases
@@ -99,6 +99,7 @@ CASES = _cases()
 @pytest.fixture(scope="module")
 def launch(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("every_key")
+    empty_store(folder)  # launch/mlflow.db, which answer() records into
     (folder / "table.csv").write_text("x,y\n" + "".join(f"{i},{2 * i + 1}\n" for i in range(20)))
     return folder
 

@@ -11,6 +11,10 @@
   tinier data where the assertion still holds and can still fail.
 - What every test pays is kept out of its time: each `store` is a copy of one empty MLflow store
   made once a session (conftest.empty_store), not ~50 schema migrations a test.
+- The fast tier also runs on both cores, `-n 2 --dist loadgroup` (pytest-xdist): each worker
+  runs in its own launch folder and every test writes under its tmp_path, so nothing is shared
+  between workers; a module whose tests read one module-scoped run carries an xdist_group mark,
+  so that run is made on one worker, not once per worker.
 - The fast tier keeps at least one test of each area: config (test_config, test_every_key),
   the runner (test_runner), the checker (test_gradcheck, test_verification), tracking
   (test_tracking), sweeps composed in-process (test_api, test_evaluation, test_replicates,

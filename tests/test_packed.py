@@ -11,7 +11,11 @@ import pytest
 from mlflow import MlflowClient
 
 import gradexp
-from conftest import finish, spawn_cli
+from conftest import empty_store, finish, spawn_cli
+
+# `-n 2 --dist loadgroup` (the fast tier on both cores): this module's tests on one xdist worker,
+# so its module-scoped pair of sweeps is made once, not once a worker.
+pytestmark = pytest.mark.xdist_group("packed")
 
 # Four optimizers of one shape (seed 004's line), checks on as by default; no LoggedModel (slow
 # to write, and the same code path either way).
@@ -50,7 +54,7 @@ def both(tmp_path_factory):
     stores = {}
     for launcher in ("packed", "basic"):
         folder = tmp_path_factory.mktemp(launcher)
-        stores[launcher] = f"sqlite:///{folder / 'mlflow.db'}"
+        stores[launcher] = empty_store(folder)  # a copy of an empty one: no migrations
         shared_programs.clear()  # no traces left by earlier tests
         before = trainer.TRACES
         # the default store (mlflow.db in the launch folder): the same tracking.uri param

@@ -21,7 +21,7 @@ import optuna
 import pytest
 
 import gradexp
-from conftest import run_cli
+from conftest import empty_store, run_cli
 from gradexp.pruning import JOURNAL_FILE, PRUNING_FILE
 from gradexp.tag_keys import PRUNED_TAG
 
@@ -92,8 +92,11 @@ PRUNERS = {"median": (PRUNED, 100),
 @pytest.fixture(scope="module")
 def shared_store(tmp_path_factory) -> Path:
     """One launch folder (one mlflow.db, one optuna.journal) for the pruners' sweeps, each in an
-    experiment of its own: a new sqlite store takes MLflow seconds to create."""
-    return tmp_path_factory.mktemp("pruners")
+    experiment of its own: a new sqlite store takes MLflow seconds to create (this one is a copy
+    of an empty one, conftest.empty_store)."""
+    folder = tmp_path_factory.mktemp("pruners")
+    empty_store(folder)  # mlflow.db, the launch folder's default store
+    return folder
 
 
 @pytest.mark.parametrize("pruner", list(PRUNERS))

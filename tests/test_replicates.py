@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 
+import conftest
 import gradexp
 from conftest import compose_config, run
 from gradexp.compare import main as compare_main
@@ -23,6 +24,10 @@ from gradexp.models import seed_004_start
 from gradexp.replicates import ERRORBAR_PLOT, Group, overlap_note, t_quantile
 from gradexp.seeds import PURPOSES, derive_seeds, derived_seed
 from gradexp.tag_keys import BEST_GROUP_TAG
+
+# `-n 2 --dist loadgroup` (the fast tier on both cores): this module's tests on one xdist worker,
+# so its module-scoped sweep is made once, not once a worker.
+pytestmark = pytest.mark.xdist_group("replicates")
 
 QUICK = ("trainer.epochs=3", "gradcheck=off", "tracking.log_model=false")
 T_975_DOF_2 = 4.302652729749464  # Student's t, 97.5% quantile, 2 degrees of freedom (tables)
@@ -108,7 +113,7 @@ def test_overlap_note_only_when_the_best_two_intervals_overlap():
 @pytest.fixture(scope="module")
 def replicated(tmp_path_factory):
     folder = tmp_path_factory.mktemp("replicates")
-    store = f"sqlite:///{folder / 'mlflow.db'}"
+    store = conftest.empty_store(folder)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):  # the sweep's tables, as the terminal shows them
         results = gradexp.sweep(f"tracking.uri={store}", "seed=0,1,2", "optimizer=sgd,adam",

@@ -134,10 +134,14 @@ def run_as_command_line(launch: Path, overrides: list[str]) -> None:
     with open_dict(cfg):  # what Hydra's run sets before it calls the job
         cfg.hydra.runtime.cwd = str(launch)
         cfg.hydra.runtime.output_dir = str(launch / "outputs")
+    before = HydraConfig.instance().cfg
     HydraConfig.instance().set_config(cfg)
     with open_dict(cfg):
         del cfg["hydra"]
-    task(cfg)
+    try:
+        task(cfg)
+    finally:  # as Hydra's run_job leaves it: a later test (test_api) checks nothing is left
+        HydraConfig.instance().cfg = before
 
 
 def recorded_runs(folder: Path) -> list[tuple[str, str]]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
-from conftest import run
+from conftest import empty_store, run
 from gradexp import run_checks, shared_programs, trainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "baselines"))
@@ -26,7 +26,7 @@ SECOND = (*SHAPE, "trainer.seed=1", "optimizer.learning_rate=0.05")
 
 def store_in(folder: Path) -> str:
     folder.mkdir()
-    return f"sqlite:///{folder / 'mlflow.db'}"
+    return empty_store(folder)
 
 
 def record(folder: Path, result) -> dict:
@@ -79,7 +79,7 @@ def test_a_job_of_another_optimizer_reuses_the_checks_functions_and_records_what
 def test_jobs_of_other_shapes_trace_apart_and_the_kept_shapes_are_bounded(tmp_path, monkeypatch):
     shared_programs.clear()
     monkeypatch.setattr(shared_programs, "MAX_SHARED", 2)
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store = empty_store(tmp_path)
     traces = trainer.TRACES
     for optimizer in ("sgd", "adam", "rmsprop"):  # three shapes: three traces, two kept
         run(store, "trainer.epochs=5", "gradcheck=off", f"optimizer={optimizer}")
@@ -115,7 +115,7 @@ def test_a_job_leaves_neither_its_own_model_nor_its_served_model_behind(tmp_path
 
     monkeypatch.setattr(models, "build_model", building)
     monkeypatch.setattr(export, "served_network", serving)
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store = empty_store(tmp_path)
     for seed in range(3):
         run(store, "trainer.epochs=5", "gradcheck=off", f"trainer.seed={seed}")
     gc.collect()

@@ -233,7 +233,7 @@ def _assert_same(compiled: dict, eager: dict, path: str = "") -> None:
     # relu: later checks retry probes that cross a kink (steps 2h and smaller), the fast paths
     # of a run's later checks (kept VJPs, one call for a kink's two VJPs and for its retry)
     ("model=mlp", "model.hidden=[64]", "model.activation=relu", "data=blobs",
-     "loss=categorical_crossentropy", "trainer.epochs=6"),
+     "loss=categorical_crossentropy", "trainer.epochs=3"),
     ("model=buggy_linear", "trainer.epochs=3"),  # the wrong W named at every check
 ])
 def test_a_runs_later_checks_report_what_a_fresh_eager_check_reports(store, monkeypatch,
