@@ -52,9 +52,13 @@ class MlflowRecorder(Callback):
         if run.resume is not None:
             self.tracker = MlflowTracker.reopen(uri, run.resume.run_id)
         else:
+            # What happened to the data (gradexp.data) goes in with the run's start tags:
+            # one write fewer a run (each costs a sqlite commit).
+            data_tags = run.data_record.tags if run.data_record is not None else {}
             self.tracker = MlflowTracker(
                 uri, cfg.tracking.experiment, run.run_name, parent_run_id=run.parent_run_id,
-                tags={**source_tags(run.launch_dir), RESTART_OF_TAG: run.restart_of})
+                tags={**source_tags(run.launch_dir), RESTART_OF_TAG: run.restart_of,
+                      **data_tags})
         run.run_id = self.tracker.run_id
         run.experiment_id = self.tracker.experiment_id
         run.tracking_uri = self.tracker.uri
@@ -68,8 +72,7 @@ class MlflowRecorder(Callback):
             self.tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
             self.tracker.log_datasets(run.data.name, run.data.splits(),
                                       str(cfg.data.get("path") or cfg.data["_target_"]))
-            if run.data_record is not None:  # what happened to the data (gradexp.data)
-                self.tracker.set_tags(run.data_record.tags)
+            if run.data_record is not None:
                 if run.data_record.labels is not None:
                     self.tracker.log_text(run.data_record.labels_json(), "data/labels.json")
 

@@ -1,0 +1,90 @@
+"""The files of a run's logged model: the MLflow model folder (MLmodel, the Keras model, the
+pyfunc loader, the environment files) written locally, which gradexp.mlflow_store then uploads
+as the LoggedModel's artifacts. No MLflow client here: the store module writes the records."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def _no_requirement_check() -> Iterator[None]:
+    """Skip MLflow's check that this environment satisfies the model's pip requirements while a
+    model is saved: the requirements are read from this very environment (the installed
+    tensorflow, keras, mlflow), so it cannot fail, and it scans every installed distribution
+    (importlib.metadata.packages_distributions) the first time: ~0.5-1 s a run. Nothing written
+    changes. An MLflow without the function is left alone."""
+    try:
+        from mlflow.utils import environment
+    except ImportError:
+        yield
+        return
+    original = getattr(environment, "warn_dependency_requirement_mismatches", None)
+    if original is None:
+        yield
+        return
+    environment.warn_dependency_requirement_mismatches = lambda requirements: None
+    try:
+        yield
+    finally:
+        environment.warn_dependency_requirement_mismatches = original
+
+
+def model_signature(served):
+    """Raw features in, by column name where the data has names (a csv's header, scikit-learn's
+    feature names: predict takes a DataFrame; a csv's integer columns are int64, as
+    pandas.read_csv reads them), else one float32 tensor of n_features columns;
+    one float32 output per class (probabilities) or per target."""
+    import numpy as np
+    from mlflow.models import ModelSignature
+    from mlflow.types import ColSpec, Schema, TensorSpec
+
+    if served.features is not None:
+        inputs = Schema([ColSpec("long" if name in served.integer_features else "double", name)
+                         for name in served.features])
+    else:
+        inputs = Schema([TensorSpec(np.dtype("float32"), (-1, served.n_features))])
+    outputs = Schema([TensorSpec(np.dtype("float32"), (-1, served.n_outputs))])
+    return ModelSignature(inputs, outputs)
+
+
+def save_served_model(served, folder: Path, logged, run_id: str) -> Path:
+    """Write the MLflow model folder of `served` (gradexp.export.Export) under `folder`, as the
+    LoggedModel `logged`; returns the model folder."""
+    import shutil
+
+    import keras
+    import mlflow.pyfunc
+    import tensorflow as tf
+    from mlflow.models import Model
+
+    from gradexp import serving
+
+    data = folder / "keras"  # becomes the model's data/keras
+    data.mkdir()
+    served.network.save(data / serving.MODEL_FILE)
+    (data / serving.SPEC_FILE).write_text(json.dumps(
+        {"custom_objects": served.custom_objects, "features": served.features,
+         "labels": served.labels}), encoding="utf-8")
+    loader = folder / "gradexp_serving.py"  # the pyfunc loader, shipped as code/ (no gradexp)
+    shutil.copyfile(serving.__file__, loader)
+    mlflow_model = Model(artifact_path=logged.artifact_location, model_uuid=logged.model_id,
+                         run_id=run_id, model_id=logged.model_id, metadata=served.metadata)
+    mlflow_model.add_flavor("keras", data="data/keras", keras_version=keras.__version__,
+                            keras_backend=keras.backend.backend(), save_exported_model=False)
+    saved = folder / "model"
+    requirements = [f"tensorflow=={tf.__version__}", f"keras=={keras.__version__}"]
+    with _no_requirement_check(), warnings.catch_warnings():
+        # "An input example was not provided": the signature is given, an example would be
+        # a copy of someone's data in every model.
+        warnings.simplefilter("ignore", UserWarning)
+        mlflow.pyfunc.save_model(str(saved), loader_module="gradexp_serving",
+                                 data_path=str(data),
+                                 code_paths=[str(loader), *map(str, served.code_paths)],
+                                 mlflow_model=mlflow_model, signature=model_signature(served),
+                                 pip_requirements=requirements)
+    return saved
