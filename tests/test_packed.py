@@ -127,6 +127,9 @@ def test_a_mixed_sweep_packs_its_groups_and_says_which_jobs_ran_alone(tmp_path, 
     runs = [run for run in MlflowClient(store).search_runs(["1"])
             if "mlflow.parentRunId" in run.data.tags]
     assert sorted(run.info.status for run in runs) == ["FINISHED"] * 6
+    from hydra.core.hydra_config import HydraConfig
+
+    assert not HydraConfig.initialized()  # the launcher leaves no job's Hydra config behind
 
 
 @pytest.mark.slow

@@ -51,6 +51,17 @@ class PackedLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]],
                initial_job_idx: int) -> Sequence[JobReturn]:
+        # Planning sets each job's Hydra config in turn (its interpolations resolve against
+        # it); the caller gets back the one it had, as Hydra's run_job leaves it (gradexp.sweep
+        # in a notebook, then gradexp.run, must not find a finished job's config set).
+        before = HydraConfig.instance().cfg
+        try:
+            return self._launch(job_overrides, initial_job_idx)
+        finally:
+            HydraConfig.instance().cfg = before
+
+    def _launch(self, job_overrides: Sequence[Sequence[str]],
+                initial_job_idx: int) -> Sequence[JobReturn]:
         from gradexp.console import note_line
         from gradexp.packed.plan import drift_line, plan_sweep, train_groups
         from gradexp.packed.replay import handed_over
