@@ -145,16 +145,18 @@ def _forget_later_graphs(parts: SharedParts) -> None:
 # them): a job of another optimizer (another shared model of the same architecture, loss and
 # data) uses the ones traced on the first such job's model instead of tracing its own, its own
 # model's state copied into that model's float64 twin before each check (run_checks._losses).
-# The traces are the ones its own would be, so it records what it records alone. Weak on the
-# model they were traced on: they go with it (at most MAX_SHARED models are kept above).
-_CHECKS: dict[tuple, tuple[weakref.ref, Any]] = {}
+# The traces are the ones its own would be, so it records what it records alone. Only weak
+# references: the functions belong to the model they were traced on (its _check_losses, which
+# closes over it), and go with it once _SHARED lets it go (at most MAX_SHARED models).
+_CHECKS: dict[tuple, weakref.ref] = {}
 
 
 def keep_check_functions(model: Any, key: tuple, losses: Any) -> None:
-    """Offer a shared model's check functions (`losses`) to later models of its check shape."""
+    """Offer a shared model's check functions (`losses`, whose `owner` is the model) to later
+    models of its check shape."""
     shape = getattr(model, "_gradexp_check_shape", None)
     if shape is not None:
-        _CHECKS[(shape, key)] = (weakref.ref(model), losses)
+        _CHECKS[(shape, key)] = weakref.ref(losses)
 
 
 def check_functions(model: Any, key: tuple) -> Any:
@@ -163,17 +165,18 @@ def check_functions(model: Any, key: tuple) -> Any:
     shape = getattr(model, "_gradexp_check_shape", None)
     if shape is None:
         return None
-    for stale in [k for k, (owner, _) in _CHECKS.items() if owner() is None]:
+    for stale in [k for k, losses in _CHECKS.items() if losses() is None]:
         del _CHECKS[stale]
     found = _CHECKS.get((shape, key))
-    owner = found[0]() if found else None
+    losses = found() if found else None
+    owner = None if losses is None else losses.owner
     if owner is None or owner is model:
         return None
     mine, theirs = model.network.variables, owner.network.variables
     if len(mine) != len(theirs) or any(a.shape != b.shape or a.dtype != b.dtype
                                        for a, b in zip(mine, theirs)):
         return None
-    return found[1]
+    return losses
 
 
 def clear() -> None:
