@@ -44,6 +44,9 @@ class Model:
         self.names = [SEED_004_NAMES.get(path, path)
                       for path in (v.path.removeprefix(prefix) for v in self.params)]
         self._twins: dict[str, keras.Model] = {}
+        # The gradient checks' compiled loss functions of this model (gradexp.run_checks), held
+        # here so that they go with it: they close over the model
+        self.check_losses: dict[tuple, object] = {}
 
     def __call__(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
         return self.network(x, training=training)

@@ -270,7 +270,7 @@ def _check_dtype(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Data
             return result
     except Exception as error:  # noqa: BLE001 - perhaps the dtype's doing: the trial says
         failure = error
-    _kept_losses(model).pop(_losses_key(cfg.dtype, loss_cfg, data, row_limit(cfg, model), training))
+    model.check_losses.pop(_losses_key(cfg.dtype, loss_cfg, data, row_limit(cfg, model), training))
     losses = _losses(*args, trial=True, training=training)
     if losses.dtype != cfg.dtype:
         return _check_in(losses, cfg, model, data, epoch, eager, values)
@@ -404,20 +404,9 @@ class _Losses:
     owner: Model | None = None  # the model the functions are traced on (_of_another_model)
 
 
-def _kept_losses(model: Model) -> dict[tuple, _Losses]:
-    """A model's {(requested dtype, data, loss config, rows, mode): _Losses}, held by the model
-    itself, so a finished run's model, data and compiled functions go with it. (A global
-    WeakKeyDictionary kept them all: its values, whose functions close over the model, held
-    their own keys alive.)"""
-    kept = getattr(model, "_check_losses", None)
-    if kept is None:
-        kept = model._check_losses = {}
-    return kept
-
-
 def _losses_key(requested: str, loss_cfg: DictConfig, data: Dataset,
                 max_rows: int | None, training: bool) -> tuple:
-    """Which of a model's _Losses a check uses (_kept_losses). The
+    """Which of a model's _Losses (model.check_losses) a check uses. The
     data by its contents: a later job sharing this model (gradexp.shared_programs) loads its own
     Dataset of the same rows, and must find the compiled functions, not add another."""
     return (requested, shared_programs.data_fingerprint(data), repr(loss_cfg), max_rows, training)
@@ -428,7 +417,7 @@ def _losses(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset,
             trial: bool = True, training: bool = True) -> _Losses:
     """The run's _Losses in one mode; trial=False: in the requested dtype, untried (_check)."""
     key = _losses_key(requested, loss_cfg, data, max_rows, training)
-    kept = _kept_losses(model)
+    kept = model.check_losses  # on the model: they close over it, and go with it
     if key not in kept:
         found = shared_programs.check_functions(model, key)
         if found is not None:
