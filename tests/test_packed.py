@@ -45,10 +45,10 @@ def artifact_paths(client: MlflowClient, run_id: str, path: str | None = None) -
 @pytest.fixture(scope="module")
 def both(tmp_path_factory):
     """The same 4-job sweep, packed and sequential, each into its own store; and how many times
-    each traced the sequential trainer's training call."""
+    each traced the sequential trainer's training call and compiled check functions."""
     import os
 
-    from gradexp import shared_programs, trainer
+    from gradexp import run_checks, shared_programs, trainer
 
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     stores = {}
@@ -56,10 +56,11 @@ def both(tmp_path_factory):
         folder = tmp_path_factory.mktemp(launcher)
         stores[launcher] = empty_store(folder)  # a copy of an empty one: no migrations
         shared_programs.clear()  # no traces left by earlier tests
-        before = trainer.TRACES
+        before, compiled = trainer.TRACES, run_checks.COMPILED
         # the default store (mlflow.db in the launch folder): the same tracking.uri param
         gradexp.sweep(f"hydra/launcher={launcher}", *FOUR, launch_dir=folder)
         stores[f"{launcher} traces"] = trainer.TRACES - before
+        stores[f"{launcher} compiled"] = run_checks.COMPILED - compiled
     return stores
 
 
@@ -106,6 +107,12 @@ def test_packed_jobs_are_replayed_not_trained_again(both):
     # (an earlier job's shared trainer, gradexp.shared_programs, must not take over either)
     assert both["packed traces"] == 0
     assert both["basic traces"] > 0
+
+
+def test_packed_jobs_share_their_check_functions_as_sequential_jobs_do(both):
+    # the four jobs (one model and data, four optimizers) replay through the same traced
+    # checks: the packed sweep compiles no more of them than the sequential one (4x before)
+    assert 0 < both["packed compiled"] == both["basic compiled"]
 
 
 def test_the_parent_names_the_packed_launcher(both):

@@ -203,7 +203,7 @@ class Loop:
         from gradexp.evaluation import Evaluator
         from gradexp.losses import build_loss
         from gradexp.models import build_model
-        from gradexp.packed.replay import ReplayTrainer, take_trained
+        from gradexp.packed.replay import take_trained
         from gradexp.schedules import build_optimizer
         from gradexp.trainer import Trainer
 
@@ -225,16 +225,17 @@ class Loop:
             run.model = build_model(cfg.model, data.n_features, data.n_outputs)
         trained = take_trained()  # hydra/launcher=packed trained this job already
         # An earlier job of this shape in this process: its traced programs, set to this
-        # job's start (gradexp.shared_programs), instead of a new trace. A packed job replays
-        # what its group trained, so it neither takes nor leaves shared parts.
-        key = None if trained is not None else shared_programs.shape_key(
-            cfg, data, device, metric_specs(cfg, data.task))
+        # job's start (gradexp.shared_programs), instead of a new trace. A packed job takes
+        # them too: its replay never trains, but its evaluations and checks are the same
+        # traced functions a sequential job of its shape calls.
+        key = shared_programs.shape_key(cfg, data, device, metric_specs(cfg, data.task))
         shared = shared_programs.take(key, run.model)
         if shared is not None:
             run.model, run.evaluator, run.trainer = shared.model, shared.evaluator, shared.trainer
             schedule = getattr(cfg.optimizer.schedule.name, "value", cfg.optimizer.schedule.name)
             run.trainer.restart(cfg.trainer.seed, eval_epochs(cfg),
                                 cfg.optimizer.learning_rate if schedule == "none" else None)
+            self.replay(trained)
             return device
         with device.run_scope():
             run.evaluator = Evaluator(run.model, metric_specs(cfg, data.task), data.splits())
@@ -249,10 +250,6 @@ class Loop:
                 compile=cfg.trainer.compile, jit_compile=cfg.trainer.jit_compile,
                 log_lr=schedule != "none", strategy=device.strategy,
                 evaluator=run.evaluator, eval_epochs=eval_epochs(cfg))
-            if trained is not None and run.resume is None:
-                run.trainer = ReplayTrainer(run.trainer, trained)
-                if trained.drift:  # its loss swung or grew: it may not match a sequential run
-                    run.set_tags({PACKED_DRIFT_TAG: trained.drift})
             if run.resume is not None:
                 run.resume.restore(run.trainer)
                 run.set_tags({RESUMED_FROM_EPOCH_TAG: run.trainer.epoch})
@@ -261,4 +258,17 @@ class Loop:
                         f"resuming run {run.resume.run_id} from epoch {run.trainer.epoch} "
                         f"(checkpoint {run.resume.checkpoint})", highlight=False)
         shared_programs.keep(key, run.model, run.evaluator, run.trainer)
+        self.replay(trained)
         return device
+
+    def replay(self, trained) -> None:
+        """A packed job's trainer yields what its group trained (gradexp.packed.replay); the
+        shared parts keep the trainer itself, which a later sequential job trains with."""
+        from gradexp.packed.replay import ReplayTrainer
+
+        run = self.run
+        if trained is None or run.resume is not None:
+            return
+        run.trainer = ReplayTrainer(run.trainer, trained)
+        if trained.drift:  # its loss swung or grew: it may not match a sequential run
+            run.set_tags({PACKED_DRIFT_TAG: trained.drift})
