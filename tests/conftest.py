@@ -10,8 +10,8 @@ is assumed: not a TTY, not the terminal's width or TERM, not the locale or a por
 
 from __future__ import annotations
 
-import functools
 import os
+import re
 import shutil
 import signal
 import socket
@@ -60,14 +60,21 @@ def compose_config(*overrides: str) -> DictConfig:
         return compose(config_name="config", overrides=list(overrides))
 
 
-@functools.cache
-def compose_config_once(*overrides: str) -> DictConfig:
-    """compose_config(OVERRIDES), composed once a process and shared: read only. For the tables
-    that test_every_key.py and test_config.py build from every option at collection, which
-    compose the same options (~0.15 s each); every xdist worker collects them again."""
-    cfg = compose_config(*overrides)
-    OmegaConf.set_readonly(cfg, True)
-    return cfg
+_SCHEMA_LINE = re.compile(r"^\s*-\s*/schema/(\w+)/(\w+)@_here_\s*$", re.MULTILINE)
+
+
+def option_schema(group: str | None = None, option: str | None = None) -> DictConfig:
+    """The schema node an option's YAML is merged into (its `/schema/GROUP/NAME@_here_` default)
+    or, with no group, the root Config's: its fields, types, defaults and rules, without a Hydra
+    compose (~0.15-0.4 s of CPU each). For the tables test_every_key.py and test_config.py build
+    at collection, which every xdist worker builds again; their tests compose each option and
+    check that its composed node has this schema's type (test_config)."""
+    from gradexp.schema import SCHEMAS, Config
+
+    if group is None:
+        return OmegaConf.structured(Config)
+    (schema,) = _SCHEMA_LINE.findall((CONF / group / f"{option}.yaml").read_text())
+    return OmegaConf.structured(SCHEMAS[schema[0]][schema[1]])
 
 
 def run(store: str, *overrides: str, launch_dir: Path | None = None, quiet: bool = True,

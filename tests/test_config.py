@@ -7,7 +7,7 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from conftest import CONF, compose_config, compose_config_once
+from conftest import CONF, compose_config, option_schema
 from gradexp.config_checks import check_ranges
 from gradexp.schema import ConfigError
 
@@ -39,6 +39,8 @@ def test_every_option_composes_and_sets_name(group, option):
     expected = "diabetes" if (group, option) == ("data", "sklearn") else option
     assert name == expected and f"{name}" == expected  # StrEnum: its text as read
     check_ranges(cfg)
+    # the schema the tables here and in test_every_key.py are built from, without a compose
+    assert OmegaConf.get_type(cfg[group]) is OmegaConf.get_type(option_schema(group, option))
 
 
 def test_defaults_are_seed_004():
@@ -50,6 +52,8 @@ def test_defaults_are_seed_004():
     assert (cfg.data.slope, cfg.data.intercept, cfg.data.noise, cfg.data.n_samples) == (
         3.0, 4.0, 0.1, 100)
     assert cfg.tracking.uri is None and cfg.tracking.experiment == "gradexp"
+    for node in ("eval", "sweep"):  # as option_schema() gives them to the tables
+        assert OmegaConf.get_type(cfg[node]) is OmegaConf.get_type(option_schema()[node])
 
 
 def test_every_optimizer_has_a_learning_rate_that_can_be_overridden():
@@ -180,9 +184,9 @@ def _rule_cases() -> list[tuple[tuple[str, ...], str, str, str]]:
 
     for group, option in [*OPTIONS, (None, None)]:
         chosen = (f"{group}={option}", *EXTRA.get((group, option), [])) if group else ()
-        cfg = compose_config_once(*chosen)
+        cfg = option_schema(group, option)  # the node compose gives it (checked below)
         for prefix in ([group] if group else ["eval", "sweep"]):
-            walk(chosen, prefix, cfg[prefix])
+            walk(chosen, prefix, cfg if group else cfg[prefix])
     return cases
 
 

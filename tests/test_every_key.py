@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import CONF, compose_config, compose_config_once, empty_store
+from conftest import CONF, compose_config, empty_store, option_schema
 from gradexp.app import error_message
 from gradexp.config_errors import USER_ERRORS
 from gradexp.loop import RunFailed, run_experiment
@@ -81,13 +81,13 @@ def _cases() -> list[tuple[tuple[str, ...], str, str]]:
     for group in GROUPS:
         for option in sorted(p.stem for p in (CONF / group).glob("*.yaml")):
             chosen = (f"{group}={option}", *NEEDS.get((group, option), ()))
-            node = compose_config_once(*chosen)[group]
+            node = option_schema(group, option)  # what compose gives it (test_config checks)
             for name, kind in _schema_types(node).items():
                 key = f"{group}.{name}"
                 for value in sorted({_wrong_type(kind), _out_of_range(key, kind)} - {None}):
                     if not any(k == key and v == value for _, k, v in cases):
                         cases.append((chosen, key, value))
-    for name, kind in _schema_types(compose_config_once().sweep).items():
+    for name, kind in _schema_types(option_schema().sweep).items():
         for value in sorted({_wrong_type(kind), _out_of_range(f"sweep.{name}", kind)} - {None}):
             cases.append(((), f"sweep.{name}", value))
     return cases
