@@ -11,6 +11,14 @@ since a composition depends only on the sweep's master config and the job's over
 caller gets its own object to change (the launcher sets hydra.job.*). An entry goes after its
 second use (the validation, then the launch), so a sweep holds at most MAX_KEPT composed
 configs at a time; a request for anything not kept composes as before.
+
+Jobs that choose the same options (`optimizer=adam`) and differ only in values
+(`optimizer.learning_rate=0.1`, `trainer.seed=3`) are not composed from scratch either: the
+first such job is composed by Hydra, and the next ones are a copy of it with their own values
+set as Hydra sets them (its `_apply_overrides_to_config`, after the defaults list) and their own
+`hydra.overrides.task` and `hydra.job.override_dirname`. Choices, `+`/`~` overrides, `hydra.*`
+overrides and dict values are part of what must match (`_signature`); anything else composes
+as before. tests/test_sweep_configs.py compares the two ways key by key.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ class _Kept:
     def __init__(self, loader: Any, master: DictConfig) -> None:
         self.loader, self.master = loader, master  # held, so their ids are not reused
         self.configs: dict[tuple[str, ...], list[Any]] = {}  # overrides -> [config, uses left]
+        self.templates: dict[tuple, DictConfig] = {}  # _signature -> a job composed by Hydra
 
 
 # By the loader's id, in this process only: launchers that pickle the loader to other
@@ -70,11 +79,67 @@ def compose_job(loader: Any, master: DictConfig, overrides: list[str]) -> DictCo
     kept = _KEPT.get(id(loader))
     if kept is None or kept.master is not master or kept.loader is not loader:
         kept = _KEPT[id(loader)] = _Kept(loader, master)
-    composed = original(loader, master, list(overrides))
+    composed = _from_template(kept, master, list(overrides))
+    if composed is None:
+        composed = original(loader, master, list(overrides))
+        signature = _signature(loader, overrides)
+        if signature is not None and len(kept.templates) < MAX_KEPT:
+            kept.templates[signature[0]] = copy.deepcopy(composed)
     if len(kept.configs) < MAX_KEPT:
         kept.configs[tuple(overrides)] = [composed, USES]
         return _copy(composed, master)
     return composed
+
+
+def _signature(loader: Any, overrides: list[str]) -> tuple[tuple, list[Any]] | None:
+    """What a job's composition depends on besides its plain values (its choices, additions,
+    deletions, hydra.* and dict overrides, in order, and the keys of its values), and those
+    value overrides (Hydra's parsed Overrides); None when Hydra's parser refuses them."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import OverrideType
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides=list(overrides))
+    except Exception:  # noqa: BLE001 - Hydra's own composition says what is wrong
+        return None
+    fixed, keys, values = [], [], []
+    for override in parsed:
+        plain = (override.type == OverrideType.CHANGE and not override.is_hydra_override()
+                 and not override.is_sweep_override()
+                 and not isinstance(override.value(), dict)
+                 and not loader.repository.group_exists(override.key_or_group))
+        if plain:
+            keys.append(override.key_or_group)
+            values.append(override)
+        else:
+            fixed.append(override.input_line)
+    return (tuple(fixed), tuple(keys)), values
+
+
+def _from_template(kept: _Kept, master: DictConfig, overrides: list[str]) -> DictConfig | None:
+    """Job `overrides` as a copy of an earlier job of the same choices with these values set;
+    None when no such job was composed."""
+    if not kept.templates:
+        return None
+    signature = _signature(kept.loader, overrides)
+    if signature is None or signature[0] not in kept.templates:
+        return None
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    cfg = copy.deepcopy(kept.templates[signature[0]])
+    ConfigLoaderImpl._apply_overrides_to_config(signature[1], cfg)
+    # As Hydra's _load_configuration_impl fills them from the job's overrides (the master's
+    # hydra overrides are the same for every job, and in the template already)
+    parsed = OverridesParser.create().parse_overrides(overrides=overrides)
+    task = [override for override in parsed if not override.is_hydra_override()]
+    cfg.hydra.overrides.task = [override.input_line for override in task]
+    dirname = cfg.hydra.job.config.override_dirname
+    cfg.hydra.job.override_dirname = get_overrides_dirname(
+        overrides=task, kv_sep=dirname.kv_sep, item_sep=dirname.item_sep,
+        exclude_keys=dirname.exclude_keys)
+    OmegaConf.copy_cache(from_config=master, to_config=cfg)
+    return cfg
 
 
 def forget() -> None:

@@ -6,7 +6,7 @@ model) and the `logs` of each stretch, and at the end the run's status and why. 
 every other callback that records, so what they hand it in an event is written in that event.
 With tracking=none it records nothing.
 
-In a sequential sweep (Hydra's basic launcher: the sweep ends in this process) a FINISHED
+In a sweep whose jobs run in this process (Hydra's basic launcher, the packed one) a FINISHED
 child's last writes (the plots, history.parquet, the reports, its thinned metrics, its end) go
 to one background thread, `ENDS`, and overlap the next job; the model is still written here,
 first, since the served network holds the weights the next job of its shape resets
@@ -169,8 +169,9 @@ _pending: list[tuple[Future, str | None]] = []
 
 
 def _ends_in_background(run: RunView, tracker) -> bool:
-    """A sweep child of Hydra's basic launcher, into a real store: its sweep ends (and waits
-    for it) in this process. Launchers with worker processes end their runs in place."""
+    """A sweep child of Hydra's basic launcher or gradexp's packed one, into a real store: its
+    sweep ends (and waits for it) in this process. Launchers with worker processes end their
+    runs in place."""
     if run.parent_run_id is None or tracker.run_id is None:
         return False
     from hydra.core.hydra_config import HydraConfig
@@ -178,7 +179,7 @@ def _ends_in_background(run: RunView, tracker) -> bool:
     if not HydraConfig.initialized():
         return False
     launcher = str(HydraConfig.get().launcher.get("_target_", ""))
-    return launcher.endswith(".BasicLauncher")
+    return launcher.endswith((".BasicLauncher", ".PackedLauncher"))
 
 
 def _end_in_background(finish, run_id: str | None) -> None:
