@@ -31,7 +31,7 @@ from gradexp.metrics import check_objective, metric_specs, objective
 from gradexp.mlflow_store import check_server, check_store_folder, config_params, resolve_uri
 from gradexp.resume import prepare_resume
 from gradexp.run_view import RunResult, RunView
-from gradexp.seeds import derive_seeds
+from gradexp.seeds import derive_seeds, seed_tensorflow
 from gradexp.setup_checks import check_against_data, check_config
 from gradexp.tag_keys import (
     DIRECTION_TAG,
@@ -214,7 +214,7 @@ class Loop:
 
             tf.config.experimental.enable_op_determinism()
             keras.utils.set_random_seed(cfg.trainer.seed)
-        tf.random.set_seed(cfg.trainer.seed)
+        seed_tensorflow(cfg.trainer.seed, cfg)  # keeps compiled programs where it can
         device = select_device(getattr(cfg.device.name, "value", cfg.device.name),
                                cfg.device.cpu_replicas)
         run.set_tags({"tensorflow.version": tf.__version__, "device": device.used,

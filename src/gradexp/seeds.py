@@ -16,6 +16,8 @@ The derived values are written into the run's config, so they are recorded as th
 
 from __future__ import annotations
 
+from typing import Any
+
 from omegaconf import DictConfig, open_dict
 
 # Purpose -> the config key it seeds. The order is the SeedSequence's spawn key: append only,
@@ -57,3 +59,58 @@ def derive_seeds(cfg: DictConfig) -> dict[str, int]:
         with open_dict(node):
             node[name] = derived[key]
     return derived
+
+
+# Modules whose random ops are stateless (Keras 3 draws from seed variables, gradexp's batch order
+# from a tf.random.Generator): their numbers do not depend on TensorFlow's kernel cache.
+STATELESS_RANDOM_MODULES = ("gradexp.", "keras.")
+
+
+def seed_tensorflow(seed: int, cfg: DictConfig) -> None:
+    """TensorFlow's global seed for this run, as `tf.random.set_seed(seed)` sets it.
+
+    `tf.random.set_seed` also clears TensorFlow's kernel cache, so that stateful random kernels
+    (`tf.random.normal` and friends, which keep their stream in the kernel) restart. That makes
+    every traced function a later job of a sweep reuses (gradexp.shared_programs) instantiate
+    again, graph optimization included: ~0.2 s of CPU a job here. When every `_target_` of the
+    run's data, model and loss is gradexp's or Keras' own, no such kernel runs, and the seed is set
+    without the clearing (the same two values `set_seed` sets: a job records what it records
+    alone, tests/test_shared_programs.py). A person's own code may draw from stateful kernels,
+    so it gets `tf.random.set_seed` itself."""
+    import tensorflow as tf
+
+    context = _eager_context()
+    if (context is None or not _only_stateless_code(cfg)
+            or not (hasattr(context, "_seed") and hasattr(context, "_rng"))):
+        tf.random.set_seed(seed)
+        return
+    import random
+
+    # What Context._set_global_seed does, less TFE_ContextClearCaches (private: checked above,
+    # and tf.random.set_seed is the fallback wherever TensorFlow lays these out otherwise).
+    context._seed = seed
+    context._rng = random.Random(seed)
+
+
+def _eager_context() -> Any:
+    from tensorflow.python.eager import context
+
+    return context.context() if context.executing_eagerly() else None
+
+
+def _only_stateless_code(cfg: DictConfig) -> bool:
+    """Every `_target_` under data, model and loss (layers written in YAML included) is gradexp's
+    or Keras' own."""
+    from omegaconf import OmegaConf
+
+    def targets(node: Any) -> list[str]:
+        if isinstance(node, dict):
+            found = [str(node["_target_"])] if "_target_" in node else []
+            return found + [t for value in node.values() for t in targets(value)]
+        if isinstance(node, list):
+            return [t for value in node for t in targets(value)]
+        return []
+
+    groups = ("data", "model", "loss")
+    plain = [OmegaConf.to_container(cfg[group], resolve=True) for group in groups]
+    return all(t.startswith(STATELESS_RANDOM_MODULES) for t in targets(plain))
