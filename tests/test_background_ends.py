@@ -26,8 +26,13 @@ def children(client: MlflowClient) -> list:
 
 
 def test_every_child_ends_finished_with_its_plots_history_and_model(tmp_path):
+    import mlflow.pyfunc
+    import numpy as np
+
     empty_store(tmp_path)  # the launch folder's default store, as MLflow makes it
-    results = gradexp.sweep("optimizer=sgd,adam", *TINY,
+    # One shape: the second job trains the first job's network (gradexp.shared_programs) while
+    # the first job's model is written in the background.
+    results = gradexp.sweep("optimizer.learning_rate=0.05,0.2", *TINY,
                             launch_dir=tmp_path)
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = children(client)
@@ -41,6 +46,13 @@ def test_every_child_ends_finished_with_its_plots_history_and_model(tmp_path):
         (model,) = client.search_logged_models(["1"], filter_string=(
             f"source_run_id = '{run.info.run_id}'"))
         assert model.status == "READY"
+        # its own weights, as trained: W·x + b of this job, not the next job's
+        scalars = next(r for r in results if r.run_id == run.info.run_id).scalars
+        served = mlflow.pyfunc.load_model(model.artifact_location)
+        predicted = served.predict(np.array([[1.0]], dtype=np.float32))
+        assert float(np.ravel(predicted)[0]) == pytest.approx(scalars["W"] + scalars["b"],
+                                                              rel=1e-5)
+    assert len({r.scalars["W"] for r in results}) == 2  # two rates, two lines
 
 
 def test_a_write_that_fails_after_the_job_ends_its_run_failed_and_fails_the_sweep(

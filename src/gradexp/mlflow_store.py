@@ -335,6 +335,8 @@ class NullTracker:
     def log_file(self, path: Path, artifact_path: str | None = None) -> None: ...
     def log_datasets(self, name: str, splits: Mapping[str, Any], source: str) -> None: ...
     def log_keras_model(self, served, step: int = 0, name: str = "model") -> str | None: ...
+    def keras_model_writer(self, served, name: str = "model") -> Callable[[int], str | None]:
+        return lambda step: None
     def flush(self) -> None: ...
     def heartbeat(self) -> None: ...
     def wait(self) -> None: ...
@@ -498,8 +500,34 @@ class MlflowTracker(NullTracker):
         whose loader is gradexp/serving.py, bundled in code/ with your modules, so it loads
         where neither gradexp nor your module is importable. The pip requirements are given,
         not inferred: inferring them took ~5 s a run here. Returns the model's id."""
+        return self.keras_model_writer(served, name)(step)
+
+    def keras_model_writer(self, served, name: str = "model") -> Callable[[int], str]:
+        """log_keras_model in two parts: the network's files are saved now (its weights as they
+        are), and the returned function, given the step, writes the rest (the LoggedModel's
+        records, MLmodel, the upload), reading only what was saved. A sweep's job calls that
+        function in the background, while the next job of its shape resets the network."""
+        import shutil
         import tempfile
 
+        from gradexp.model_files import save_network
+
+        folder = Path(tempfile.mkdtemp(prefix="gradexp-model-"))
+        try:
+            data = save_network(served, folder)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+
+        def write(step: int) -> str:
+            try:
+                return self._log_saved_model(served, folder, data, step, name)
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+
+        return write
+
+    def _log_saved_model(self, served, folder: Path, data: Path, step: int, name: str) -> str:
         from mlflow.entities import LoggedModelOutput, LoggedModelStatus
 
         from gradexp.model_files import save_served_model
@@ -507,9 +535,8 @@ class MlflowTracker(NullTracker):
         model = retry_locked(lambda: self.client.create_logged_model(
             self.experiment_id, name=name, source_run_id=self.run_id, model_type="keras"))
         try:
-            with tempfile.TemporaryDirectory() as folder:
-                saved = save_served_model(served, Path(folder), model, self.run_id)
-                retry_locked(lambda: self.client.log_model_artifacts(model.model_id, str(saved)))
+            saved = save_served_model(served, folder, model, self.run_id, data)
+            retry_locked(lambda: self.client.log_model_artifacts(model.model_id, str(saved)))
         except BaseException:
             retry_locked(lambda: self.client.finalize_logged_model(model.model_id,
                                                                    LoggedModelStatus.FAILED))

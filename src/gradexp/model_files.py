@@ -52,9 +52,25 @@ def model_signature(served):
     return ModelSignature(inputs, outputs)
 
 
-def save_served_model(served, folder: Path, logged, run_id: str) -> Path:
+def save_network(served, folder: Path) -> Path:
+    """The part of the model folder that reads the network's weights: the Keras file and what
+    loads it (features, labels, custom objects), under folder/keras. Returns that folder."""
+    from gradexp import serving
+
+    data = folder / "keras"  # becomes the model's data/keras
+    data.mkdir()
+    served.network.save(data / serving.MODEL_FILE)
+    (data / serving.SPEC_FILE).write_text(json.dumps(
+        {"custom_objects": served.custom_objects, "features": served.features,
+         "labels": served.labels}), encoding="utf-8")
+    return data
+
+
+def save_served_model(served, folder: Path, logged, run_id: str, data: Path | None = None
+                      ) -> Path:
     """Write the MLflow model folder of `served` (gradexp.export.Export) under `folder`, as the
-    LoggedModel `logged`; returns the model folder."""
+    LoggedModel `logged`; returns the model folder. `data`: what save_network wrote earlier
+    (the rest reads no weights, so it may run after the network has moved on)."""
     import shutil
 
     import keras
@@ -64,12 +80,7 @@ def save_served_model(served, folder: Path, logged, run_id: str) -> Path:
 
     from gradexp import serving
 
-    data = folder / "keras"  # becomes the model's data/keras
-    data.mkdir()
-    served.network.save(data / serving.MODEL_FILE)
-    (data / serving.SPEC_FILE).write_text(json.dumps(
-        {"custom_objects": served.custom_objects, "features": served.features,
-         "labels": served.labels}), encoding="utf-8")
+    data = data if data is not None else save_network(served, folder)
     loader = folder / "gradexp_serving.py"  # the pyfunc loader, shipped as code/ (no gradexp)
     shutil.copyfile(serving.__file__, loader)
     mlflow_model = Model(artifact_path=logged.artifact_location, model_uuid=logged.model_id,
