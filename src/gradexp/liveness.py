@@ -151,10 +151,26 @@ def mark_dead_runs(client, experiment_ids: Sequence[str], stale_after_minutes: f
     return marked
 
 
+# When this process last searched a sweep's experiment for dead runs: (uri, experiment,
+# parent run) -> time.monotonic(). A sweep's jobs in one process search once a heartbeat period.
+_SEARCHED: dict[tuple[str, str, str], float] = {}
+
+
 def mark_dead_in_experiment(uri: str, experiment: str, stale_after_minutes: float,
-                            say: Callable[[str], None] | None = None) -> list[str]:
-    """`mark_dead_runs` in one experiment, by name, of the store at `uri` (a run's start)."""
+                            say: Callable[[str], None] | None = None,
+                            parent_run_id: str | None = None) -> list[str]:
+    """`mark_dead_runs` in one experiment, by name, of the store at `uri` (a run's start). A
+    sweep's child (`parent_run_id`) searches only if its sweep has not in this process within
+    HEARTBEAT_SECONDS: a run that dies meanwhile is found by a later job, and a job is spared a
+    search of the store (~30 ms on sqlite)."""
     from gradexp.mlflow_store import experiment_named, open_client
+
+    if parent_run_id is not None:
+        key, now = (uri, experiment, parent_run_id), time.monotonic()
+        last = _SEARCHED.get(key)
+        if last is not None and now - last < HEARTBEAT_SECONDS:
+            return []
+        _SEARCHED[key] = now
 
     client = open_client(uri)
     found = experiment_named(client, experiment)

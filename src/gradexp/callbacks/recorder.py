@@ -49,7 +49,7 @@ class MlflowRecorder(Callback):
         # RUNNING runs whose process died, or whose heartbeat is older than
         # tracking.stale_after, are marked KILLED (gradexp.liveness): one search of the store.
         mark_dead_in_experiment(uri, cfg.tracking.experiment, cfg.tracking.stale_after,
-                                say=note_line)
+                                say=note_line, parent_run_id=run.parent_run_id)
         if run.resume is not None:
             self.tracker = MlflowTracker.reopen(uri, run.resume.run_id)
         else:
