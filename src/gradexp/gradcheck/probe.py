@@ -4,8 +4,10 @@ Per input and probe: a random cotangent v and a Gaussian direction u (weighted d
 where the gradient is large, _direction_weights; miss_probability then holds for the weighted
 error w∘e); the analytical vᵀJu (from
 the shared backward passes) against central differences at steps h and 2h, whose gap measures the
-finite-difference error that widens the tolerance. Probes that step over a kink are repeated with
-smaller steps; a failing input is handed to bisection.py. ``miss_probability`` is the chance that
+finite-difference error that widens the tolerance. A probe that fails at step h is measured again
+at one smaller step first (_retry_failing: what settles a relu kink), and only if that does not
+settle it are all probes measured at 2h and the non-smooth ones repeated with smaller steps; a
+failing input is handed to bisection.py. ``miss_probability`` is the chance that
 every probe misses a wrong gradient.
 """
 
