@@ -112,3 +112,32 @@ def test_the_readme_digits_cnn_passes_its_jacobian_check(store, client, tmp_path
     metrics = client.get_run(result.run_id).data.metrics
     assert metrics["gradcheck/layer1/kernel/passed"] == 1.0
     assert metrics["gradcheck/layer2/kernel/passed"] == 1.0
+
+
+def test_a_probe_across_relu_kinks_is_remeasured_at_one_smaller_step_and_bugs_still_fail():
+    # Half of the 100 elements sit 2e-6 from a relu kink: at the float64 step (~6e-6 along a
+    # Gaussian direction) every probe steps over some, at 1/64 of it none. The failing probes
+    # are measured again at that step alone (2 evaluations each) instead of step 2h for every
+    # probe and then steps h' and 2h' for the non-smooth ones; a 5% error on part of the domain
+    # still fails there, since a wrong gradient does not depend on the step.
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1.0, 1.0, 100)
+    near = np.where(np.arange(100) % 2 == 0, 2e-6 * np.sign(rng.standard_normal(100)), 0.5)
+    kinks = tf.constant(x + near)
+    w = tf.constant(rng.uniform(0.5, 1.5, 100))
+
+    def f(v):
+        return tf.reduce_sum(tf.nn.relu(v - kinks) * w)
+
+    for seed in range(4):
+        report = check_gradients(f, [x], method="probe", seed=seed, probes=8)
+        notes = " ".join(report.entries[0].notes)
+        assert report.passed, (seed, notes)
+        failed = int(notes.split(" probe(s) disagreed at step")[0].split()[-1])
+        assert failed > 0 and "crossed a kink" not in notes, notes
+        # 2 a probe at step h, 2 a failing one at the smaller step, and the recorded forward
+        # pass if this call traced f (the full path: 4 a probe at steps h and 2h, then retries)
+        assert report.function_evaluations - 2 * 8 - 2 * failed in (0, 1), notes
+        wrong = op_cases.planted(f, op_cases.factor_where(lambda v: v > 0.3))
+        caught = check_gradients(wrong, [x], method="probe", seed=seed, probes=8)
+        assert not caught.passed, seed

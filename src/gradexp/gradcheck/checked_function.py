@@ -261,9 +261,13 @@ class _Target:
         """directional() at steps h and 2h (what probe._measure needs of one probe)."""
         return [self.directional(i, u, h, g), self.directional(i, u, 2 * h, g)]
 
-    def directional_steps_many(self, i: int, items: list[tuple[Any, float, Any]]
+    def directional_steps_many(self, i: int, items: list[tuple[Any, float, Any]],
+                               twice: bool = True
                                ) -> list[list[tuple[float, np.ndarray, np.ndarray]]]:
-        """directional_steps() of each (u, h, g) in ``items``."""
+        """directional_steps() of each (u, h, g) in ``items``; ``twice=False``: step h only
+        (a one-element list each: probe._retry_failing's smaller step)."""
+        if not twice:
+            return [[self.directional(i, u, h, g)] for u, h, g in items]
         return [self.directional_steps(i, u, h, g) for u, h, g in items]
 
     def _value_tensor(self, i: int) -> Any:
@@ -477,26 +481,26 @@ class _FunctionTarget(_Target):
             return super().directional(i, u, h, g)
         return self._directionals_at(i, [(u, h, g)])[0]
 
-    def directional_steps_many(self, i: int, items: list[tuple[Any, float, Any]]
+    def directional_steps_many(self, i: int, items: list[tuple[Any, float, Any]],
+                               twice: bool = True
                                ) -> list[list[tuple[float, np.ndarray, np.ndarray]]]:
-        """For a light-traced f, steps h and 2h of every (u, h, g) in one call of the probes'
-        directionals (probe._steadier's and the kink's retries of a round: two calls a probe
-        before)."""
+        """For a light-traced f, steps h and 2h (or h alone: ``twice=False``) of every
+        (u, h, g) in one call of the probes' directionals (probe._steadier's and the kink's
+        retries of a round: two calls a probe before)."""
         if not (light_traces(self.f) and self._compiled_vjp()):
-            return super().directional_steps_many(i, items)
-        flat = self._directionals_at(i, [(u, step, g) for u, h, g in items
-                                         for step in (h, 2 * h)])
-        return [flat[2 * k:2 * k + 2] for k in range(len(items))]
+            return super().directional_steps_many(i, items, twice)
+        factors = (1, 2) if twice else (1,)
+        flat = self._directionals_at(i, [(u, f * h, g) for u, h, g in items for f in factors])
+        n = len(factors)
+        return [flat[n * k:n * k + n] for k in range(len(items))]
 
     def _directionals_at(self, i: int, items: list[tuple[Any, float, Any]]
                          ) -> list[tuple[float, np.ndarray, np.ndarray]]:
         """directional() of each (u, h, g) in ``items``, one compiled call (h·u as there)."""
-        import tensorflow as tf
 
-        hs = [tf.constant(h, tf.float64) for _, h, _ in items]
         batch = compiled_directionals(self.f, i, len(items))
-        step_dots, fps, fms = batch(list(self.tensors), [u for u, _, _ in items],
-                                    [h * u for h, (u, _, _) in zip(hs, items)],
+        # hus=None: the batch forms every h·u in one multiply (it was an eager op a probe)
+        step_dots, fps, fms = batch(list(self.tensors), [u for u, _, _ in items], None,
                                     [h for _, h, _ in items], [g for _, _, g in items])
         self.evaluations += 2 * len(items)
         step_dots, fps, fms = step_dots.numpy(), fps.numpy(), fms.numpy()

@@ -86,7 +86,7 @@ def compiled_vjp(f: Any, checked: list[int]) -> Any:
 def compiled_directionals(f: Any, i: int, probes: int) -> Any:
     """(args, us, hus, h, gs) -> (g_k·(x⁺ - x⁻), f(x⁺_k), f(x⁻_k)) for k < probes, stacked, with
     x = args[i] and x± = x ± hus[k] (outputs flat float64), compiled, if f is a tf.function (else
-    None). Kept on f, as compiled_vjp.
+    None). Kept on f, as compiled_vjp. For a light-traced f, hus=None means h_k·us[k].
 
     For a light-traced f one trace serves any number of probes (the probes' steps h and 2h, and
     a kink's retry of one probe at a smaller step, which was eager: ~2 ms a step), and ``h``
@@ -135,9 +135,20 @@ def compiled_directionals(f: Any, i: int, probes: int) -> Any:
         return dots, outs[:k], outs[k:]
 
     function: list[Any] = []
-    stacks: list[Any] = []  # [us, hus, their stacks] of the last call (directions are kept)
+    # Stacks of the last few lists of tensors, by the tensors' identity: a later check draws the
+    # same directions, and a check with a failing probe alternates two lists (every probe's
+    # first step, the failing probes' retry), which a single kept stack re-made at each call.
+    stacks: dict[tuple[int, ...], tuple[list[Any], Any]] = {}
 
-    def light(args: list[Any], us: list[Any], hus: list[Any], h: Any, gs: list[Any]
+    def stacked_once(tensors: list[Any]) -> Any:
+        key = tuple(id(t) for t in tensors)
+        if key not in stacks:
+            if len(stacks) >= 4:
+                del stacks[next(iter(stacks))]
+            stacks[key] = (list(tensors), tf.stack(tensors))  # the list keeps the ids valid
+        return stacks[key][1]
+
+    def light(args: list[Any], us: list[Any], hus: list[Any] | None, h: Any, gs: list[Any]
               ) -> tuple[Any, Any, Any]:
         if not function:  # the probes' count left open: one trace for any
             n = int(us[0].shape[0])
@@ -148,13 +159,16 @@ def compiled_directionals(f: Any, i: int, probes: int) -> Any:
             function[:] = [compiled, compiled.get_concrete_function()]
         # A later check of a run draws the same directions (directions._direction keeps them,
         # and h·u at its last steps): their stacks are made once, not at every check (~1 ms).
-        if not (stacks and _same(stacks[0], us) and _same(stacks[1], hus)):
-            stacks[:] = [list(us), list(hus), tf.stack(us), tf.stack(hus)]
+        us_stack = stacked_once(us)
+        steps = np.broadcast_to(np.asarray(h, np.float64), [len(us)])
+        # hus=None: h·u of each probe at its own step, one multiply for all of them (a retry's
+        # steps; each element is the same product as h * u alone, so the same values).
+        hus_stack = (stacked_once(hus) if hus is not None
+                     else us_stack * tf.constant(steps[:, None]))
         # A scalar loss's probes share one VJP (probe._probe_entries): broadcast, not stacked.
         g_stack = (tf.broadcast_to(gs[0], [len(gs), int(gs[0].shape[0])])
                    if _same(gs, [gs[0]] * len(gs)) else tf.stack(gs))
-        steps = tf.constant(np.broadcast_to(np.asarray(h, np.float64), [len(us)]))
-        call = (list(args), stacks[2], stacks[3], steps, g_stack)
+        call = (list(args), us_stack, hus_stack, tf.constant(steps), g_stack)
         return _call_concrete(function[0], function[1], call, [*args, *call[1:]])
 
     kept[key] = light
