@@ -61,9 +61,9 @@ def derive_seeds(cfg: DictConfig) -> dict[str, int]:
     return derived
 
 
-# Modules whose random ops are stateless (Keras 3 draws from seed variables, gradexp's batch order
+# Packages whose random ops are stateless (Keras 3 draws from seed variables, gradexp's batch order
 # from a tf.random.Generator): their numbers do not depend on TensorFlow's kernel cache.
-STATELESS_RANDOM_MODULES = ("gradexp.", "keras.")
+STATELESS_RANDOM_PACKAGES = frozenset({"gradexp", "keras"})
 
 
 def seed_tensorflow(seed: int, cfg: DictConfig) -> None:
@@ -87,7 +87,8 @@ def seed_tensorflow(seed: int, cfg: DictConfig) -> None:
     import random
 
     # What Context._set_global_seed does, less TFE_ContextClearCaches (private: checked above,
-    # and tf.random.set_seed is the fallback wherever TensorFlow lays these out otherwise).
+    # and tf.random.set_seed is the fallback wherever TensorFlow lays these out otherwise, and
+    # for a process's first seed, before which `_rng` does not exist and no cache is filled).
     context._seed = seed
     context._rng = random.Random(seed)
 
@@ -113,4 +114,4 @@ def _only_stateless_code(cfg: DictConfig) -> bool:
 
     groups = ("data", "model", "loss")
     plain = [OmegaConf.to_container(cfg[group], resolve=True) for group in groups]
-    return all(t.startswith(STATELESS_RANDOM_MODULES) for t in targets(plain))
+    return all(t.split(".")[0] in STATELESS_RANDOM_PACKAGES for t in targets(plain))
