@@ -11,7 +11,7 @@ import optuna
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import run_cli
+from conftest import empty_store, run_cli
 from hydra_plugins.gradexp_optuna.search_space import grid, search_space
 
 TINY = ("trainer.epochs=5", "gradcheck=off", "tracking.log_model=false")
@@ -113,6 +113,7 @@ def test_a_batch_of_trials_packs_and_tells_the_values_the_basic_launcher_tells(
     found = {}
     for launcher in ("packed", "basic"):
         folder = tmp_path_factory.mktemp(launcher)
+        empty_store(folder)  # the launch folder's default store, as MLflow makes it
         results = gradexp.sweep(f"hydra/launcher={launcher}", *search, launch_dir=folder)
         assert len(results) == 4
         trials = {t.params["optimizer.learning_rate"]: (t.state.name, t.value,
@@ -146,6 +147,7 @@ def test_a_batch_of_trials_packs_and_tells_the_values_the_basic_launcher_tells(
 def test_one_trial_a_batch_says_once_that_nothing_packs(tmp_path, capsys):
     import gradexp
 
+    empty_store(tmp_path)  # the launch folder's default store, as MLflow makes it
     results = gradexp.sweep("hydra/sweeper=optuna", "hydra/launcher=packed",
                             "hydra.sweeper.n_trials=2", "hydra.sweeper.sampler.seed=0",
                             "optimizer.learning_rate=interval(0.05,0.3)", *TINY,

@@ -197,8 +197,8 @@ def test_a_packed_job_takes_the_seeds_its_master_seed_derives(tmp_path):
     # and batches must come from those, as its sequential run's do
     common = ("trainer.epochs=5", "trainer.batch_size=25", "gradcheck=off",
               "tracking.log_model=false")
-    (tmp_path / "packed").mkdir()
-    (tmp_path / "alone").mkdir()
+    empty_store(tmp_path / "packed")  # each launch folder's default store, without migrations
+    empty_store(tmp_path / "alone")
     packed = gradexp.sweep("hydra/launcher=packed", "seed=1,2", *common,
                            launch_dir=tmp_path / "packed")
     alone = gradexp.run("seed=2", *common, launch_dir=tmp_path / "alone")

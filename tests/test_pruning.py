@@ -113,6 +113,7 @@ def test_a_bad_learning_rate_is_pruned_while_good_ones_finish(pruner, shared_sto
 
 
 def test_pruner_none_changes_nothing(tmp_path):
+    empty_store(tmp_path)  # the launch folder's default store, as MLflow makes it
     results = gradexp.sweep(RATES, "eval.every=10", *TINY, launch_dir=tmp_path)
     assert [result.epochs for result in results] == [100, 100, 100]
     client, parent, children = children_and_parent(tmp_path)
@@ -184,6 +185,7 @@ def test_the_same_hyperband_sweep_run_twice_prunes_the_same_jobs(tmp_path):
     sweep = ("optimizer.learning_rate=0.3,0.0001,0.1,0.00001", "sweep.pruner=hyperband",
              "eval.every=10", "trainer.epochs=30", "seed=3", *TINY)
     marks = []
+    empty_store(tmp_path)  # the launch folder's default store, as MLflow makes it
     for _ in range(2):
         gradexp.sweep(*sweep, launch_dir=tmp_path)
         from mlflow import MlflowClient
@@ -216,6 +218,7 @@ def test_a_packed_group_prunes_the_bad_rate_as_a_sequential_sweep_does(pruner, t
     # while the others train on; median: the group trains to the end and each job is judged in
     # its replayed run, one after another. Either way the records a sequential sweep leaves.
     overrides, epochs = PRUNERS[pruner]
+    empty_store(tmp_path)  # the launch folder's default store, as MLflow makes it
     results = gradexp.sweep("hydra/launcher=packed", RATES, *overrides, *TINY,
                             f"tracking.experiment={pruner}", launch_dir=tmp_path)
     assert [result.epochs for result in results] == [epochs, epochs, 10]

@@ -220,7 +220,8 @@ def build_idle(n_features, n_outputs):
     inputs = keras.Input((n_features,))
     return keras.Model(inputs, WithIdleWeight(n_outputs, name="head")(inputs))
 '''
-FAST = ("trainer.epochs=3", "data.n_samples=32", "gradcheck.plots=false")
+FAST = ("trainer.epochs=3", "data.n_samples=32", "gradcheck.plots=false",
+        "tracking.log_model=false")  # no test here reads the heat maps or the LoggedModel
 
 
 @pytest.fixture

@@ -20,7 +20,8 @@ from gradexp.loop import GradientCheckFailed
 from gradexp.schema import ConfigError
 from gradexp.user_code import label_by_target
 
-FAST = ("trainer.epochs=5", "data.n_samples=32", "data.outliers=0.1", "gradcheck.plots=false")
+FAST = ("trainer.epochs=5", "data.n_samples=32", "data.outliers=0.1", "gradcheck.plots=false",
+        "tracking.log_model=false")  # no test here reads the heat maps or the LoggedModel
 
 # A new user's module: a plain function returning one loss per sample (as Keras loss functions
 # do), one with a signature that is not (y_true, y_pred), a constant, and a class that is not a

@@ -41,8 +41,11 @@ def test_default_check_runs_at_start_and_end_and_is_recorded(store, client):
     ("data.n_features=4", "gradcheck.wrt=both"),
 ])
 def test_built_in_models_and_losses_pass_with_errors_near_zero(store, client, overrides):
+    # No heat maps and no LoggedModel: a fifth of these runs was drawing the MLPs' heat maps
+    # (test_jacobian_heat_maps_are_drawn_for_small_variables_after_training draws them), and
+    # neither changes a check.
     result = run(store, "trainer.epochs=3", "gradcheck=strict", "gradcheck.every_n_epochs=2",
-                 *overrides)
+                 "gradcheck.plots=false", "tracking.log_model=false", *overrides)
     assert result.gradcheck_passed is True
     metrics = client.get_run(result.run_id).data.metrics
     assert metrics["gradcheck/max_rel_error"] < 1e-5

@@ -121,8 +121,14 @@ def user_models(tmp_path, request):
     return name
 
 
+# No heat maps and no LoggedModel: no test here reads them (test_verification draws the heat
+# maps, test_logged_model logs models), and drawing a failing check's maps of the encoder's
+# kernels was most of a buggy run's time.
+LEAN = ("gradcheck.plots=false", "tracking.log_model=false")
+
+
 def run(store, tmp_path, *overrides):
-    return conftest.run(store, *overrides, launch_dir=tmp_path)
+    return conftest.run(store, *LEAN, *overrides, launch_dir=tmp_path)
 
 
 # ---------------------------------------------------------------- one loss
@@ -293,7 +299,6 @@ def test_check_model_checks_a_keras_models_training_step(tmp_path, user_models):
 def test_a_subclassed_model_without_training_argument_trains_and_is_checked(store, tmp_path,
                                                                           user_models):
     result = run(store, tmp_path, "model=custom", f"model._target_={user_models}.plain_subclassed",
-                 "optimizer=adam", "optimizer.learning_rate=0.05", "trainer.epochs=200",
-                 "tracking.log_model=false")
+                 "optimizer=adam", "optimizer.learning_rate=0.05", "trainer.epochs=200")
     assert result.metrics["val/r2"] > 0.9  # it learned seed 004's line: its variables exist
     assert result.gradcheck_passed is True
