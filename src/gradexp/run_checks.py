@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -257,7 +258,7 @@ def _check_dtype(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Data
     dtype clash raises while tracing. Only if the first check then raises, or comes back in
     another dtype, does the trial run, to say which dtype and why; the check is done again in
     that one (or the error raised, if the requested dtype was not the cause)."""
-    values = [v.numpy() for v in model.params]
+    values = read_values(model.params)
     args = (cfg.dtype, model, loss_cfg, data, row_limit(cfg, model), values)
     losses = _losses(*args, trial=eager, training=training)
     if losses.verified:
@@ -279,12 +280,29 @@ def _check_dtype(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Data
     return result
 
 
+def read_values(variables: list) -> list[np.ndarray]:
+    """The variables' values as numpy arrays, one ReadVariableOp each where the variable is (or
+    wraps, as a Keras 3 variable does) a tf.Variable: its .numpy() reads, copies the read with
+    an identity op and goes through Keras' property, ~3x the time (~0.1-0.3 ms a check)."""
+    values = []
+    for v in variables:
+        inner = getattr(v, "value", v)
+        handle = getattr(inner, "handle", None) if isinstance(inner, tf.Variable) else None
+        if handle is None or not tf.executing_eagerly():
+            values.append(v.numpy())
+        else:
+            values.append(tf.raw_ops.ReadVariableOp(resource=handle, dtype=inner.dtype).numpy())
+    return values
+
+
 def _check_in(losses: _Losses, cfg: DictConfig, model: Model, data: Dataset, epoch: int,
               eager: bool, values: list[np.ndarray]) -> CheckResult:
     method = getattr(cfg.method, "value", cfg.method)
     wrt = getattr(cfg.wrt, "value", cfg.wrt)
     dtype = losses.dtype
-    params = [tf.constant(v, dtype) for v in values]
+    # Converted in numpy, then copied (TensorFlow's own float32 -> float64 conversion took
+    # twice as long; both are exact).
+    params = [tf.constant(np.asarray(v, tf.as_dtype(dtype).as_numpy_dtype)) for v in values]
     names = model.names
     # compile=False: what is compiled here is decided here (traced once per run, no autograph).
     options = {"probes": cfg.probes, "dtype": dtype, "max_jacobian_size": cfg.max_jacobian_size,
@@ -355,7 +373,9 @@ def _jacobian_positions(method: str, xs: list[tf.Tensor], max_size: int, rows: i
     at most max_jacobian_size elements; under `auto` all of them if their Jacobian costs at
     most JACOBIAN_EPOCHS training epochs (see above), else none; under probe or jacobian none
     (jacobian checks every input its own way)."""
-    sizes = [int(tf.size(x)) for x in xs]
+    # The static shapes (an eager tf.size a tensor cost ~0.1 ms of a later check).
+    sizes = [int(tf.size(x)) if x.shape.num_elements() is None else x.shape.num_elements()
+             for x in xs]
     if method == "both":
         return [i for i, size in enumerate(sizes) if size <= max_size]
     if method == "auto":
@@ -475,7 +495,7 @@ def row_limit(cfg: DictConfig, model: Model) -> int | None:
     """The rows a run's checks use at most: gradcheck.max_rows (None: all), capped for a large
     model (ROW_WORK above)."""
     limit = cfg.get("max_rows")
-    params = sum(int(np.prod(v.shape, dtype=np.int64)) for v in model.params)
+    params = sum(math.prod(v.shape) for v in model.params)  # ints: numpy's prod cost ~30 us
     cap = max(MIN_ROWS, ROW_WORK // max(params, 1))
     return cap if limit is None else min(int(limit), cap)
 
