@@ -168,7 +168,8 @@ def _checks(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, 
     A run's checks are compiled (GradientChecks): traced once per process and shape, since a
     sweep's later jobs of one shape reuse the model and its traces (gradexp.shared_programs),
     and a job must record what it records alone, which the eager ops' rounding would not."""
-    mode = str(getattr(cfg.get("mode", "train"), "value", cfg.get("mode", "train")))
+    mode = cfg.get("mode", "train")  # each read of a DictConfig key costs ~10 us
+    mode = str(getattr(mode, "value", mode))
     model.sync_twins()  # the masks and statistics the model has now
     with _without_graph_optimizer():
         if mode != "both":
@@ -297,15 +298,15 @@ def read_values(variables: list) -> list[np.ndarray]:
 
 def _check_in(losses: _Losses, cfg: DictConfig, model: Model, data: Dataset, epoch: int,
               eager: bool, values: list[np.ndarray]) -> CheckResult:
-    method = getattr(cfg.method, "value", cfg.method)
-    wrt = getattr(cfg.wrt, "value", cfg.wrt)
+    method, wrt, probes, max_size = cfg.method, cfg.wrt, cfg.probes, cfg.max_jacobian_size
+    method, wrt = getattr(method, "value", method), getattr(wrt, "value", wrt)
     dtype = losses.dtype
     # Converted in numpy, then copied (TensorFlow's own float32 -> float64 conversion took
     # twice as long; both are exact).
     params = [tf.constant(np.asarray(v, tf.as_dtype(dtype).as_numpy_dtype)) for v in values]
     names = model.names
     # compile=False: what is compiled here is decided here (traced once per run, no autograph).
-    options = {"probes": cfg.probes, "dtype": dtype, "max_jacobian_size": cfg.max_jacobian_size,
+    options = {"probes": probes, "dtype": dtype, "max_jacobian_size": max_size,
                "compile": False}
 
     targets: list[tuple[str, Callable, list[tf.Tensor], list[str]]] = []
@@ -322,7 +323,7 @@ def _check_in(losses: _Losses, cfg: DictConfig, model: Model, data: Dataset, epo
                          rows=int(losses.x.shape[0]), rows_total=len(data.x))
     for target, function, xs, xs_names in targets:
         joint = target == "variables" and len(xs) > 1
-        exact = _jacobian_positions(method, xs, cfg.max_jacobian_size, result.rows,
+        exact = _jacobian_positions(method, xs, max_size, result.rows,
                                     result.rows_total)
         if isinstance(function, _Compiled) and (method == "jacobian" or exact or not joint):
             function = function.function if eager else function(xs)
@@ -339,7 +340,7 @@ def _check_in(losses: _Losses, cfg: DictConfig, model: Model, data: Dataset, epo
                 losses.joint = losses.joint or JointFunction(raw, shapes, scales)
                 joint_function = losses.joint
             result.reports[f"{target}/probe"] = check_jointly(
-                joint_function.f, xs, names=xs_names, probes=cfg.probes, dtype=dtype,
+                joint_function.f, xs, names=xs_names, probes=probes, dtype=dtype,
                 joint=joint_function)
         elif method != "jacobian":
             result.reports[f"{target}/probe"] = check_gradients(
