@@ -43,7 +43,7 @@ from gradexp.gradcheck.joint import JointFunction, check_jointly, direction_scal
 from gradexp.gradcheck.report import ReportedError
 from gradexp.gradcheck.second_order import second_order_reports
 from gradexp.losses import build_loss
-from gradexp.models import Model
+from gradexp.models import Model, read_values
 
 
 @dataclass
@@ -279,21 +279,6 @@ def _check_dtype(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Data
     if failure is not None:
         raise failure  # not the dtype: the loss's or the model's own error
     return result
-
-
-def read_values(variables: list) -> list[np.ndarray]:
-    """The variables' values as numpy arrays, one ReadVariableOp each where the variable is (or
-    wraps, as a Keras 3 variable does) a tf.Variable: its .numpy() reads, copies the read with
-    an identity op and goes through Keras' property, ~3x the time (~0.1-0.3 ms a check)."""
-    values = []
-    for v in variables:
-        inner = getattr(v, "value", v)
-        handle = getattr(inner, "handle", None) if isinstance(inner, tf.Variable) else None
-        if handle is None or not tf.executing_eagerly():
-            values.append(v.numpy())
-        else:
-            values.append(tf.raw_ops.ReadVariableOp(resource=handle, dtype=inner.dtype).numpy())
-    return values
 
 
 def _check_in(losses: _Losses, cfg: DictConfig, model: Model, data: Dataset, epoch: int,
