@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -42,7 +43,7 @@ from gradexp.gradcheck.joint import JointFunction, check_jointly, direction_scal
 from gradexp.gradcheck.report import ReportedError
 from gradexp.gradcheck.second_order import second_order_reports
 from gradexp.losses import build_loss
-from gradexp.models import Model
+from gradexp.models import Model, read_values
 
 
 @dataclass
@@ -167,7 +168,8 @@ def _checks(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, 
     A run's checks are compiled (GradientChecks): traced once per process and shape, since a
     sweep's later jobs of one shape reuse the model and its traces (gradexp.shared_programs),
     and a job must record what it records alone, which the eager ops' rounding would not."""
-    mode = str(getattr(cfg.get("mode", "train"), "value", cfg.get("mode", "train")))
+    mode = cfg.get("mode", "train")  # each read of a DictConfig key costs ~10 us
+    mode = str(getattr(mode, "value", mode))
     model.sync_twins()  # the masks and statistics the model has now
     with _without_graph_optimizer():
         if mode != "both":
@@ -257,7 +259,7 @@ def _check_dtype(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Data
     dtype clash raises while tracing. Only if the first check then raises, or comes back in
     another dtype, does the trial run, to say which dtype and why; the check is done again in
     that one (or the error raised, if the requested dtype was not the cause)."""
-    values = [v.numpy() for v in model.params]
+    values = read_values(model.params)
     args = (cfg.dtype, model, loss_cfg, data, row_limit(cfg, model), values)
     losses = _losses(*args, trial=eager, training=training)
     if losses.verified:
@@ -281,13 +283,15 @@ def _check_dtype(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Data
 
 def _check_in(losses: _Losses, cfg: DictConfig, model: Model, data: Dataset, epoch: int,
               eager: bool, values: list[np.ndarray]) -> CheckResult:
-    method = getattr(cfg.method, "value", cfg.method)
-    wrt = getattr(cfg.wrt, "value", cfg.wrt)
+    method, wrt, probes, max_size = cfg.method, cfg.wrt, cfg.probes, cfg.max_jacobian_size
+    method, wrt = getattr(method, "value", method), getattr(wrt, "value", wrt)
     dtype = losses.dtype
-    params = [tf.constant(v, dtype) for v in values]
+    # Converted in numpy, then copied (TensorFlow's own float32 -> float64 conversion took
+    # twice as long; both are exact).
+    params = [tf.constant(np.asarray(v, tf.as_dtype(dtype).as_numpy_dtype)) for v in values]
     names = model.names
     # compile=False: what is compiled here is decided here (traced once per run, no autograph).
-    options = {"probes": cfg.probes, "dtype": dtype, "max_jacobian_size": cfg.max_jacobian_size,
+    options = {"probes": probes, "dtype": dtype, "max_jacobian_size": max_size,
                "compile": False}
 
     targets: list[tuple[str, Callable, list[tf.Tensor], list[str]]] = []
@@ -304,7 +308,7 @@ def _check_in(losses: _Losses, cfg: DictConfig, model: Model, data: Dataset, epo
                          rows=int(losses.x.shape[0]), rows_total=len(data.x))
     for target, function, xs, xs_names in targets:
         joint = target == "variables" and len(xs) > 1
-        exact = _jacobian_positions(method, xs, cfg.max_jacobian_size, result.rows,
+        exact = _jacobian_positions(method, xs, max_size, result.rows,
                                     result.rows_total)
         if isinstance(function, _Compiled) and (method == "jacobian" or exact or not joint):
             function = function.function if eager else function(xs)
@@ -321,7 +325,7 @@ def _check_in(losses: _Losses, cfg: DictConfig, model: Model, data: Dataset, epo
                 losses.joint = losses.joint or JointFunction(raw, shapes, scales)
                 joint_function = losses.joint
             result.reports[f"{target}/probe"] = check_jointly(
-                joint_function.f, xs, names=xs_names, probes=cfg.probes, dtype=dtype,
+                joint_function.f, xs, names=xs_names, probes=probes, dtype=dtype,
                 joint=joint_function)
         elif method != "jacobian":
             result.reports[f"{target}/probe"] = check_gradients(
@@ -355,7 +359,9 @@ def _jacobian_positions(method: str, xs: list[tf.Tensor], max_size: int, rows: i
     at most max_jacobian_size elements; under `auto` all of them if their Jacobian costs at
     most JACOBIAN_EPOCHS training epochs (see above), else none; under probe or jacobian none
     (jacobian checks every input its own way)."""
-    sizes = [int(tf.size(x)) for x in xs]
+    # The static shapes (an eager tf.size a tensor cost ~0.1 ms of a later check).
+    sizes = [int(tf.size(x)) if x.shape.num_elements() is None else x.shape.num_elements()
+             for x in xs]
     if method == "both":
         return [i for i, size in enumerate(sizes) if size <= max_size]
     if method == "auto":
@@ -475,7 +481,7 @@ def row_limit(cfg: DictConfig, model: Model) -> int | None:
     """The rows a run's checks use at most: gradcheck.max_rows (None: all), capped for a large
     model (ROW_WORK above)."""
     limit = cfg.get("max_rows")
-    params = sum(int(np.prod(v.shape, dtype=np.int64)) for v in model.params)
+    params = sum(math.prod(v.shape) for v in model.params)  # ints: numpy's prod cost ~30 us
     cap = max(MIN_ROWS, ROW_WORK // max(params, 1))
     return cap if limit is None else min(int(limit), cap)
 

@@ -152,8 +152,10 @@ class _Target:
             # The probes' few cotangents in one compiled call: the calls' overhead, not their
             # arithmetic, is what a VJP costs at thousands of elements. (The jacobian method's
             # one cotangent per output goes one at a time: a graph per output count is not.)
+            # One constant a cotangent (a scalar loss's are scalars): stacking them into one
+            # tensor and unstacking it cost two more eager ops, for the same values.
             batch = compiled(list(self._sources()),
-                             tf.unstack(tf.constant(np.stack(cotangents), dtype=self._y.dtype)))
+                             [tf.constant(c, dtype=self._y.dtype) for c in cotangents])
         else:
             batch = None
         for j, c in enumerate(cotangents):
@@ -499,7 +501,7 @@ class _FunctionTarget(_Target):
         """directional() of each (u, h, g) in ``items``, one compiled call (h·u as there)."""
 
         batch = compiled_directionals(self.f, i, len(items))
-        # hus=None: the batch forms every h·u in one multiply (it was an eager op a probe)
+        # hus=None: the batch forms every h·u (it was an eager op a probe)
         step_dots, fps, fms = batch(list(self.tensors), [u for u, _, _ in items], None,
                                     [h for _, h, _ in items], [g for _, _, g in items])
         self.evaluations += 2 * len(items)

@@ -36,6 +36,7 @@ def _direction(key: tuple, draw: Callable[[], np.ndarray], h: float, weights: An
 
     global _LEVELS_TENSOR
     kept = _DIRECTIONS.pop(key, None)
+    grown = kept is None  # only a new direction or step can take the total over the limit
     if kept is None:
         if _LEVELS_TENSOR is None:
             _LEVELS_TENSOR = tf.constant(_gaussian_levels())
@@ -46,12 +47,15 @@ def _direction(key: tuple, draw: Callable[[], np.ndarray], h: float, weights: An
         hu = steps.pop(h, None)
         if hu is None:
             hu = tf.constant(h, tf.float64) * kept[0]
+            grown = True
             while len(steps) >= _STEPS_KEPT:  # the least recently used step goes
                 del steps[next(iter(steps))]
         steps[h] = hu
     _DIRECTIONS[key] = kept
-    while sum(8 * (1 + len(k[2])) * int(k[0].shape[0])
-              for k in _DIRECTIONS.values()) > _DIRECTIONS_BYTES:
+    # Summed over every kept direction only when one was added (a later check of a run, 8
+    # probes, summed 8 x 8 shapes for nothing).
+    while grown and sum(8 * (1 + len(k[2])) * int(k[0].shape[0])
+                        for k in _DIRECTIONS.values()) > _DIRECTIONS_BYTES:
         _DIRECTIONS.popitem(last=False)
     if weights is None:
         return kept[0], kept[1], hu
