@@ -254,6 +254,16 @@ def pytest_collection_finish(session) -> None:
     _GUARD["on"] = not any(item.get_closest_marker("slow") for item in session.items)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items) -> None:
+    """Under `-n 2 --dist loadgroup` (the README's test command), a module's slow tests run
+    on one worker, in order: what they spawn shares a module's fixtures, and the biggest
+    groups are handed out first, so the slow modules start while the fast tests fill in."""
+    for item in items:
+        if item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.xdist_group(f"slow-{item.module.__name__}"))
+
+
 @pytest.fixture(autouse=True)
 def _no_process_unless_slow():
     """Fails the test too when the RuntimeError above was caught and swallowed."""
