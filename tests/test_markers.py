@@ -1,6 +1,6 @@
 """The suite's own rules for its two tiers.
 
-`python -m pytest` (CI) runs every test; `python -m pytest -m "not slow"` is the fast tier.
+`python -m pytest -n 2 --dist loadgroup` (CI) runs every test; `-m "not slow"` is the fast tier.
 
 - A test that starts a process (`python -m gradexp`, an MLflow server, Ray, a helper script) is
   marked slow: conftest.py's audit hook fails any process start in a session that selects no
@@ -11,10 +11,11 @@
   tinier data where the assertion still holds and can still fail.
 - What every test pays is kept out of its time: each `store` is a copy of one empty MLflow store
   made once a session (conftest.empty_store), not ~50 schema migrations a test.
-- The fast tier also runs on both cores, `-n 2 --dist loadgroup` (pytest-xdist): each worker
-  runs in its own launch folder and every test writes under its tmp_path, so nothing is shared
-  between workers; a module whose tests read one module-scoped run carries an xdist_group mark,
-  so that run is made on one worker, not once per worker.
+- Both tiers run on both cores, `-n 2 --dist loadgroup` (pytest-xdist): each worker runs in
+  its own launch folder and every test writes under its tmp_path, so nothing is shared between
+  workers; a module whose tests read one module-scoped run carries an xdist_group mark, so that
+  run is made on one worker, not once per worker; and each module's slow tests form one group
+  (conftest.py), run in order on one worker, the biggest groups handed out first.
 - The fast tier keeps at least one test of each area: config (test_config, test_every_key),
   the runner (test_runner), the checker (test_gradcheck, test_verification), tracking
   (test_tracking), sweeps composed in-process (test_api, test_evaluation, test_replicates,
