@@ -16,13 +16,20 @@ Beside each packed sweep, its packed training alone (the launcher's own line: th
 program's calls, no tracking, no checks): the in-process limit of that sweep; the rest of its
 wall time is each job's replay (its child run, evaluations, checks, plots, model), which the
 sequential launcher pays as well. Every sweep must leave all its children FINISHED; the script
-checks that. The machine may be
-shared: the load average is printed before and after.
+checks that. And beside both, KerasTuner's GridSearch over the same configurations with
+`model.fit` (benchmarks/kerastuner_sweep.py, in a process of its own: the same arrays, model,
+loss, epochs and batch size; no checks, no tracking), unless --kerastuner-trials 0. A trial of
+the line's 100 one-batch epochs takes several seconds, so by default the line runs its first 8
+trials and the table gives its time for all of them as the process's wall time plus the rest at
+the measured seconds a trial, marked "est."; --kerastuner-trials N sets that (the digits run
+all 16 unless N is smaller). Needs `pip install ".[bench]"`. The machine may be shared: the
+load average is printed before and after.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -60,11 +67,33 @@ def timed(*args: str) -> tuple[float, int, float | None]:
         return seconds, finished, float(trained.group(2)) if trained else None
 
 
+def kerastuner(problem: str, seeds: int, epochs: int, trials: int) -> tuple[float, int, str]:
+    """KerasTuner's GridSearch of the sweep `problem`, in a process of its own: its wall time
+    (all trials, or estimated from the first `trials`), the trials run, and a label."""
+    script = Path(__file__).with_name("kerastuner_sweep.py")
+    env = {**os.environ, "PYTHONPATH": SRC, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, str(script), problem, "--seeds", str(seeds),
+                           "--epochs", str(epochs), "--trials", str(trials)], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wall = time.perf_counter() - started
+    if done.returncode:
+        raise SystemExit(f"kerastuner_sweep.py {problem} failed:\n{done.stdout[-2000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    ran, grid = result["trials"], result["grid"]
+    if ran == grid:
+        return wall, ran, "KerasTuner GridSearch (model.fit)"
+    estimate = wall + (grid - ran) * result["seconds"] / ran
+    return estimate, ran, f"KerasTuner GridSearch, est. from {ran} trials"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=4, help="trainer seeds in the line sweep")
     parser.add_argument("--digits-epochs", type=int, default=30)
     parser.add_argument("--only", choices=("line", "digits"), help="one of the two sweeps")
+    parser.add_argument("--kerastuner-trials", type=int, default=8,
+                        help="KerasTuner trials run of the line (0: no KerasTuner)")
     options = parser.parse_args()
     print(f"load average before: {os.getloadavg()}")
     seeds = ",".join(map(str, range(options.seeds)))
@@ -85,18 +114,25 @@ def main() -> None:
     for key, (name, sweep) in sweeps.items():
         if options.only not in (None, key):
             continue
+        jobs = 16 * options.seeds if sweep is line else 16
         for launcher in ("packed", "basic"):
             seconds, finished, trained = timed(*sweep, f"hydra/launcher={launcher}")
-            jobs = 16 * options.seeds if sweep is line else 16
             if finished != jobs:
                 raise SystemExit(f"{name} ({launcher}): {finished} of {jobs} jobs FINISHED")
             rows.append((f"{name}: {launcher}", jobs, seconds))
             print(f"{name}: {launcher}: {seconds:.1f} s", flush=True)
             if trained is not None:  # the in-process limit of a packed sweep: its training
                 rows.append((f"{name}: packed training alone", jobs, trained))
-    print(f"\n{'what':<46} {'jobs':>5} {'wall s':>8} {'s a job':>8}")
+        if options.kerastuner_trials:
+            trials = options.kerastuner_trials if key == "line" else 16
+            seconds, _, label = kerastuner(key, options.seeds if key == "line" else 1,
+                                           100 if key == "line" else options.digits_epochs,
+                                           min(trials, jobs))
+            rows.append((f"{name}: {label}", jobs, seconds))
+            print(f"{name}: {label}: {seconds:.1f} s", flush=True)
+    print(f"\n{'what':<64} {'jobs':>5} {'wall s':>8} {'s a job':>8}")
     for what, jobs, seconds in rows:
-        print(f"{what:<46} {jobs:>5} {seconds:>8.1f} {seconds / jobs:>8.2f}")
+        print(f"{what:<64} {jobs:>5} {seconds:>8.1f} {seconds / jobs:>8.2f}")
     seconds = {what: s for what, _, s in rows}
     for name, _ in sweeps.values():
         if f"{name}: packed" not in seconds:
@@ -104,6 +140,10 @@ def main() -> None:
         packed, basic = seconds[f"{name}: packed"], seconds[f"{name}: basic"]
         print(f"{name}: sequential / packed {basic / packed:.2f}x; packed / one process "
               f"{packed / one:.1f}x (targets: line within 3x of one process, digits >= 3x)")
+        tuner = [s for what, s in seconds.items() if what.startswith(f"{name}: KerasTuner")]
+        if tuner:
+            print(f"{name}: KerasTuner / packed {tuner[0] / packed:.1f}x, "
+                  f"KerasTuner / sequential {tuner[0] / basic:.1f}x")
     print(f"load average after: {os.getloadavg()}")
 
 
