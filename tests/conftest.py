@@ -261,7 +261,7 @@ def pytest_collection_modifyitems(items) -> None:
     groups are handed out first, so the slow modules start while the fast tests fill in."""
     for item in items:
         if item.get_closest_marker("slow"):
-            item.add_marker(pytest.mark.xdist_group(f"slow-{item.module.__name__}"))
+            item.add_marker(pytest.mark.xdist_group(f"slow-{item.path.stem}"))
 
 
 @pytest.fixture(autouse=True)
