@@ -22,8 +22,10 @@ loss, epochs and batch size; no checks, no tracking), unless --kerastuner-trials
 the line's 100 one-batch epochs takes several seconds, so by default the line runs its first 8
 trials and the table gives its time for all of them as the process's wall time plus the rest at
 the measured seconds a trial, marked "est."; --kerastuner-trials N sets that (the digits run
-all 16 unless N is smaller). Needs `pip install ".[bench]"`. The machine may be shared: the
-load average is printed before and after.
+all 16 unless N is smaller). With --src NAME=PATH (repeated) it compares trees instead: each
+packed sweep under each tree's src/, alternated for --rounds rounds, median wall seconds.
+KerasTuner needs `pip install ".[bench]"`. The machine may be shared: the load average is
+printed before and after.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,11 +49,11 @@ OPTIMIZERS = "optimizer=sgd,momentum,adagrad,adam"
 TRAINED = re.compile(r"trained (\d+) packed jobs in \d+ programs?: ([\d.]+) s")
 
 
-def timed(*args: str) -> tuple[float, int, float | None]:
-    """Wall seconds of `python -m gradexp ARGS` in a fresh folder, its FINISHED runs, and the
-    seconds its packed training took (None: nothing packed)."""
+def timed(*args: str, src: str = SRC) -> tuple[float, int, float | None]:
+    """Wall seconds of `python -m gradexp ARGS` (gradexp from `src`) in a fresh folder, its
+    FINISHED runs, and the seconds its packed training took (None: nothing packed)."""
     with tempfile.TemporaryDirectory() as folder:
-        env = {**os.environ, "PYTHONPATH": SRC, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        env = {**os.environ, "PYTHONPATH": src, "TF_CPP_MIN_LOG_LEVEL": "3"}
         started = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "gradexp", *args], cwd=folder, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -87,6 +90,22 @@ def kerastuner(problem: str, seeds: int, epochs: int, trials: int) -> tuple[floa
     return estimate, ran, f"KerasTuner GridSearch, est. from {ran} trials"
 
 
+def compare_trees(trees: list[str], sweeps: dict, rounds: int) -> None:
+    """--src: each packed sweep under each tree, the trees alternated round by round (so load
+    drifts hit them alike); the median wall seconds per tree."""
+    named = dict(tree.split("=", 1) for tree in trees)
+    walls: dict[tuple[str, str], list[float]] = {}
+    for round_ in range(rounds):
+        for name, sweep in sweeps.values():
+            for tree, src in named.items():
+                seconds, _, _ = timed(*sweep, "hydra/launcher=packed", src=src)
+                walls.setdefault((name, tree), []).append(seconds)
+                print(f"round {round_ + 1}: {name}: {tree}: {seconds:.1f} s", flush=True)
+    print(f"\n{'packed sweep':<46} {'tree':<12} {'median wall s':>14}")
+    for (name, tree), values in walls.items():
+        print(f"{name:<46} {tree:<12} {statistics.median(values):>14.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=4, help="trainer seeds in the line sweep")
@@ -94,6 +113,9 @@ def main() -> None:
     parser.add_argument("--only", choices=("line", "digits"), help="one of the two sweeps")
     parser.add_argument("--kerastuner-trials", type=int, default=8,
                         help="KerasTuner trials run of the line (0: no KerasTuner)")
+    parser.add_argument("--src", action="append", default=[], metavar="NAME=PATH",
+                        help="compare trees' packed sweeps instead (repeat; e.g. before=/old/src)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of --src")
     options = parser.parse_args()
     print(f"load average before: {os.getloadavg()}")
     seeds = ",".join(map(str, range(options.seeds)))
@@ -105,15 +127,17 @@ def main() -> None:
               OPTIMIZERS,
               "optimizer.learning_rate=0.001,0.003,0.01,0.03", "trainer.batch_size=32",
               f"trainer.epochs={options.digits_epochs}")
+    sweeps = {"line": (f"line, {16 * options.seeds} jobs", line),
+              "digits": (f"digits MLP, 16 jobs, {options.digits_epochs} epochs", digits)}
+    sweeps = {key: value for key, value in sweeps.items() if options.only in (None, key)}
+    if options.src:
+        compare_trees(options.src, sweeps, options.rounds)
+        return
     rows = []
     one, _, _ = timed()
     rows.append(("one default process", 1, one))
     print(f"one default process: {one:.1f} s", flush=True)
-    sweeps = {"line": (f"line, {16 * options.seeds} jobs", line),
-              "digits": (f"digits MLP, 16 jobs, {options.digits_epochs} epochs", digits)}
     for key, (name, sweep) in sweeps.items():
-        if options.only not in (None, key):
-            continue
         jobs = 16 * options.seeds if sweep is line else 16
         for launcher in ("packed", "basic"):
             seconds, finished, trained = timed(*sweep, f"hydra/launcher={launcher}")
