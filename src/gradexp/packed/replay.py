@@ -66,7 +66,8 @@ class ReplayTrainer:
 
     def _evaluate(self, epochs: list[int]) -> dict[int, dict[str, float]]:
         """The held-out metrics at each of `epochs`, on that epoch's trained weights, all in one
-        compiled call (an evaluator call an epoch was a fifth of a replayed line job), as the
+        compiled call (an evaluator call an epoch was a fifth of a replayed line job on a loaded
+        machine), as the
         sequential trainer computes them inside its own calls: float32 values."""
         if not epochs:
             return {}
