@@ -67,8 +67,7 @@ class ReplayTrainer:
     def _evaluate(self, epochs: list[int]) -> dict[int, dict[str, float]]:
         """The held-out metrics at each of `epochs`, on that epoch's trained weights, all in one
         compiled call (an evaluator call an epoch was a fifth of a replayed line job on a loaded
-        machine), as the
-        sequential trainer computes them inside its own calls: float32 values."""
+        machine), as the sequential trainer computes them inside its own calls: float32."""
         if not epochs:
             return {}
         params = self._trainer.model.params
