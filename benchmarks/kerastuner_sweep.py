@@ -40,14 +40,10 @@ def gradexp_data(problem: str):
     """The arrays gradexp trains and validates on for `problem`, and its batch size."""
     from hydra import compose, initialize_config_dir
 
-    from gradexp.app import register_experiments, resource_dir
+    from gradexp.app import register_configs, resource_dir
     from gradexp.data import load_data
-    from gradexp.metrics import register_resolver
-    from gradexp.schema import register_schemas
 
-    register_schemas()
-    register_experiments()
-    register_resolver()
+    register_configs()  # the schemas, presets and resolver, as the command line has them
     with initialize_config_dir(config_dir=str(resource_dir("conf")), version_base="1.3"):
         cfg = compose(config_name="config", overrides=OVERRIDES[problem])
     data = load_data(cfg.data)
