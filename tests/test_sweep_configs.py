@@ -3,6 +3,7 @@ the configs Hydra itself composes for them, key by key, the hydra node included.
 
 from __future__ import annotations
 
+import pytest
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.types import RunMode
@@ -23,6 +24,7 @@ JOBS = [
 ]
 
 
+@pytest.mark.slow  # ~2.4 s
 def test_jobs_made_from_an_earlier_job_are_what_hydra_composes():
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()

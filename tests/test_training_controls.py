@@ -58,6 +58,7 @@ def test_no_schedule_logs_no_lr(store, client, tmp_path):
 
 
 # ---------------------------------------------------------------- early stopping
+@pytest.mark.slow  # ~2.0 s
 def test_early_stopping_stops_after_patience_and_restores_the_best_weights(store, client,
                                                                            tmp_path):
     # Adam at a large rate on seed 004's line: val/mse bottoms out, then bounces around.
