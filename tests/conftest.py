@@ -258,10 +258,15 @@ def pytest_collection_finish(session) -> None:
 def pytest_collection_modifyitems(items) -> None:
     """Under `-n 2 --dist loadgroup` (the README's test command), a module's slow tests run
     on one worker, in order: what they spawn shares a module's fixtures, and the biggest
-    groups are handed out first, so the slow modules start while the fast tests fill in."""
+    groups are handed out first, so the slow modules start while the fast tests fill in.
+    A heavy test (in-process, over ~2 s) is slow too, so the fast tier skips it, but it is
+    not grouped: nothing it starts is shared, and xdist balances it test by test. (This hook
+    runs before pytest's own, which deselects by `-m`.)"""
     for item in items:
         if item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.xdist_group(f"slow-{item.path.stem}"))
+        elif item.get_closest_marker("heavy"):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)

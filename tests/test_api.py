@@ -33,7 +33,7 @@ def artifacts(client: MlflowClient, run_id: str, path: str | None = None) -> set
     return found
 
 
-@pytest.mark.slow  # ~3 s
+@pytest.mark.heavy  # ~3 s
 def test_run_returns_its_result_and_records_it_in_the_launch_folders_store(tmp_path):
     result = gradexp.run("optimizer=adam", "loss=mae", *QUICK, launch_dir=tmp_path)
 
@@ -63,7 +63,7 @@ def test_run_returns_its_result_and_records_it_in_the_launch_folders_store(tmp_p
     assert hydra_yaml["hydra"]["runtime"]["cwd"] == str(tmp_path)
 
 
-@pytest.mark.slow  # ~2.1 s
+@pytest.mark.heavy  # ~2.1 s
 def test_two_runs_in_one_process_leave_hydra_and_logging_as_they_found_them(tmp_path, store):
     from hydra import compose, initialize_config_dir
 

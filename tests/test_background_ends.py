@@ -25,7 +25,7 @@ def children(client: MlflowClient) -> list:
     return [run for run in client.search_runs(["1"]) if "mlflow.parentRunId" in run.data.tags]
 
 
-@pytest.mark.slow  # ~4 s
+@pytest.mark.heavy  # ~4 s
 def test_every_child_ends_finished_with_its_plots_history_and_model(tmp_path):
     import mlflow.pyfunc
     import numpy as np
@@ -56,7 +56,7 @@ def test_every_child_ends_finished_with_its_plots_history_and_model(tmp_path):
     assert len({r.scalars["W"] for r in results}) == 2  # two rates, two lines
 
 
-@pytest.mark.slow  # ~2 s
+@pytest.mark.heavy  # ~2 s
 def test_a_write_that_fails_after_the_job_ends_its_run_failed_and_fails_the_sweep(
         tmp_path, capfd):
     (tmp_path / "late_file.py").write_text(

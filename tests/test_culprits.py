@@ -78,8 +78,8 @@ SHARED_RUN = pytest.mark.xdist_group("culprits_functional_run")
 # ---------------------------------------------------------------- runs
 @pytest.mark.parametrize(("builder", "culprit"), [
     pytest.param("functional", "softplus_block", marks=SHARED_RUN),
-    pytest.param("nested", "block/softplus_block", marks=pytest.mark.slow),  # ~4 s each
-    pytest.param("subclassed", "softplus_block", marks=pytest.mark.slow),
+    pytest.param("nested", "block/softplus_block", marks=pytest.mark.heavy),  # ~4 s each
+    pytest.param("subclassed", "softplus_block", marks=pytest.mark.heavy),
 ])
 def test_the_wrong_layer_is_named_and_the_variables_it_flows_into_are_affected(
         request, builder, culprit):
@@ -117,7 +117,7 @@ def test_the_correct_twin_passes_with_no_culprits(store, client, launch):
     assert report["culprits"] is None and report["culprit_checks"] == []
 
 
-@pytest.mark.slow  # ~6 s
+@pytest.mark.heavy  # ~6 s
 def test_an_error_in_the_loss_names_no_layer(store, client, launch):
     result = run(store, launch, *model("functional", bug=0.0),
                  "loss._target_=culprit_models.wrong_mse")
@@ -243,7 +243,7 @@ def test_a_backward_whose_own_derivative_is_wrong_is_found_at_order_2(culprit_mo
 
 @pytest.mark.parametrize(("builder", "culprit"), [
     ("functional", "softplus_block"),
-    pytest.param("nested", "block/softplus_block", marks=pytest.mark.slow),  # ~3 s
+    pytest.param("nested", "block/softplus_block", marks=pytest.mark.heavy),  # ~3 s
 ])
 def test_check_model_names_the_wrong_layer_as_a_run_does(culprit_models, builder, culprit):
     import json

@@ -132,7 +132,7 @@ def test_a_tf_data_set_with_its_own_validation_set_is_used_as_given(launch, stor
     assert result.metrics["val/r2"] > 0.9
 
 
-@pytest.mark.slow  # ~2.4 s
+@pytest.mark.heavy  # ~2.4 s
 def test_named_features_of_a_dict_are_the_columns_of_the_logged_model(launch, store, client,
                                                                       monkeypatch):
     import mlflow
@@ -163,7 +163,7 @@ def test_a_tf_data_set_larger_than_materialize_mb_is_streamed_standardized(launc
     np.testing.assert_allclose(data.x, streamed[:1024], rtol=1e-5)
 
 
-@pytest.mark.slow  # ~4 s
+@pytest.mark.heavy  # ~4 s
 def test_a_streamed_run_trains_checks_its_sample_and_records_it(launch, store, client, capsys):
     cfg = compose_config(f"tracking.uri={store}", "data=custom", "data._target_=my_loaders.big",
                          *STREAM, "trainer.batch_size=100", "trainer.epochs=20",
@@ -208,7 +208,7 @@ def test_a_stream_without_batches_needs_a_batch_size_and_a_large_val_set_is_refu
         loaded(launch, "big", "data.materialize_mb=0.0001")
 
 
-@pytest.mark.slow  # ~3 s
+@pytest.mark.heavy  # ~3 s
 def test_a_streamed_classification_maps_text_labels_as_in_memory(launch, store, client):
     in_memory = loaded(launch, "species", "data.task=classification", "+data.kwargs.n=1200")
     data = loaded(launch, "species", "data.task=classification", "+data.kwargs.n=1200",
@@ -229,7 +229,7 @@ def test_a_streamed_classification_maps_text_labels_as_in_memory(launch, store, 
 
 
 # ---------------------------------------------------------------- labels of any kind
-@pytest.mark.slow  # ~2.1 s
+@pytest.mark.heavy  # ~2.1 s
 def test_text_labels_from_a_tf_data_loader_are_sorted_into_columns_and_recorded(launch, store,
                                                                                  client):
     data = loaded(launch, "species", "data.task=classification")
@@ -307,7 +307,7 @@ def test_a_text_target_of_a_regression_or_a_text_feature_is_one_line(tmp_path):
 
 
 # ---------------------------------------------------------------- what the run records
-@pytest.mark.slow  # ~3 s
+@pytest.mark.heavy  # ~3 s
 def test_a_loaders_own_splits_are_standardized_as_the_config_says_and_recorded(launch, store,
                                                                                 client):
     data = loaded(launch, "own_splits")  # data.standardize=true, the default
@@ -327,7 +327,7 @@ def test_a_loaders_own_splits_are_standardized_as_the_config_says_and_recorded(l
     assert tags(client, off.run_id)["gradexp.data.standardized"] == "false"
 
 
-@pytest.mark.slow  # ~2 s
+@pytest.mark.heavy  # ~2 s
 def test_rows_per_split_and_standardization_are_recorded_for_the_built_in_sets(store, client,
                                                                                launch):
     result = run(store, launch, "data=sklearn", "data.name=iris", "data.test_fraction=0.1",

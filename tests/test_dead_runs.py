@@ -122,7 +122,7 @@ def test_on_this_host_the_process_decides(store, client, tmp_path, capsys):
         assert status(client, run_id) == "RUNNING", run_id
 
 
-@pytest.mark.slow  # ~3 s
+@pytest.mark.heavy  # ~3 s
 def test_gradexp_compare_marks_dead_runs_too(store, client, tmp_path, capsys):
     from gradexp.compare import main
 
@@ -158,7 +158,7 @@ def test_tracking_stale_after_must_be_positive(store, tmp_path):
 
 
 # ---------------------------------------------------------------- resume: the line, the count
-@pytest.mark.slow  # ~3 s
+@pytest.mark.heavy  # ~3 s
 def test_a_resumed_run_says_where_it_resumes_and_counts_the_checks_of_both_parts(
         store, client, tmp_path, capsys):
     checks = ("gradcheck=default", "gradcheck.every_n_epochs=10", "trainer.checkpoint_every=10")

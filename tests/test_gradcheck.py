@@ -355,8 +355,8 @@ def _planted_error(error: np.ndarray):
     return f
 
 
-@pytest.mark.parametrize("t", [0.5, pytest.param(1.0, marks=pytest.mark.slow),  # ~2, ~3.5 s
-                               pytest.param(2.0, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("t", [0.5, pytest.param(1.0, marks=pytest.mark.heavy),  # ~2, ~3.5 s
+                               pytest.param(2.0, marks=pytest.mark.heavy)])
 def test_miss_probability_matches_measured_miss_rates(t):
     """miss_probability(σ/tol, probes) against what the probe method really does: plant a
     gradient error whose per-probe standard deviation is t·atol and count the checks it passes.
@@ -496,7 +496,7 @@ def test_joint_probes_pass_a_right_mlp_with_a_quarter_of_the_evaluations():
     assert joint.function_evaluations * 3 <= separate.function_evaluations
 
 
-@pytest.mark.slow  # ~2.1 s
+@pytest.mark.heavy  # ~2.1 s
 def test_joint_probes_catch_and_name_a_small_error_in_a_small_bias(monkeypatch):
     """Dilution: the bias is 0.2% of the elements. Its 3e-5 relative error is caught by probing
     it alone (rtol 1e-5) and must be caught jointly too, the bias named."""

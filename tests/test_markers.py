@@ -6,8 +6,10 @@
   marked slow: conftest.py's audit hook fails any process start in a session that selects no
   slow test (tested below).
 - A test whose own time is over ~2 s on the quiet 2-core machine under `-n 2` (pytest's
-  `--durations`, call plus setup) is marked slow too, with its measured seconds beside the
-  mark; under that it stays fast. That keeps the fast tier under 3 minutes (646 tests in 2 min
+  `--durations`, call plus setup) is marked heavy, with its measured seconds beside the mark;
+  under that it stays fast. conftest.py makes a heavy test slow too (so `-m "not slow"` skips
+  it) but leaves it out of the module's slow group: it starts nothing, so xdist balances it
+  test by test. That keeps the fast tier under 3 minutes (646 tests in 2 min
   16 s, 2026-12-03; it was 729 in 4 min 44 s with a ~20 s rule). A module fixture that several
   tests read counts once for the module (test_compare's and test_replicates' stores stay fast).
   Before marking one slow: share the run through a module-scoped fixture where several tests
@@ -47,3 +49,11 @@ def test_a_process_start_is_refused_while_the_guard_is_on():
     finally:
         conftest._GUARD["on"] = was
         conftest._GUARD["started"].clear()
+
+
+def test_a_heavy_test_is_slow_but_not_in_its_modules_slow_group(request):
+    heavy = [item for item in request.session.items if item.get_closest_marker("heavy")]
+    for item in heavy:  # none when the session is `-m "not slow"`: they were deselected
+        assert item.get_closest_marker("slow"), item.nodeid
+        group = item.get_closest_marker("xdist_group")
+        assert group is None or not group.args[0].startswith("slow-"), item.nodeid

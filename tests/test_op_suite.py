@@ -98,7 +98,7 @@ def test_a_jacobian_column_across_a_relu_kink_is_remeasured_not_failed():
     assert not check_gradients(wrong, [x], method="jacobian").passed
 
 
-@pytest.mark.slow  # the heaviest in-process tests (~100 s, ~50 s): not in -m "not slow"
+@pytest.mark.heavy  # the heaviest in-process tests (~100 s, ~50 s): not in -m "not slow"
 def test_the_readme_digits_cnn_passes_its_jacobian_check(store, client, tmp_path):
     # The README's CNN example (stock Conv2D/Dense layers with relu) on 64 of its training
     # rows: its jacobian check compared finite differences across relu kinks and failed

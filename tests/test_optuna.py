@@ -96,7 +96,7 @@ def test_the_same_search_run_again_continues_its_study(tmp_path):
     assert int(newest.data.tags["gradexp.optuna.best_trial"]) == study.best_trial.number
 
 
-@pytest.mark.slow  # ~8 s
+@pytest.mark.heavy  # ~8 s
 def test_a_batch_of_trials_packs_and_tells_the_values_the_basic_launcher_tells(
         tmp_path_factory, capsys):
     # One batch of n_jobs=4 trials (the grid in the seeded sampler's order), asha judging them at
@@ -145,7 +145,7 @@ def test_a_batch_of_trials_packs_and_tells_the_values_the_basic_launcher_tells(
             assert value == pytest.approx(basic_runs[rate][1], rel=1e-6)
 
 
-@pytest.mark.slow  # ~3 s
+@pytest.mark.heavy  # ~3 s
 def test_one_trial_a_batch_says_once_that_nothing_packs(tmp_path, capsys):
     import gradexp
 

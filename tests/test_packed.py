@@ -64,7 +64,7 @@ def both(tmp_path_factory):
     return stores
 
 
-@pytest.mark.slow  # ~15 s
+@pytest.mark.heavy  # ~15 s
 def test_each_packed_job_records_what_its_sequential_run_records(both):
     packed, sequential = children(both["packed"]), children(both["basic"])
     assert sorted(packed) == sorted(sequential) == ["adagrad", "adam", "momentum", "sgd"]
@@ -84,7 +84,7 @@ def test_each_packed_job_records_what_its_sequential_run_records(both):
             artifact_paths(MlflowClient(both["basic"]), alone.info.run_id)
 
 
-@pytest.mark.slow  # reads `both`: two 4-job sweeps, ~15 s
+@pytest.mark.heavy  # reads `both`: two 4-job sweeps, ~15 s
 def test_an_oscillating_packed_job_is_marked_though_it_matched_here(both):
     # momentum at 0.05 swings around the minimum (its loss rises in 17 of 39 epochs): marked as
     # one that may drift, though this one matches its sequential run (the test above)
@@ -93,7 +93,7 @@ def test_an_oscillating_packed_job_is_marked_though_it_matched_here(both):
     assert marks["sgd"] is marks["adam"] is marks["adagrad"] is None
 
 
-@pytest.mark.slow  # reads `both`: two 4-job sweeps, ~15 s
+@pytest.mark.heavy  # reads `both`: two 4-job sweeps, ~15 s
 def test_each_packed_job_logs_the_same_loss_curve(both):
     packed, sequential = children(both["packed"]), children(both["basic"])
     for name in packed:
@@ -105,7 +105,7 @@ def test_each_packed_job_logs_the_same_loss_curve(both):
             assert math.isclose(mine, theirs, rel_tol=1e-5, abs_tol=1e-7), name
 
 
-@pytest.mark.slow  # reads `both`: two 4-job sweeps, ~15 s
+@pytest.mark.heavy  # reads `both`: two 4-job sweeps, ~15 s
 def test_packed_jobs_are_replayed_not_trained_again(both):
     # a packed job's epochs come from its group's program; the sequential trainer never trains
     # (an earlier job's shared trainer, gradexp.shared_programs, must not take over either)
@@ -113,21 +113,21 @@ def test_packed_jobs_are_replayed_not_trained_again(both):
     assert both["basic traces"] > 0
 
 
-@pytest.mark.slow  # reads `both`: two 4-job sweeps, ~15 s
+@pytest.mark.heavy  # reads `both`: two 4-job sweeps, ~15 s
 def test_packed_jobs_share_their_check_functions_as_sequential_jobs_do(both):
     # the four jobs (one model and data, four optimizers) replay through the same traced
     # checks: the packed sweep compiles no more of them than the sequential one (4x before)
     assert 0 < both["packed compiled"] == both["basic compiled"]
 
 
-@pytest.mark.slow  # reads `both`: two 4-job sweeps, ~15 s
+@pytest.mark.heavy  # reads `both`: two 4-job sweeps, ~15 s
 def test_the_parent_names_the_packed_launcher(both):
     runs = MlflowClient(both["packed"]).search_runs(["1"])
     (parent,) = [run for run in runs if run.data.tags.get("gradexp.sweep") == "true"]
     assert parent.data.tags["gradexp.launcher"] == "PackedLauncher"
 
 
-@pytest.mark.slow  # ~7 s
+@pytest.mark.heavy  # ~7 s
 def test_a_mixed_sweep_packs_its_groups_and_says_which_jobs_ran_alone(tmp_path, store, capsys):
     results = gradexp.sweep(f"tracking.uri={store}", "hydra/launcher=packed",
                             "optimizer=sgd,adam,rmsprop", "trainer.batch_size=null,25",
@@ -170,7 +170,7 @@ def test_an_interrupted_packed_sweep_leaves_no_child_running(tmp_path):
     assert len(statuses) < 16  # it stopped the sweep
 
 
-@pytest.mark.slow  # ~3 s
+@pytest.mark.heavy  # ~3 s
 def test_a_diverging_packed_job_is_marked_and_named(tmp_path, store, capsys):
     # lr=3 makes SGD on the line diverge: its packed records may drift from a sequential run's
     gradexp.sweep(f"tracking.uri={store}", "hydra/launcher=packed", "optimizer=sgd",
@@ -200,7 +200,7 @@ def test_the_drift_reason_reads_the_loss_curve(loss, reason):
     assert drift_reason(loss) == reason
 
 
-@pytest.mark.slow  # ~4 s
+@pytest.mark.heavy  # ~4 s
 def test_a_packed_job_takes_the_seeds_its_master_seed_derives(tmp_path):
     # seed=N derives model.seed and trainer.seed (gradexp.seeds): a packed job's first weights
     # and batches must come from those, as its sequential run's do

@@ -100,7 +100,7 @@ def shared_store(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("pruner", list(PRUNERS))
-@pytest.mark.slow  # ~3 s
+@pytest.mark.heavy  # ~3 s
 def test_a_bad_learning_rate_is_pruned_while_good_ones_finish(pruner, shared_store, capsys):
     overrides, epochs = PRUNERS[pruner]
     results = gradexp.sweep(RATES, *overrides, *TINY, f"tracking.experiment={pruner}",
@@ -113,7 +113,7 @@ def test_a_bad_learning_rate_is_pruned_while_good_ones_finish(pruner, shared_sto
     assert "pruned@10" in out  # the sweep table marks it
 
 
-@pytest.mark.slow  # ~2.1 s
+@pytest.mark.heavy  # ~2.1 s
 def test_pruner_none_changes_nothing(tmp_path):
     empty_store(tmp_path)  # the launch folder's default store, as MLflow makes it
     results = gradexp.sweep(RATES, "eval.every=10", *TINY, launch_dir=tmp_path)
@@ -179,7 +179,7 @@ def test_the_optuna_sweeper_prunes_its_own_trials(tmp_path):
     assert all(run.info.status == "FINISHED" for run in children.values())
 
 
-@pytest.mark.slow  # ~6 s
+@pytest.mark.heavy  # ~6 s
 def test_the_same_hyperband_sweep_run_twice_prunes_the_same_jobs(tmp_path):
     # 30 epochs evaluated every 10: two brackets (one judges at 10, one first at 30, the end),
     # chosen by Optuna from a hash of the study's name and the trial's number. The study is
@@ -216,7 +216,7 @@ def test_the_same_hyperband_sweep_run_twice_prunes_the_same_jobs(tmp_path):
 
 
 @pytest.mark.parametrize("pruner", ["asha", "median"])
-@pytest.mark.slow  # ~4 s
+@pytest.mark.heavy  # ~4 s
 def test_a_packed_group_prunes_the_bad_rate_as_a_sequential_sweep_does(pruner, tmp_path, capsys):
     # asha: the group judges its jobs at epoch 10, side by side, and the bad one stops updating
     # while the others train on; median: the group trains to the end and each job is judged in

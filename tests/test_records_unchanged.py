@@ -49,7 +49,7 @@ def differences(expected: dict, found: dict) -> list[str]:
 
 
 @pytest.mark.parametrize("name", list(record_baseline.IN_PROCESS))
-@pytest.mark.slow  # ~3 s
+@pytest.mark.heavy  # ~3 s
 def test_an_in_process_run_records_what_it_recorded_before(name):
     found = record_baseline.in_process_records(name, record_baseline.IN_PROCESS[name])
     assert differences(BASELINE[name], found) == []

@@ -238,7 +238,7 @@ def run(store, launch, *overrides, quiet=True):
 
 
 @pytest.mark.parametrize(("kind", "passes"), [("stop_gradient", False), ("right", True)])
-@pytest.mark.slow  # ~4 s
+@pytest.mark.heavy  # ~4 s
 def test_a_run_with_order_2_fails_a_stop_gradient_layer_and_passes_the_right_one(
         store, client, launch, kind, passes):
     result = run(store, launch, "model=custom", "model._target_=order2_models.build",

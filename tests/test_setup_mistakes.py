@@ -167,7 +167,7 @@ def test_a_mistake_is_one_line_exit_2_and_leaves_no_run(launch, capsys, override
     assert recorded_runs(launch) == []
 
 
-@pytest.mark.slow  # ~3 s
+@pytest.mark.heavy  # ~3 s
 def test_mse_on_classes_runs_with_one_warning_naming_the_keys(launch, capsys):
     run_as_command_line(launch, ["data=blobs", "loss=mse"])
     err = capsys.readouterr().err
@@ -179,7 +179,7 @@ def test_mse_on_classes_runs_with_one_warning_naming_the_keys(launch, capsys):
     assert [status for _, status in recorded_runs(launch)] == ["FINISHED"]
 
 
-@pytest.mark.slow  # ~4 s
+@pytest.mark.heavy  # ~4 s
 def test_the_matching_setups_say_nothing(launch, capsys):
     run_as_command_line(launch, ["model=custom", "model._target_=wrong_models.build",
                                  "+model.kwargs.width=4"])

@@ -36,7 +36,7 @@ def record(folder: Path, result) -> dict:
     return record_baseline.run_record(client, client.get_run(result.run_id), str(folder))
 
 
-@pytest.mark.slow  # ~4 s
+@pytest.mark.heavy  # ~4 s
 def test_two_jobs_of_one_shape_trace_once_and_record_what_they_record_alone(tmp_path):
     shared_programs.clear()
     together = store_in(tmp_path / "together")
@@ -57,7 +57,7 @@ def test_two_jobs_of_one_shape_trace_once_and_record_what_they_record_alone(tmp_
     assert found["metrics"] == expected["metrics"]  # bit for bit, not only within 1e-6
 
 
-@pytest.mark.slow  # ~4 s
+@pytest.mark.heavy  # ~4 s
 def test_a_job_of_another_optimizer_reuses_the_checks_functions_and_records_what_it_does_alone(
         tmp_path):
     """The checks' float64 functions depend on the model, loss and data, not the optimizer:
@@ -79,7 +79,7 @@ def test_a_job_of_another_optimizer_reuses_the_checks_functions_and_records_what
     assert found["metrics"] == expected["metrics"]  # bit for bit
 
 
-@pytest.mark.slow  # ~5 s
+@pytest.mark.heavy  # ~5 s
 def test_jobs_of_other_shapes_trace_apart_and_the_kept_shapes_are_bounded(tmp_path, monkeypatch):
     shared_programs.clear()
     monkeypatch.setattr(shared_programs, "MAX_SHARED", 2)
@@ -94,7 +94,7 @@ def test_jobs_of_other_shapes_trace_apart_and_the_kept_shapes_are_bounded(tmp_pa
     assert trainer.TRACES - traces == 4
 
 
-@pytest.mark.slow  # ~6 s
+@pytest.mark.heavy  # ~6 s
 def test_a_shape_let_go_takes_its_checks_functions_with_it(tmp_path, monkeypatch):
     """A sweep over many shapes holds at most MAX_SHARED of them (item 7), checks on: the
     checks' compiled float64 functions close over their model, and a global table of them kept
@@ -126,7 +126,7 @@ def test_a_shape_let_go_takes_its_checks_functions_with_it(tmp_path, monkeypatch
     shared_programs.clear()
 
 
-@pytest.mark.slow  # ~3 s
+@pytest.mark.heavy  # ~3 s
 def test_a_job_leaves_neither_its_own_model_nor_its_served_model_behind(tmp_path, monkeypatch):
     """Sharing must not grow memory (issue 20 item 7): a job of a kept shape builds a model only
     for its initial values and a served model only to log it; once a later job of that shape has
@@ -188,7 +188,7 @@ def count_set_seed(monkeypatch) -> list[int]:
     return calls
 
 
-@pytest.mark.slow  # ~2.4 s
+@pytest.mark.heavy  # ~2.4 s
 def test_a_later_job_of_built_in_parts_keeps_tensorflows_compiled_programs(tmp_path, monkeypatch):
     """tf.random.set_seed clears TensorFlow's caches, so each later job instantiated its shared
     programs again (~0.2 s of CPU a job); built-in parts draw no stateful kernel, so the seed is

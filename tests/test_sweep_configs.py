@@ -24,7 +24,7 @@ JOBS = [
 ]
 
 
-@pytest.mark.slow  # ~2.4 s
+@pytest.mark.heavy  # ~2.4 s
 def test_jobs_made_from_an_earlier_job_are_what_hydra_composes():
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()

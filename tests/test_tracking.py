@@ -48,7 +48,7 @@ def test_default_store_is_mlflows_sqlite_in_the_launch_folder(tmp_path, monkeypa
     assert resolve_uri(None, tmp_path) == "http://127.0.0.1:5000"
 
 
-@pytest.mark.slow  # ~5 s
+@pytest.mark.heavy  # ~5 s
 def test_server_that_never_answers_fails_within_seconds():
     """A port that accepts connections and then says nothing (a hung server)."""
     listener = socket.create_server(("127.0.0.1", 0))
@@ -181,7 +181,7 @@ def test_an_early_stop_still_logs_the_last_epoch_it_ran(store, client, tmp_path)
     assert len(history_artifact(client, result.run_id, tmp_path)["loss"]) == result.epochs
 
 
-@pytest.mark.slow  # ~3 s
+@pytest.mark.heavy  # ~3 s
 def test_a_resumed_run_keeps_every_epoch_in_its_artifact(store, client, tmp_path):
     from gradexp.callbacks.epoch_history import kept_epochs
 

@@ -58,7 +58,7 @@ def test_no_schedule_logs_no_lr(store, client, tmp_path):
 
 
 # ---------------------------------------------------------------- early stopping
-@pytest.mark.slow  # ~2.0 s
+@pytest.mark.heavy  # ~2.0 s
 def test_early_stopping_stops_after_patience_and_restores_the_best_weights(store, client,
                                                                            tmp_path):
     # Adam at a large rate on seed 004's line: val/mse bottoms out, then bounces around.
@@ -96,7 +96,7 @@ def test_deterministic_runs_with_mini_batches_are_identical_bit_for_bit(store, t
     assert first.metrics == second.metrics
 
 
-@pytest.mark.slow  # the heaviest in-process tests (~100 s, ~50 s): not in -m "not slow"
+@pytest.mark.heavy  # the heaviest in-process tests (~100 s, ~50 s): not in -m "not slow"
 def test_xla_runs_with_a_short_last_batch_and_agrees_on_a_full_batch(store, tmp_path):
     xla = run(store, "trainer.jit_compile=true", "trainer.batch_size=30", tmp_path=tmp_path)
     assert xla.final_loss < 0.02  # 100 rows in batches of 30, 30, 30 and 10: it learned

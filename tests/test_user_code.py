@@ -128,7 +128,7 @@ def test_python_control_flow_on_tensors_in_a_user_loss_trains(store, client, lau
     assert result.history["loss"][-1] < result.history["loss"][0]
 
 
-@pytest.mark.slow  # ~4 s
+@pytest.mark.heavy  # ~4 s
 def test_compiled_checks_find_a_float32_only_loss_and_say_so_as_eager_ones_do(store, client,
                                                                              launch):
     """A run checking every epoch compiles its checks, which try float64 by tracing instead of
@@ -154,7 +154,7 @@ def test_compiled_checks_find_a_float32_only_loss_and_say_so_as_eager_ones_do(st
     assert w_entry["passed"] is False and w_entry["worst_input_index"] == [0, 0]
 
 
-@pytest.mark.slow  # ~4 s
+@pytest.mark.heavy  # ~4 s
 def test_a_bound_argument_reaches_the_function(store, client, launch):
     """delta=0.5 is bound to the function (a key the option lacks, added with +): its loss
     differs from the function's default delta=1.0, which loss=huber's delta=1.0 also gives."""
@@ -178,7 +178,7 @@ def test_keys_go_to_user_code_unchecked_but_typos_in_built_in_options_are_refuse
     ("robust_losses.PseudoHuberWrongBranch", "float32"),
     ("robust_losses.pseudo_huber_wrong_branch", "float64"),
 ])
-@pytest.mark.slow  # ~2.3 s
+@pytest.mark.heavy  # ~2.3 s
 def test_a_wrong_branch_of_the_backward_is_caught_and_located(store, client, launch, target,
                                                                checked_in):
     result = run(store, launch, f"loss._target_={target}")
@@ -252,7 +252,7 @@ def test_gradcheck_in_float32_passes_the_built_in_model_and_says_so(store, clien
     assert 3e-5 <= probe["rtol"] <= 3e-3
 
 
-@pytest.mark.slow  # ~2.4 s
+@pytest.mark.heavy  # ~2.4 s
 def test_a_wrong_custom_layer_gradient_is_caught_in_float32_too(store, client, launch):
     result = run(store, launch, "model=buggy_linear", "gradcheck.dtype=float32")
     metrics = client.get_run(result.run_id).data.metrics

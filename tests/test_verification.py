@@ -40,7 +40,7 @@ def test_default_check_runs_at_start_and_end_and_is_recorded(store, client):
     ("model=mlp", "model.hidden=[6]", "data=blobs", "loss=binary_crossentropy"),
     ("data.n_features=4", "gradcheck.wrt=both"),
 ])
-@pytest.mark.slow  # ~3 s
+@pytest.mark.heavy  # ~3 s
 def test_built_in_models_and_losses_pass_with_errors_near_zero(store, client, overrides):
     # No heat maps and no LoggedModel: a fifth of these runs was drawing the MLPs' heat maps
     # (test_jacobian_heat_maps_are_drawn_for_small_variables_after_training draws them), and
@@ -67,7 +67,7 @@ def test_wrong_custom_gradient_is_caught_and_located(store, client):
     assert w_entry["passed"] is False
 
 
-@pytest.mark.slow  # ~2.4 s
+@pytest.mark.heavy  # ~2.4 s
 def test_on_fail_fail_ends_the_run_failed_with_the_report_kept(store, client):
     with pytest.raises(GradientCheckFailed, match="gradient check failed at epoch 0.*W"):
         run(store, "model=buggy_linear", "gradcheck=strict", "trainer.epochs=5")
@@ -78,7 +78,7 @@ def test_on_fail_fail_ends_the_run_failed_with_the_report_kept(store, client):
     assert "gradcheck/report_epoch_00000.json" in files
 
 
-@pytest.mark.slow  # ~2 s
+@pytest.mark.heavy  # ~2 s
 def test_jacobian_heat_maps_are_drawn_for_small_variables_after_training(store, client):
     result = run(store, "model=mlp", "model.hidden=[4]", "data=sine", "gradcheck=jacobian",
                  "trainer.epochs=2")
@@ -158,7 +158,7 @@ def test_max_rows_checks_a_fixed_subset_and_says_how_many(store, client):
     assert report["rows"] == 40 and report["rows_total"] > 40
 
 
-@pytest.mark.slow  # ~4 s
+@pytest.mark.heavy  # ~4 s
 def test_a_large_model_is_checked_on_fewer_rows_and_says_how_many(store, client):
     # 2 x 1024 + 1024 x 512 + 512 x 3 weights (~530k): 2^26 / that = 126 rows of the 300, not
     # max_rows' 512 (a 1.1M-parameter model's float64 check on 512 rows cost ~1.3 s)
@@ -190,7 +190,7 @@ def test_a_wrong_variable_is_named_by_the_joint_probe_of_a_run(store, client):
 
 
 @pytest.mark.parametrize("method", ["probe", "jacobian"])
-@pytest.mark.slow  # ~3 s
+@pytest.mark.heavy  # ~3 s
 def test_eager_checks_and_compiled_checks_agree(store, client, method):
     """A run with two checks runs them eagerly, one that checks every epoch compiles them: both
     find the same wrong element of model=buggy_linear's W at epoch 0, with the same error."""
@@ -251,7 +251,7 @@ RELU_RUN = ("model=mlp", "model.hidden=[64]", "model.activation=relu", "data=blo
     (RELU_RUN, True),
     (("model=buggy_linear", "trainer.epochs=3"), False),  # the wrong W named at every check
 ])
-@pytest.mark.slow  # ~4 s
+@pytest.mark.heavy  # ~4 s
 def test_a_runs_later_checks_report_what_a_fresh_eager_check_reports(store, monkeypatch,
                                                                      overrides, full_path):
     """Every check of a run that checks every epoch (compiled, traced once, its VJPs, directions

@@ -132,7 +132,7 @@ def run(store, tmp_path, *overrides):
 
 
 # ---------------------------------------------------------------- one loss
-@pytest.mark.slow  # ~2.2 s
+@pytest.mark.heavy  # ~2.2 s
 def test_a_models_regularizer_trains_to_the_regularized_optimum(store, client, tmp_path,
                                                                  user_models):
     l2 = 0.5
@@ -169,7 +169,7 @@ def test_a_model_without_losses_of_its_own_logs_no_parts(store, client, tmp_path
 # ---------------------------------------------------------------- check what trains
 @pytest.mark.parametrize(("buggy", "mode", "passes"), [
     # the bug lives in the training branch: train mode sees it (~8 s: a failing check narrows)
-    pytest.param(True, "train", False, marks=pytest.mark.slow),
+    pytest.param(True, "train", False, marks=pytest.mark.heavy),
     (False, "train", True),  # its correct twin passes
     (True, "inference", True),  # inference mode cannot see it: why train is the default
 ])
@@ -196,7 +196,7 @@ def model_and_data(user_models, builder, seed):
 
 
 @pytest.mark.parametrize("builder", ["dropout_mlp", "batch_norm_mlp"])
-@pytest.mark.slow  # ~2.4 s
+@pytest.mark.heavy  # ~2.4 s
 def test_dropout_and_batch_norm_pass_in_train_mode_and_keep_their_state(tmp_path, user_models,
                                                                         builder):
     from gradexp.loop import check_user_code
@@ -247,7 +247,7 @@ def test_randomness_outside_keras_seeds_is_said_not_failed(store, client, tmp_pa
                for note in notes)
 
 
-@pytest.mark.slow  # ~6 s
+@pytest.mark.heavy  # ~6 s
 def test_mode_both_reports_both_computations(store, tmp_path, user_models):
     result = run(store, tmp_path, "model=custom",
                  f"model._target_={user_models}.encoder_block_head", "+model.kwargs.buggy=true",
@@ -255,7 +255,7 @@ def test_mode_both_reports_both_computations(store, tmp_path, user_models):
     assert result.gradcheck_passed is False  # the training branch is wrong
 
 
-@pytest.mark.slow  # ~10 s
+@pytest.mark.heavy  # ~10 s
 def test_xla_and_mini_batches_train_the_same_regularized_loss(store, tmp_path, user_models):
     ridge = ("model=custom", f"model._target_={user_models}.ridge", "+model.kwargs.l2=0.5",
              "trainer.epochs=300", "gradcheck=off")
@@ -270,7 +270,7 @@ def test_xla_and_mini_batches_train_the_same_regularized_loss(store, tmp_path, u
 
 
 # ---------------------------------------------------------------- the Python API
-@pytest.mark.slow  # ~3 s
+@pytest.mark.heavy  # ~3 s
 def test_check_model_checks_a_keras_models_training_step(tmp_path, user_models):
     import importlib
     import sys
