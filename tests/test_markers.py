@@ -9,10 +9,11 @@
   `--durations`, call plus setup) is marked heavy, with its measured seconds beside the mark;
   under that it stays fast. conftest.py makes a heavy test slow too (so `-m "not slow"` skips
   it) but leaves it out of the module's slow group: it starts nothing, so xdist balances it
-  test by test. To re-measure: `python -m pytest -m "not slow" -n 2 --dist loadgroup -q
-  --durations=0` on a quiet machine (and `-m heavy` for the ones that may have got cheaper). That keeps the fast tier under 3 minutes (646 tests in 2 min
-  16 s, 2026-12-03; it was 729 in 4 min 44 s with a ~20 s rule). A module fixture that several
-  tests read counts once for the module (test_compare's and test_replicates' stores stay fast).
+  test by test. That keeps the fast tier under 3 minutes (646 tests in 2 min 16 s on
+  2026-12-03; 729 in 4 min 44 s under the earlier ~20 s rule). To re-measure: `python -m
+  pytest -m "not slow" -n 2 --dist loadgroup -q --durations=0` on a quiet machine (and `-m
+  heavy` for the ones that may have got cheaper). A module fixture that several tests read
+  counts once for the module (test_compare's and test_replicates' stores stay fast).
   Before marking one slow: share the run through a module-scoped fixture where several tests
   only read it, train fewer epochs or tinier data where the assertion still holds and can
   still fail. The whole suite runs every test either way.
