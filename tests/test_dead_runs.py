@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import conftest
-from conftest import finish, spawn_cli
+from conftest import empty_store, finish, spawn_cli
 from gradexp.tag_keys import HEARTBEAT_TAG, HOST_TAG, PID_TAG, REASON_TAG
 
 
@@ -196,7 +196,7 @@ def wait_until_training(client, experiment: str, process, timeout: float = 180) 
 def test_kill_9_before_the_first_checkpoint_is_found_marked_and_restarted(tmp_path, capsys):
     from mlflow import MlflowClient
 
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store = empty_store(tmp_path)  # made before the run starts, so only one process creates it
     client = MlflowClient(store)
     crashed = spawn_cli("trainer.epochs=100000", "gradcheck=off", "tracking.log_model=false",
                         "trainer.checkpoint_every=99999", cwd=tmp_path)

@@ -112,8 +112,12 @@ def running_runs(folder: Path) -> int:
     db = folder / "mlflow.db"
     if not db.exists():
         return 0
-    with sqlite3.connect(db) as connection:
-        return connection.execute("select count(*) from runs where status='RUNNING'").fetchone()[0]
+    try:
+        with sqlite3.connect(db) as connection:
+            return connection.execute(
+                "select count(*) from runs where status='RUNNING'").fetchone()[0]
+    except sqlite3.OperationalError:  # the run's process is still making the tables
+        return 0
 
 
 @pytest.mark.parametrize(("args", "code", "message"), BAD_INPUTS,

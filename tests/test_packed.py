@@ -148,7 +148,9 @@ def test_a_mixed_sweep_packs_its_groups_and_says_which_jobs_ran_alone(tmp_path, 
 
 @pytest.mark.slow
 def test_an_interrupted_packed_sweep_leaves_no_child_running(tmp_path):
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    # made before the sweep starts: this test's client polling a store the sweep is still
+    # creating would migrate the new file beside it, and one of the two would fail
+    store = empty_store(tmp_path)
     process = spawn_cli("-m", "hydra/launcher=packed", f"tracking.uri={store}",
                         "optimizer=sgd,adam", "trainer.seed=range(0,8)", "trainer.epochs=100",
                         cwd=tmp_path)
@@ -161,7 +163,10 @@ def test_an_interrupted_packed_sweep_leaves_no_child_running(tmp_path):
         except Exception:  # noqa: BLE001 - not created yet
             started = []
         time.sleep(0.05)  # polling, not waiting for a fixed time
-    assert started, "no child run began"
+    if not started:
+        process.kill()
+        raise AssertionError(f"no child run began (exit {process.poll()}); its stderr:\n"
+                             f"{process.communicate()[1][-3000:]}")
     process.send_signal(signal.SIGTERM)
     finish(process, timeout=120)
     runs = client.search_runs(["1"])

@@ -90,6 +90,39 @@ def test_a_store_locked_by_another_process_is_waited_out(store, client, tmp_path
     assert stored.info.status == "FINISHED"
 
 
+OPEN_ON_GO = """
+import sys
+from gradexp.mlflow_store import experiment_id, open_client
+print("ready", flush=True)
+sys.stdin.readline()  # every process opens the new store at once
+print(experiment_id(open_client(sys.argv[1]), "gradexp"), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_runs_started_together_in_a_fresh_folder_all_open_its_new_store(tmp_path):
+    # A new sqlite store is made by MLflow's schema migrations; two processes migrating one file
+    # at once make one fail ("duplicate column name: step"): `python -m gradexp ... &` twice in a
+    # fresh folder. Three rounds of two, each on its own new store, released together.
+    rounds = []
+    for round_ in range(3):
+        uri = f"sqlite:///{tmp_path / f'round{round_}.db'}"
+        processes = [subprocess.Popen([sys.executable, "-c", OPEN_ON_GO, uri], text=True,
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE) for _ in range(2)]
+        for process in processes:
+            assert process.stdout.readline().strip() == "ready", process.communicate()[1]
+        for process in processes:
+            process.stdin.write("go\n")
+            process.stdin.flush()
+        rounds.append([process.communicate(timeout=120) + (process.returncode,)
+                       for process in processes])
+    for outcomes in rounds:
+        for _, err, code in outcomes:
+            assert code == 0, err[-2000:]
+        assert len({out for out, _, _ in outcomes}) == 1  # one experiment, found by both
+
+
 # ---------------------------------------------------------------- thinning and history.parquet
 def steps_of(client, run_id: str, key: str) -> list[int]:
     return sorted(m.step for m in client.get_metric_history(run_id, key))

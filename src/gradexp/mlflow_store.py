@@ -11,6 +11,7 @@ retried, not lost.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -20,7 +21,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -152,18 +153,44 @@ def _request_without_credentials(url: str) -> urllib.request.Request:
     return urllib.request.Request(plain, headers={"Authorization": f"Basic {token}"})
 
 
+def sqlite_file(uri: str) -> Path | None:
+    """The database file a sqlite:/// URI names; None for other stores and in-memory sqlite."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri[len("sqlite:///"):].split("?", 1)[0]
+    return None if path in ("", ":memory:") else Path(path)
+
+
 def check_store_folder(uri: str) -> None:
     """A sqlite store's folder must exist: MLflow would silently create the whole folder tree
     (a typo in tracking.uri would scatter stores over the disk)."""
-    if not uri.startswith("sqlite:///"):
+    database = sqlite_file(uri)
+    if database is not None and not database.parent.is_dir():
+        raise ConfigError(f"tracking.uri={uri}: the folder {database.parent} does not exist; "
+                          "create it first or pick a store in an existing folder")
+
+
+@contextlib.contextmanager
+def store_creation_lock(uri: str) -> Iterator[None]:
+    """Held while MLflow opens a sqlite store. Opening a new store runs MLflow's schema
+    migrations, and two processes migrating one new file at once make one of them fail ("duplicate
+    column name", alembic's "expected to match one row"): two runs started together in a fresh
+    folder. The lock is an flock on the store's folder (no lock file left beside the store), so it
+    only orders gradexp processes; elsewhere than POSIX it is skipped."""
+    database = sqlite_file(uri)
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        fcntl = None
+    if database is None or fcntl is None:
+        yield
         return
-    path = uri[len("sqlite:///"):].split("?", 1)[0]
-    if path in ("", ":memory:"):
-        return
-    folder = Path(path).parent
-    if not folder.is_dir():
-        raise ConfigError(f"tracking.uri={uri}: the folder {folder} does not exist; create it "
-                          "first or pick a store in an existing folder")
+    folder = os.open(database.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)  # released when the descriptor closes
+        yield
+    finally:
+        os.close(folder)
 
 
 # Parallel jobs on one sqlite store: another's write holds the lock, or two insert one dataset at
@@ -225,7 +252,8 @@ def open_client(uri: str):
 
     from gradexp.tensorflow_import import freeze_imported_objects
 
-    client = MlflowClient(tracking_uri=uri)
+    with store_creation_lock(uri):  # a new sqlite store's tables are made here
+        client = MlflowClient(tracking_uri=uri)
     freeze_imported_objects("the MLflow store")  # SQLAlchemy's and alembic's modules
     return client
 
