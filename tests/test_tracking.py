@@ -123,6 +123,19 @@ def test_runs_started_together_in_a_fresh_folder_all_open_its_new_store(tmp_path
         assert len({out for out, _, _ in outcomes}) == 1  # one experiment, found by both
 
 
+def test_a_store_whose_folder_cannot_be_locked_still_opens(tmp_path, monkeypatch):
+    # NFS turns flock into a POSIX lock, which a read-only descriptor (a folder's) cannot take
+    import errno
+    import fcntl
+
+    def refused(fd, operation):
+        raise OSError(errno.EBADF, "Bad file descriptor")
+
+    monkeypatch.setattr(fcntl, "flock", refused)
+    client = open_client(f"sqlite:///{tmp_path / 'nfs.db'}")
+    assert [e.name for e in client.search_experiments()] == ["Default"]
+
+
 # ---------------------------------------------------------------- thinning and history.parquet
 def steps_of(client, run_id: str, key: str) -> list[int]:
     return sorted(m.step for m in client.get_metric_history(run_id, key))

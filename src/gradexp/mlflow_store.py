@@ -176,7 +176,7 @@ def store_creation_lock(uri: str) -> Iterator[None]:
     migrations, and two processes migrating one new file at once make one of them fail ("duplicate
     column name", alembic's "expected to match one row"): two runs started together in a fresh
     folder. The lock is an flock on the store's folder (no lock file left beside the store), so it
-    only orders gradexp processes; elsewhere than POSIX it is skipped."""
+    only orders gradexp processes; where it cannot be taken (off POSIX; NFS) it is skipped."""
     database = sqlite_file(uri)
     try:
         import fcntl
@@ -187,7 +187,10 @@ def store_creation_lock(uri: str) -> Iterator[None]:
         return
     folder = os.open(database.parent, os.O_RDONLY)
     try:
-        fcntl.flock(folder, fcntl.LOCK_EX)  # released when the descriptor closes
+        try:
+            fcntl.flock(folder, fcntl.LOCK_EX)  # released when the descriptor closes
+        except OSError:  # NFS turns flock into a POSIX lock, which a read-only descriptor
+            pass  # cannot take (EBADF): open unlocked, as before
         yield
     finally:
         os.close(folder)
