@@ -164,8 +164,9 @@ def test_an_interrupted_packed_sweep_leaves_no_child_running(tmp_path):
             started = []
         time.sleep(0.05)  # polling, not waiting for a fixed time
     if not started:
+        code = process.poll()  # None: still running at the deadline
         process.kill()
-        raise AssertionError(f"no child run began (exit {process.poll()}); its stderr:\n"
+        raise AssertionError(f"no child run began (exit {code}); its stderr:\n"
                              f"{process.communicate()[1][-3000:]}")
     process.send_signal(signal.SIGTERM)
     finish(process, timeout=120)

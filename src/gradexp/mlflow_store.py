@@ -178,13 +178,11 @@ def store_creation_lock(uri: str) -> Iterator[None]:
     folder. The lock is an flock on the store's folder (no lock file left beside the store), so it
     only orders gradexp processes; where it cannot be taken (off POSIX; NFS) it is skipped."""
     database = sqlite_file(uri)
-    try:
-        import fcntl
-    except ImportError:  # Windows
-        fcntl = None
-    if database is None or fcntl is None:
+    if database is None or os.name != "posix":
         yield
         return
+    import fcntl
+
     folder = os.open(database.parent, os.O_RDONLY)
     try:
         try:
