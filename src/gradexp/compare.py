@@ -134,13 +134,12 @@ def check_args(args: argparse.Namespace) -> None:
 def open_store(uri_arg: str | None):
     """(client, uri) for --tracking-uri / MLFLOW_TRACKING_URI / ./mlflow.db, without creating
     an empty store where none is (a sqlite URI to a missing file would make one)."""
-    from gradexp.mlflow_store import experiments, open_client, redact_uri, resolve_uri
+    from gradexp.mlflow_store import experiments, open_client, redact_uri, resolve_uri, sqlite_file
     from gradexp.schema import ConfigError
 
     uri = resolve_uri(uri_arg, Path.cwd())
-    local = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else (
-        None if "://" in uri else uri)
-    if local is not None and not Path(local).exists():
+    local = sqlite_file(uri) or (None if "://" in uri else Path(uri))
+    if local is not None and not local.exists():
         raise BadInput(f"no MLflow store at {redact_uri(uri)}: run gradexp in this folder first, "
                        "or pass --tracking-uri (or set MLFLOW_TRACKING_URI)")
     try:

@@ -68,11 +68,12 @@ def build_pruner(cfg: DictConfig) -> Any:
 # ---------------------------------------------------------------- where the study is
 def store_folder(config: DictConfig) -> Path:
     """The folder of the run's sqlite MLflow store; the launch folder for a server."""
+    from gradexp.mlflow_store import sqlite_file
+
     uri = OmegaConf.select(config, "tracking.uri", default=None)
     launch = Path(config.hydra.runtime.cwd)
-    if uri and str(uri).startswith("sqlite:///"):
-        return (launch / str(uri)[len("sqlite:///"):]).parent
-    return launch
+    database = sqlite_file(str(uri)) if uri else None
+    return (launch / database).parent if database is not None else launch
 
 
 def open_storage(storage: str | None, journal: str | None) -> Any:
