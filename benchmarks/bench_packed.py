@@ -49,6 +49,15 @@ OPTIMIZERS = "optimizer=sgd,momentum,adagrad,adam"
 TRAINED = re.compile(r"trained (\d+) packed jobs in \d+ programs?: ([\d.]+) s")
 
 
+def digits_sweep(epochs: int) -> tuple[str, ...]:
+    """The 16-job digits sweep: experiments/digits_mlp's model and checks, without its own
+    sweep (widths x dropout), over 4 optimizers x 4 learning rates."""
+    return ("-m", "data=sklearn", "data.name=digits", "model=mlp", "model.hidden=[64]",
+            "loss=categorical_crossentropy", "gradcheck=probe", "gradcheck.max_rows=512",
+            OPTIMIZERS, "optimizer.learning_rate=0.001,0.003,0.01,0.03", "trainer.batch_size=32",
+            f"trainer.epochs={epochs}")
+
+
 def timed(*args: str, src: str = SRC) -> tuple[float, int, float | None]:
     """Wall seconds of `python -m gradexp ARGS` (gradexp from `src`) in a fresh folder, its
     FINISHED runs, and the seconds its packed training took (None: nothing packed)."""
@@ -121,12 +130,7 @@ def main() -> None:
     seeds = ",".join(map(str, range(options.seeds)))
     line = ("-m", OPTIMIZERS, "optimizer.learning_rate=0.01,0.03,0.1,0.3",
             f"trainer.seed={seeds}")
-    # experiments/digits_mlp's model and checks, without its own sweep (widths x dropout)
-    digits = ("-m", "data=sklearn", "data.name=digits", "model=mlp", "model.hidden=[64]",
-              "loss=categorical_crossentropy", "gradcheck=probe", "gradcheck.max_rows=512",
-              OPTIMIZERS,
-              "optimizer.learning_rate=0.001,0.003,0.01,0.03", "trainer.batch_size=32",
-              f"trainer.epochs={options.digits_epochs}")
+    digits = digits_sweep(options.digits_epochs)
     sweeps = {"line": (f"line, {16 * options.seeds} jobs", line),
               "digits": (f"digits MLP, 16 jobs, {options.digits_epochs} epochs", digits)}
     sweeps = {key: value for key, value in sweeps.items() if options.only in (None, key)}
