@@ -111,3 +111,9 @@ def test_a_first_run_on_a_fresh_store_prints_only_gradexps_lines(tmp_path):
     for chatter in ("INFO", "Creating initial MLflow database tables", "fontManager"):
         assert chatter not in done.stdout
     assert "gradexp run" in done.stdout and "open the MLflow UI" in done.stdout
+    # A run to resume that is not there: one line too, with no TensorFlow start-up chatter
+    # (absl's and oneDNN's lines, which TF_CPP_MIN_LOG_LEVEL does not silence) before it.
+    done = run_cli("trainer.resume=0123456789abcdef", cwd=tmp_path)
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("error: trainer.resume=0123456789abcdef: no such run in sqlite:///")

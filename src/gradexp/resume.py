@@ -46,8 +46,6 @@ def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
     """The run to continue, checked before anything is built (restart=True: a killed run with
     no checkpoint, to run again as a new run); ConfigError (one line) if it cannot be: no such
     run, no checkpoint of a run that was not killed, nothing left to train."""
-    import tensorflow as tf
-
     from gradexp.mlflow_store import (
         download_artifact,
         metric_history,
@@ -55,6 +53,7 @@ def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
         read_run,
         resolve_uri,
     )
+    from gradexp.tensorflow_import import import_tensorflow
 
     run_id = str(cfg.trainer.resume)
     key = f"trainer.resume={run_id}"
@@ -72,7 +71,9 @@ def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
         raise ConfigError(f"{key}: the run has no config.yaml artifact to resume from") from None
     recorded = OmegaConf.create(text)
     folder = checkpoint_folder(launch_dir, run_id)
-    latest = tf.train.latest_checkpoint(str(folder))
+    # Quietly (TensorFlow's start-up chatter would break the one-line answer), and only
+    # once the run is known: `trainer.resume=<a typo>` answers without it.
+    latest = import_tensorflow().train.latest_checkpoint(str(folder))
     epochs = max(recorded.trainer.epochs, cfg.trainer.epochs)
     if latest is None:
         if _killed(client, run, cfg.tracking.stale_after):
