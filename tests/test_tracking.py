@@ -70,6 +70,26 @@ def test_unreachable_server_fails_before_training_with_nothing_recorded(tmp_path
     assert time.monotonic() - started < 10
 
 
+@pytest.mark.parametrize("uri, says", [
+    ("sqllite:///x.db", "tracking.uri=sqllite:///x.db: MLflow has no store for sqllite:// "
+                        "URIs; accepted: "),
+    ("postgres://db/runs", "MLflow has no store for postgres:// URIs"),
+    ("mlruns", "tracking.uri=mlruns: MLflow refuses a folder as a store"),
+])
+def test_a_store_mlflow_cannot_open_is_one_line_before_anything_is_made(tmp_path, monkeypatch,
+                                                                        uri, says):
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    import mlflow.environment_variables
+
+    if "folder" in says and not hasattr(mlflow.environment_variables, "MLFLOW_ALLOW_FILE_STORE"):
+        pytest.skip("this MLflow takes folder stores: nothing to refuse")
+    cfg = compose_config(f"tracking.uri={uri}", "gradcheck=off")
+    with pytest.raises(ConfigError) as refused:
+        run_experiment(cfg, quiet=True, launch_dir=tmp_path)
+    assert says in str(refused.value) and "\n" not in str(refused.value)
+    assert list(tmp_path.iterdir()) == []  # no store, no folder of runs
+
+
 @pytest.mark.slow
 def test_a_store_locked_by_another_process_is_waited_out(store, client, tmp_path):
     tracker = MlflowTracker(store, "locked", "run")

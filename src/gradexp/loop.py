@@ -28,7 +28,13 @@ from gradexp.devices import check_device
 from gradexp.endings import Diverged, GradientCheckFailed, RunFailed, Terminated, status_of
 from gradexp.interrupts import interrupts_deferred, sigterm_as_interrupt
 from gradexp.metrics import check_objective, metric_specs, objective
-from gradexp.mlflow_store import check_server, check_store_folder, config_params, resolve_uri
+from gradexp.mlflow_store import (
+    check_server,
+    check_store_folder,
+    check_store_kind,
+    config_params,
+    resolve_uri,
+)
 from gradexp.resume import prepare_resume
 from gradexp.run_view import RunResult, RunView
 from gradexp.seeds import derive_seeds, seed_tensorflow
@@ -83,11 +89,13 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
 
 
 def check_store(cfg: DictConfig, launch_dir: Path) -> None:
-    """A tracking server that does not answer, or a sqlite store in a folder that does not
-    exist, is one line now; opening the run later checks again (a server can go away)."""
+    """A URI MLflow cannot open, a tracking server that does not answer, or a sqlite store in a
+    folder that does not exist, is one line now; opening the run later checks again (a server
+    can go away)."""
     if getattr(cfg.tracking.name, "value", cfg.tracking.name) == "none":
         return
     uri = resolve_uri(cfg.tracking.uri, launch_dir)
+    check_store_kind(uri, shown=cfg.tracking.uri)
     check_server(uri)
     check_store_folder(uri)
 

@@ -170,6 +170,36 @@ def check_store_folder(uri: str) -> None:
                           "create it first or pick a store in an existing folder")
 
 
+def check_store_kind(uri: str, shown: str | None = None) -> None:
+    """A URI MLflow has no store for (a typo: sqllite://, postgres://) is one line, and so is a
+    folder store where MLflow refuses one (MLflow 3 keeps them in maintenance mode unless
+    MLFLOW_ALLOW_FILE_STORE=true): both are MLflow tracebacks otherwise. `shown`: the value as
+    the person typed it (the URI is resolved against the launch folder)."""
+    from mlflow.utils.uri import get_uri_scheme
+
+    key = f"tracking.uri={redact_uri(shown or uri)}"
+    scheme = get_uri_scheme(uri)
+    try:  # MLflow's own table of store schemes, plugins' included
+        from mlflow.tracking._tracking_service.utils import _tracking_store_registry
+
+        known = set(_tracking_store_registry._registry)
+    except (ImportError, AttributeError):  # moved in another MLflow: MLflow says it later
+        return
+    if scheme not in known:
+        accepted = ", ".join(f"{name}://" for name in sorted(known) if name)
+        raise ConfigError(f"{key}: MLflow has no store for {scheme}:// URIs; accepted: "
+                          f"{accepted}, or null (sqlite:///mlflow.db in the launch folder)")
+    if scheme in ("", "file"):
+        try:
+            from mlflow.environment_variables import MLFLOW_ALLOW_FILE_STORE
+        except ImportError:  # an MLflow that still takes folder stores as they are
+            return
+        if not MLFLOW_ALLOW_FILE_STORE.get():
+            raise ConfigError(f"{key}: MLflow refuses a folder as a store (its file store is in "
+                              "maintenance mode); use sqlite:///PATH/mlflow.db or null "
+                              "(./mlflow.db), or set MLFLOW_ALLOW_FILE_STORE=true")
+
+
 @contextlib.contextmanager
 def store_creation_lock(uri: str) -> Iterator[None]:
     """Held while MLflow opens a sqlite store. Opening a new store runs MLflow's schema
@@ -241,7 +271,9 @@ def source_tags(folder: Path) -> dict[str, str | None]:
 
 
 def open_client(uri: str):
-    """An MlflowClient for `uri`, after checking that a server URI answers."""
+    """An MlflowClient for `uri`, after checking that MLflow has a store for it and that a server
+    URI answers."""
+    check_store_kind(uri)
     check_server(uri)
     check_store_folder(uri)
     # A dead server should fail in seconds, not after MLflow's default retries (minutes).
