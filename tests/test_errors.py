@@ -32,6 +32,7 @@ CSV_FILES = {
 BAD_INPUTS = [
     (["optimizer.learning_rate=abc"], 2, "optimizer.learning_rate=abc: must be a float"),
     (["trainer.epochs=1.5"], 2, "trainer.epochs=1.5: must be an integer"),
+    (["trainer.epochs=null"], 2, "trainer.epochs=null: must be an integer"),
     (["trainer.epoch=5"], 2, "did you mean trainer.epochs?"),
     (["optimizer=adamm"], 2, "optimizer=adamm: no such option; available: adagrad, adam,"),
     (["loss=mse2"], 2, "loss=mse2: no such option; available: binary_crossentropy"),

@@ -49,7 +49,9 @@ def one_line(error: BaseException, overrides: Sequence[str] = ()) -> str:
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)):  # Could not override 'k'
         return _unknown_key(cause.full_key, _override(cause.full_key, overrides))
     if isinstance(cause, ValidationError):
-        return f"{cause.full_key}={cause.value}: {_plain_validation(cause)}"
+        # null as the person typed it (OmegaConf carries Python's None)
+        value = "null" if cause.value is None else cause.value
+        return f"{cause.full_key}={value}: {_plain_validation(cause)}"
     if isinstance(error, OmegaConfBaseException):
         key = getattr(error, "full_key", None)
         message = _first_line(getattr(error, "msg", None) or str(error))
