@@ -6,12 +6,15 @@ sqlite MLflow store."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
+import sys
 
 import numpy as np
 import pytest
 
+import gradexp
 from conftest import compose_config
 from gradexp.data import load_data, read_csv
 from gradexp.loop import run_experiment
@@ -304,6 +307,110 @@ def test_a_text_target_of_a_regression_or_a_text_feature_is_one_line(tmp_path):
     assert load_data(cfg.data).features == ["x"]
     with pytest.raises(ConfigError, match="data.features: no such column 'z'"):
         read_csv(str(tmp_path / "ids.csv"), "y", features=["x", "z"])
+
+
+# ---------------------------------------------------------------- a loader's data mistakes
+# numpy only, so a refusal is answered without TensorFlow, as a person's loader would be.
+BAD_LOADERS = """
+import numpy as np
+from gradexp.data import Dataset, Split
+
+def _x(n=20):
+    return np.random.default_rng(0).normal(size=(n, 2))
+
+def short_y():                            # 20 rows of features, 10 targets
+    return _x(), np.zeros(10)
+
+def nan_x():
+    x = _x()
+    x[3, 1], x[5, 0] = np.nan, np.inf
+    return x, x.sum(axis=1)
+
+def nan_y():
+    y = _x().sum(axis=1)
+    y[2] = np.nan
+    return _x(), y
+
+def own_split_short():                    # its own validation split, one target short
+    return (_x(), np.zeros(20)), (_x(5), np.zeros(4))
+
+def own_split_nan():
+    x_val = _x(5)
+    x_val[0, 0] = np.nan
+    return (_x(), np.zeros(20)), (x_val, np.zeros(5))
+
+def dataset_nan():                        # a gradexp Dataset, its test split with an inf
+    test_x = _x(5).astype("float32")
+    test_x[4, 1] = -np.inf
+    return Dataset("mine", "regression", _x().astype("float32"), np.zeros((20, 1), "float32"),
+                   test=Split(test_x, np.zeros((5, 1), "float32")))
+"""
+
+LOADER_MISTAKES = [
+    ("short_y", "x has 20 rows but y has 10; each row of x needs its target in the same row of "
+     "y"),
+    ("nan_x", "x[3, 1] is nan (NaN or infinite values cannot be trained on; 2 such values in "
+     "the features x)"),
+    ("nan_y", "y[2] is nan (NaN or infinite values cannot be trained on; 1 such value in the "
+     "targets y)"),
+    ("own_split_short", "x_val has 5 rows but y_val has 4; each row of x_val needs its target in "
+     "the same row of y_val"),
+    ("own_split_nan", "x_val[0, 0] is nan (NaN or infinite values cannot be trained on; 1 such "
+     "value in the validation features x_val)"),
+    ("dataset_nan", "test.x[4, 1] is -inf (NaN or infinite values cannot be trained on; 1 such "
+     "value in the test features test.x)"),
+]
+
+
+@pytest.mark.parametrize(("loader", "said"), LOADER_MISTAKES, ids=[m[0] for m in LOADER_MISTAKES])
+def test_a_loaders_row_counts_and_nan_are_one_line_before_any_run(tmp_path, loader, said):
+    # Before: rows 20 vs 10 was an IndexError traceback from the split (exit 1); a NaN trained
+    # and ended "diverged ... the learning rate is probably too high", or a run finished with
+    # NaN metrics (a NaN in y or in a validation split).
+    (tmp_path / "bad_loaders.py").write_text(BAD_LOADERS)
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"  # none made yet: a refusal makes none
+    with pytest.raises(gradexp.GradexpError) as refused:
+        gradexp.run(f"tracking.uri={store}", "data=custom",
+                    f"data._target_=bad_loaders.{loader}", launch_dir=tmp_path)
+    assert str(refused.value) == f"data._target_=bad_loaders.{loader}: {said}"
+    assert refused.value.exit_code == 2
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_nan_in_a_tf_data_loaders_rows_is_refused_as_in_arrays(launch):
+    (launch / "nan_tf.py").write_text(
+        "import numpy as np\nimport tensorflow as tf\n"
+        "def load():\n"
+        "    x = np.ones((8, 2), 'float32')\n"
+        "    x[6, 0] = np.nan\n"
+        "    return tf.data.Dataset.from_tensor_slices((x, np.ones(8, 'float32')))\n")
+    cfg = compose_config("data=custom", "data._target_=nan_tf.load")
+    with pytest.raises(ConfigError, match=re.escape(
+            "data._target_=nan_tf.load: x[6, 0] is nan (NaN or infinite values cannot be "
+            "trained on; 1 such value in the features x)")):
+        load_data(cfg.data, launch)
+
+
+# ---------------------------------------------------------------- a csv that is not text
+def test_a_gzipped_or_binary_csv_is_the_documented_line_without_raw_bytes(tmp_path,
+                                                                         monkeypatch):
+    rows = b"x,y\n" + b"".join(b"%d,%d\n" % (i, 2 * i) for i in range(200))
+    (tmp_path / "h.csv").write_bytes(gzip.compress(rows))
+    (tmp_path / "h.csv.gz").write_bytes(gzip.compress(rows))  # pyarrow decompresses by name
+    # Past the first 64 KiB, a ragged row that is not UTF-8: pyarrow fails to decode it for
+    # the invalid-row handler, which Python reported as "Exception ignored ... Traceback".
+    late = rows * 400 + b"1,\xff\xfe,3\n"
+    assert len(late) > 64 * 1024
+    (tmp_path / "late.csv").write_bytes(late)
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    for name, said in [("h.csv", "cannot read it (gzip-compressed: gunzip it first)"),
+                       ("late.csv", "cannot read it (not UTF-8 text)")]:
+        with pytest.raises(ConfigError) as refused:
+            read_csv(str(tmp_path / name), "y")
+        assert str(refused.value) == f"data.path={tmp_path / name}: {said}"
+    assert unraisable == []
+    assert read_csv(str(tmp_path / "h.csv.gz"), "y").x[:, 0].tolist() == list(range(200))
 
 
 # ---------------------------------------------------------------- what the run records

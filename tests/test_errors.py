@@ -4,6 +4,7 @@ MLflow run left RUNNING."""
 
 from __future__ import annotations
 
+import gzip
 import signal
 import sqlite3
 import subprocess
@@ -26,6 +27,7 @@ CSV_FILES = {
     "ragged.csv": "x,y\n1,2\n3\n",
     "blank_cell.csv": "x,y\n1,2\n,3\n",
     "binary.csv": None,  # written as invalid UTF-8 below
+    "gzipped.csv": None,  # written gzip-compressed below
 }
 
 # (command-line arguments, exit code, the message that must be on stderr)
@@ -62,6 +64,9 @@ BAD_INPUTS = [
     (["data=csv", "data.path=blank_cell.csv", "data.target=y"], 2,
      "column 'x' line 3 is empty"),
     (["data=csv", "data.path=binary.csv", "data.target=y"], 2, "data.path=binary.csv: cannot"),
+    # pyarrow's UnicodeDecodeError was printed as "Exception ignored ... Traceback", then raw bytes
+    (["data=csv", "data.path=gzipped.csv", "data.target=y"], 2,
+     "data.path=gzipped.csv: cannot read it (gzip-compressed: gunzip it first)"),
     (["tracking.uri=http://127.0.0.1:{free_port}"], 2,
      "tracking.uri=http://127.0.0.1:{free_port}: no MLflow server answers"),
     (["device=gpu"], 2, "device=gpu: TensorFlow sees no GPU"),
@@ -94,7 +99,10 @@ BAD_INPUTS = [
 def workdir(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("bad_inputs")
     for name, text in CSV_FILES.items():
-        if text is None:
+        if name == "gzipped.csv":
+            (folder / name).write_bytes(gzip.compress(
+                b"x,y\n" + b"".join(b"%d,%d\n" % (i, 2 * i) for i in range(200))))
+        elif text is None:
             (folder / name).write_bytes(b"x,y\n\xff\xfe,\x80\n")
         else:
             (folder / name).write_text(text)

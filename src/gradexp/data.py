@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -377,6 +377,10 @@ def from_user_loader(load, *, name: str, task: str, val_fraction: float, test_fr
         raise ConfigError(f"{where}: cannot be called with data.kwargs={kwargs} ({error})"
                           ) from None
     if isinstance(loaded, Dataset):
+        for split, part in loaded.splits().items():
+            prefix = "" if split == "train" else f"{split}."
+            _check_part(where, part.x, part.y, loaded.features, f"{prefix}x", f"{prefix}y",
+                        "" if split == "train" else f"{split} ")
         return standardized(loaded) if standardize else loaded
     batch_size = stream = None
     if tfdata.is_dataset(loaded) or (isinstance(loaded, tuple | list) and
@@ -387,6 +391,11 @@ def from_user_loader(load, *, name: str, task: str, val_fraction: float, test_fr
         parts = _array_parts(loaded, where)
     if task != "classification":  # a regression's targets are numbers
         parts = [(x, _columns(y, f"{where}: the targets"), names) for x, y, names in parts]
+    # Before any split or run: mismatched rows would fail deep in the split (an IndexError)
+    # or the loss, and a NaN would reach training as a "learning rate too high" divergence.
+    for (x, y, names), (x_name, y_name, what) in zip(parts, (("x", "y", ""),
+                                                             ("x_val", "y_val", "validation "))):
+        _check_part(where, x, y, names, x_name, y_name, what)
     if stream is not None:
         data = _streamed(name, task, stream, parts, standardize)
     elif len(parts) == 1:
@@ -433,6 +442,33 @@ def _streamed(name: str, task: str, stream, parts: list, standardize: bool) -> D
                                   labels if classes is not None else None)
     data.stream_rows, data.stream_steps = rows, stream.steps_per_epoch
     return data
+
+
+def _check_part(where: str, x: np.ndarray, y: np.ndarray, names: list[str] | None,
+                x_name: str, y_name: str, what: str) -> None:
+    """A loader's part (x, y): a target for every row of features, and numbers that can be
+    trained on (the csv's check, refuse_non_finite), named as the loader returned them."""
+    if len(x) != len(y):
+        raise ConfigError(f"{where}: {x_name} has {len(x)} rows but {y_name} has {len(y)}; "
+                          f"each row of {x_name} needs its target in the same row of {y_name}")
+    refuse_non_finite(x, where, _element(x_name, x, names), f"the {what}features {x_name}")
+    if y.dtype.kind == "f":  # a classification's labels may be text: only numbers can be NaN
+        refuse_non_finite(y, where, _element(y_name, y), f"the {what}targets {y_name}")
+
+
+def _element(name: str, array: np.ndarray, columns: list[str] | None = None
+             ) -> Callable[[tuple[int, ...]], str]:
+    """How to name one value of a rows x columns array: y[3] (one column), x[3, 1], with the
+    column's name when it has one (a DataFrame's)."""
+    def named(index: tuple[int, ...]) -> str:
+        row, column = index[0], (index[1] if len(index) > 1 else 0)
+        if array.ndim < 2 or array.shape[1] == 1:
+            shown = f"{name}[{row}]"
+        else:
+            shown = f"{name}[{row}, {column}]"
+        return shown + (f" (column '{columns[column]}')" if columns else "")
+
+    return named
 
 
 def _array_parts(loaded: Any, where: str) -> list[tuple[np.ndarray, np.ndarray, list | None]]:
@@ -534,6 +570,7 @@ def _read_table(file: Path, where: str):
 
     if not file.is_file():
         raise ConfigError(f"{where}: no such file ({file})")
+    _check_text(file, where)
     ragged = []
 
     def wrong_row(row) -> str:
@@ -541,11 +578,14 @@ def _read_table(file: Path, where: str):
         return "error"
 
     try:  # one thread: pyarrow then knows the line of a ragged row
-        table = pacsv.read_csv(
-            file, read_options=pacsv.ReadOptions(use_threads=False),
-            parse_options=pacsv.ParseOptions(invalid_row_handler=wrong_row),
-            convert_options=pacsv.ConvertOptions(null_values=[""], strings_can_be_null=True))
+        with _undecodable_rows() as undecodable:
+            table = pacsv.read_csv(
+                file, read_options=pacsv.ReadOptions(use_threads=False),
+                parse_options=pacsv.ParseOptions(invalid_row_handler=wrong_row),
+                convert_options=pacsv.ConvertOptions(null_values=[""], strings_can_be_null=True))
     except (OSError, pa.ArrowInvalid) as error:
+        if undecodable:  # the error's text would print the row's raw bytes
+            raise ConfigError(f"{where}: {NOT_UTF8}") from None
         if ragged:
             row = ragged[0]
             line = f"line {row.number}" if row.number is not None else f"the row {row.text!r}"
@@ -558,8 +598,59 @@ def _read_table(file: Path, where: str):
     if table is None or table.num_rows == 0:
         raise ConfigError(f"{where}: the file is empty (want a header row and a data row at least)")
     if any(pa.types.is_binary(field.type) for field in table.schema):
-        raise ConfigError(f"{where}: cannot read it (not UTF-8 text)")
+        raise ConfigError(f"{where}: {NOT_UTF8}")
     return table
+
+
+NOT_UTF8 = "cannot read it (not UTF-8 text)"
+# Files that are not a table but hold one, by their first bytes: the hint says what to do.
+PACKED = {b"\x1f\x8b": "gzip-compressed: gunzip it first",
+          b"PK\x03\x04": "a zip archive: unzip it first"}
+TEXT_SNIFF_BYTES = 64 * 1024
+DECOMPRESSED_BY_NAME = (".gz", ".bz2", ".lz4", ".zst")  # pyarrow's codecs by file extension
+
+
+def _check_text(file: Path, where: str) -> None:
+    """A compressed or binary file is one line before pyarrow reads it: pyarrow would say
+    "CSV parse error" with the row's raw bytes in it, or nothing useful. Only the first 64 KiB
+    are read (a large csv is not read twice); bad bytes further on are caught while reading."""
+    import codecs
+
+    if file.suffix.lower() in DECOMPRESSED_BY_NAME:
+        return  # pyarrow reads h.csv.gz decompressed: its text is checked as it is read
+    with open(file, "rb") as handle:
+        head = handle.read(TEXT_SNIFF_BYTES)
+    for magic, hint in PACKED.items():
+        if head.startswith(magic):
+            raise ConfigError(f"{where}: cannot read it ({hint})")
+    try:  # incremental: a character cut at the 64 KiB boundary is not an error
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        raise ConfigError(f"{where}: {NOT_UTF8}") from None
+
+
+@contextmanager
+def _undecodable_rows() -> Iterator[list]:
+    """While pyarrow reads: a ragged row that is not UTF-8 makes pyarrow fail to decode it
+    before calling the invalid_row_handler, and Python prints that UnicodeDecodeError as
+    "Exception ignored in ..." with a traceback. Such errors are collected here instead (the
+    read then fails, and the caller says "not UTF-8 text"); any other goes to the usual hook."""
+    import sys
+
+    caught: list = []
+    before = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        if isinstance(unraisable.exc_value, UnicodeDecodeError):
+            caught.append(unraisable.exc_value)
+        else:
+            before(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield caught
+    finally:
+        sys.unraisablehook = before
 
 
 def _numbers(column, name: str, where: str, hint: str = "") -> np.ndarray:
@@ -580,10 +671,28 @@ def _numbers(column, name: str, where: str, hint: str = "") -> np.ndarray:
             empty = cell is None or not str(cell).strip()
             shown = "empty" if empty else f"not a number: {cell!r}{hint}"
             raise ConfigError(f"{where}: column '{name}' line {line} is {shown}") from None
-        if not math.isfinite(values[row]):
-            raise ConfigError(f"{where}: column '{name}' line {line} is {cell} "
-                              "(NaN or infinite values cannot be trained on)")
+    refuse_non_finite(values, where, lambda index: f"column '{name}' line {index[0] + 2}")
     return values
+
+
+NOT_FINITE = "NaN or infinite values cannot be trained on"
+
+
+def refuse_non_finite(values: np.ndarray, where: str,
+                      subject: Callable[[tuple[int, ...]], str], held_by: str | None = None
+                      ) -> None:
+    """The one refusal of NaN and infinite values, a csv's columns and a loader's arrays alike:
+    `WHERE: SUBJECT is nan (NaN or infinite values cannot be trained on)`, SUBJECT naming the
+    first one (`subject(index)`: a csv's column and line, an array's element) and, given
+    `held_by` (what the array is), how many there are: one value named at a time, a person
+    fixing a loader would meet the next one run after run."""
+    bad = ~np.isfinite(values)
+    if not bad.any():
+        return
+    first = tuple(int(i) for i in np.argwhere(bad)[0])
+    n = int(bad.sum())
+    count = "" if held_by is None else f"; {n} such value{'s' * (n > 1)} in {held_by}"
+    raise ConfigError(f"{where}: {subject(first)} is {values[first]} ({NOT_FINITE}{count})")
 
 
 def _labels_of(column, name: str, where: str) -> list:
