@@ -54,6 +54,16 @@ def test_a_mistake_every_job_would_make_is_refused_before_the_parent_opens(
     assert all_runs(store) == []  # no parent, no child
 
 
+def test_an_optuna_sweep_whose_objective_no_job_logs_opens_no_parent(tmp_path, store):
+    """Optuna's jobs are chosen as they run; the objective is still known from the launch."""
+    with pytest.raises(gradexp.GradexpError) as refused:
+        gradexp.sweep(f"tracking.uri={store}", "experiment=lr_search", "hydra.sweeper.n_trials=2",
+                      "sweep.objective=val/msee", *QUICK, launch_dir=tmp_path)
+    assert refused.value.exit_code == 2
+    assert str(refused.value).startswith("sweep.objective=val/msee: the runs log val/ mse,")
+    assert all_runs(store) == []
+
+
 def test_a_typo_in_best_per_is_told_the_key_it_meant():
     from gradexp.sweeps import check_summary_keys, config_keys
 

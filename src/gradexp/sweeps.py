@@ -88,6 +88,8 @@ class MlflowSweepCallback(Callback):
             check_ranges(config, missing_ok=True)
             check_sweeper_direction(config)
             keys = check_every_job(config)  # a sweep that does not all compose opens no parent
+            if not keys:
+                check_shared_objective(config)  # Optuna: its jobs are chosen as they run
             check_summary_keys(config, keys or config_keys(config))
             if not _tracking_off(config):
                 self._open_parent(config)
@@ -240,6 +242,17 @@ def check_every_job(config: DictConfig) -> dict[str, bool]:
             check_objective(job_cfg, task_of(job_cfg.data))
             keys.update(config_keys(job_cfg))
     return keys
+
+
+def check_shared_objective(config: DictConfig) -> None:
+    """For a sweeper whose jobs are not composed up front (Optuna): when the sweep varies
+    nothing that decides which metrics a run logs (data.*, eval.*, sweep.*), every job would
+    fail on the same sweep.objective, so the launch config answers for all of them."""
+    from gradexp.metrics import check_objective, task_of
+
+    if not any(key.split(".")[0].lstrip("+~") in ("data", "eval", "sweep", "experiment")
+               for key in swept_keys(config)):
+        check_objective(config, task_of(config.data))
 
 
 def config_keys(config: DictConfig, prefix: str = "") -> dict[str, bool]:
