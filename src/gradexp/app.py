@@ -121,6 +121,7 @@ def run_job(cfg: DictConfig, stop: Callable[[Failure], NoReturn]):
     from gradexp.loop import run_experiment
     from gradexp.sweeps import (
         child_run_name,
+        note_failed_job,
         parent_run_file,
         resume_killed_run,
         reuse_finished_run,
@@ -135,6 +136,7 @@ def run_job(cfg: DictConfig, stop: Callable[[Failure], NoReturn]):
     sweep_dir = Path(hydra_cfg.runtime.cwd) / hydra_cfg.sweep.dir
     parent = parent_run_file(sweep_dir) if multirun else None
     swept = child_run_name(hydra_cfg, sweep_dir) if multirun else None  # only what varies
+    run_name = cfg.tracking.run_name or swept or hydra_cfg.job.override_dirname or "defaults"
     try:
         # sweep.skip_finished (issue 4, gradexp/sweeps.py): a config that FINISHED is not rerun.
         reused = reuse_finished_run(cfg, hydra_cfg) if multirun else None
@@ -144,7 +146,7 @@ def run_job(cfg: DictConfig, stop: Callable[[Failure], NoReturn]):
             cfg = resume_killed_run(cfg, hydra_cfg)
         return run_experiment(
             cfg,
-            run_name=cfg.tracking.run_name or swept or hydra_cfg.job.override_dirname or "defaults",
+            run_name=run_name,
             launch_dir=Path(hydra_cfg.runtime.cwd),
             hydra_dir=Path(hydra_cfg.runtime.output_dir),
             parent_run_id=parent.read_text().strip() if parent and parent.exists() else None,
@@ -160,6 +162,8 @@ def run_job(cfg: DictConfig, stop: Callable[[Failure], NoReturn]):
             raise
         if multirun and failure.sweep_goes_on and cfg.sweep.continue_on_failure:
             error_line(failure.line)
+            if getattr(error, "run_id", None) is None:  # no child run says it: tell the parent
+                note_failed_job(sweep_dir, hydra_cfg.job.num, run_name, failure.line)
             return None  # the sweep goes on; its summary lists this job as FAILED
         stop(failure)
 

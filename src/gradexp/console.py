@@ -36,14 +36,19 @@ def console() -> Console:
 
 def error_line(message: str) -> None:
     """The one line a person reads when gradexp stops on something they can fix."""
+    from rich.markup import escape
+
+    # escaped: a value such as sweep.best_per=[optimizer.nam] is text, not a rich style tag
     Console(file=sys.stderr, soft_wrap=True, highlight=False).print(
-        f"[bold red]error:[/bold red] {message}", markup=True)
+        f"[bold red]error:[/bold red] {escape(message)}", markup=True)
 
 
 def note_line(message: str) -> None:
     """One line about something gradexp did instead of what was asked; not an error."""
+    from rich.markup import escape
+
     Console(file=sys.stderr, soft_wrap=True, highlight=False).print(
-        f"[bold yellow]note:[/bold yellow] {message}", markup=True)
+        f"[bold yellow]note:[/bold yellow] {escape(message)}", markup=True)
 
 
 def print_config(cfg: DictConfig, masked: Mapping[str, Any]) -> None:

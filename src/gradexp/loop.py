@@ -15,6 +15,7 @@ last checkpoint, as the same MLflow run.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +86,14 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
                   hydra_dir=hydra_dir, resume=resume, run_name=run_name,
                   parent_run_id=parent_run_id, restart_of=restart_of, data_record=recorded,
                   earlier_checks=resume.earlier_checks if resume is not None else 0)
-    return Loop(run, callbacks).execute()
+    try:
+        return Loop(run, callbacks).execute()
+    except BaseException as error:
+        # The run this error ended, if it opened one (it holds the error, FAILED or KILLED): a
+        # sweep's job that fails before then has no child run, and says so itself (app.run_job).
+        with contextlib.suppress(AttributeError):
+            error.run_id = run.run_id
+        raise
 
 
 def check_store(cfg: DictConfig, launch_dir: Path) -> None:

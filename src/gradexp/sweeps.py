@@ -87,7 +87,10 @@ class MlflowSweepCallback(Callback):
             # sweeper told to optimize the objective the wrong way.
             check_ranges(config, missing_ok=True)
             check_sweeper_direction(config)
-            check_every_job(config)  # a sweep that does not all compose opens no parent
+            keys = check_every_job(config)  # a sweep that does not all compose opens no parent
+            if not keys:
+                check_shared_objective(config)  # Optuna: its jobs are chosen as they run
+            check_summary_keys(config, keys or config_keys(config))
             if not _tracking_off(config):
                 self._open_parent(config)
             start_study(config)  # sweep.pruner: the Optuna study the jobs report to
@@ -129,12 +132,21 @@ class MlflowSweepCallback(Callback):
     def _close_parent(self, config: DictConfig) -> None:
         if _plugin_name(config.hydra.sweeper) == "OptunaSweeper":
             record_optimization(self.tracker, Path(config.hydra.sweep.dir) / OPTUNA_RESULTS_FILE)
-        summary = summarize_sweep(self.tracker, self.best_per, self.aggregate_over)
+        from gradexp.console import error_line
+
+        # The jobs that failed before their MLflow run opened are in no child; they left a line.
+        not_started = failed_jobs(Path(config.hydra.sweep.dir))
+        summary = summarize_sweep(self.tracker, self.best_per, self.aggregate_over, not_started)
         self.ended = True
         failed = [row for row in summary.rows if row["status"] != "FINISHED"]
+        line = (f"{len(failed)} of {len(summary.rows)} jobs failed (each said why above): the "
+                f"sweep's parent run {self.tracker.run_id} ended FAILED")
+        if failed:
+            self.tracker.set_tags({REASON_TAG: line})
         self.tracker.end("FAILED" if failed else "FINISHED")
         print_sweep(summary, self.tracker)
         if failed:
+            error_line(line)
             sys.exit(1)  # every job ran; the sweep as a whole did not succeed
 
     def _end_if_interrupted(self) -> None:
@@ -184,16 +196,20 @@ def check_sweeper_direction(config: DictConfig) -> None:
             "set hydra.sweeper.direction='${gradexp.direction:}' (or sweep.direction)")
 
 
-def check_every_job(config: DictConfig) -> None:
+def check_every_job(config: DictConfig) -> dict[str, bool]:
     """Compose each job of a basic sweep as Hydra will (its overrides and hydra.sweeper.params)
     and check it as its run would before TensorFlow loads: `-m optimizer=sgd,adamm` ends here,
-    in one line, before the parent run or any child exists. Other sweepers (Optuna) choose their
-    jobs as they go; their first job checks itself."""
+    in one line, before the parent run or any child exists; so does a sweep.objective that no
+    job logs (`val/msee`, or val/accuracy on a regression), which every job would fail on. Other
+    sweepers (Optuna) choose their jobs as they go; their first job checks itself.
+
+    Returns the keys of the jobs' configs (config_keys), {} when the jobs were not composed."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from gradexp.config_checks import check_ranges
     from gradexp.config_errors import USER_ERRORS, one_line
+    from gradexp.metrics import check_objective, task_of
     from gradexp.schema import ConfigError
     from gradexp.setup_checks import check_config
     from gradexp.sweep_configs import compose_job
@@ -201,7 +217,7 @@ def check_every_job(config: DictConfig) -> None:
 
     if _plugin_name(config.hydra.sweeper) != "BasicSweeper" \
             or not GlobalHydra.instance().is_initialized():
-        return
+        return {}
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
     params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
@@ -209,6 +225,7 @@ def check_every_job(config: DictConfig) -> None:
     loader = GlobalHydra.instance().config_loader()
     parsed = OverridesParser.create(config_loader=loader).parse_overrides(
         [*arguments, *config.hydra.overrides.task])
+    keys: dict[str, bool] = {}
     for batch in BasicSweeper.split_arguments(parsed, None):
         for job in batch:
             try:
@@ -221,6 +238,63 @@ def check_every_job(config: DictConfig) -> None:
             check_ranges(job_cfg)
             check_modules_exist(job_cfg, Path.cwd())
             check_config(job_cfg)
+            # The task is the config's (data.task, or a scikit-learn set's own), as the run's.
+            check_objective(job_cfg, task_of(job_cfg.data))
+            keys.update(config_keys(job_cfg))
+    return keys
+
+
+def check_shared_objective(config: DictConfig) -> None:
+    """For a sweeper whose jobs are not composed up front (Optuna): when the sweep varies
+    nothing that decides which metrics a run logs (data.*, eval.*, sweep.*), every job would
+    fail on the same sweep.objective, so the launch config answers for all of them."""
+    from gradexp.metrics import check_objective, task_of
+
+    if not any(key.split(".")[0].lstrip("+~") in ("data", "eval", "sweep", "experiment")
+               for key in swept_keys(config)):
+        check_objective(config, task_of(config.data))
+
+
+def config_keys(config: DictConfig, prefix: str = "") -> dict[str, bool]:
+    """Every key of a config, dotted (`optimizer`, `optimizer.name`, `seed`): True for a value,
+    False for a group of keys; hydra.* left out."""
+    keys: dict[str, bool] = {}
+    for key in config.keys():
+        if prefix == "" and key == "hydra":
+            continue
+        node = config._get_node(key)
+        keys[f"{prefix}{key}"] = not isinstance(node, DictConfig)
+        if isinstance(node, DictConfig) and not OmegaConf.is_missing(config, key):
+            keys.update(config_keys(node, f"{prefix}{key}."))
+    return keys
+
+
+def check_summary_keys(config: DictConfig, keys: Mapping[str, bool]) -> None:
+    """sweep.best_per and sweep.aggregate_over name keys of the jobs' configs (`keys`, from
+    config_keys): a typo would print an empty table or group nothing, and say so nowhere.
+    best_per reads each run's params, so it needs a value's key (optimizer.name, not the group
+    optimizer); aggregate_over may name a group too (optimizer: its option), and need not be
+    swept (its default [seed] groups nothing when seed is not)."""
+    from gradexp.config_checks import closest_key
+    from gradexp.schema import ConfigError
+
+    values = sorted(key for key, leaf in keys.items() if leaf)
+    for setting, wanted, accepted in (("best_per", config.sweep.best_per, values),
+                                      ("aggregate_over", config.sweep.aggregate_over,
+                                       sorted(keys))):
+        for key in wanted:
+            if key in accepted:
+                continue
+            shown = f"sweep.{setting}=[{','.join(str(k) for k in wanted)}]"
+            if key in keys:  # a group, for best_per
+                inside = [k for k in values if k.startswith(f"{key}.")]
+                raise ConfigError(f"{shown}: {key} is a group of keys; name one of its values, "
+                                  f"e.g. {f'{key}.name' if f'{key}.name' in inside else inside[0]}")
+            hint = closest_key(str(key), accepted)
+            raise ConfigError(f"{shown}: {key} is not a key of the config; name keys of the "
+                              "composed config (`--cfg job` lists them), e.g. optimizer.name, "
+                              "optimizer.learning_rate, seed"
+                              + (f"; did you mean {hint}?" if hint else ""))
 
 
 def swept_keys(config: DictConfig) -> list[str]:
@@ -241,6 +315,33 @@ def parent_run_file(sweep_dir: str | Path) -> Path:
 def swept_keys_file(sweep_dir: str | Path) -> Path:
     """Where the parent leaves the swept keys, one a line, for its jobs to name their runs."""
     return Path(sweep_dir) / ".gradexp_swept_keys"
+
+
+def failed_jobs_dir(sweep_dir: str | Path) -> Path:
+    """Where a job that failed before its MLflow run opened (a missing data file, a loader
+    that raised) leaves its name and line for the parent's summary: it has no child run."""
+    return Path(sweep_dir) / ".gradexp_failed_jobs"
+
+
+def note_failed_job(sweep_dir: str | Path, job_num: int, run_name: str, reason: str) -> None:
+    """Leave a job's failure for the parent (failed_jobs); nothing without a parent run."""
+    import json
+
+    if not parent_run_file(sweep_dir).exists():
+        return  # tracking off: no parent, no summary
+    folder = failed_jobs_dir(sweep_dir)
+    folder.mkdir(exist_ok=True)
+    (folder / f"{job_num}.json").write_text(json.dumps({"run_name": run_name, "reason": reason}))
+
+
+def failed_jobs(sweep_dir: str | Path) -> list[dict[str, Any]]:
+    """The summary rows (FAILED, no run id) of the jobs note_failed_job left, by job number."""
+    import json
+
+    files = sorted(failed_jobs_dir(sweep_dir).glob("*.json"), key=lambda f: int(f.stem))
+    return [{"run_id": None, "status": "FAILED", "objective": math.nan, "final_loss": math.nan,
+             "gradcheck": None, "reused": False, "pruned_at_epoch": None, "packed_drift": None,
+             **json.loads(file.read_text())} for file in files]
 
 
 def child_run_name(hydra_cfg: DictConfig, sweep_dir: Path) -> str | None:
@@ -277,12 +378,14 @@ class SweepSummary:
 
 
 def summarize_sweep(tracker, best_per: list[str] | None = None,
-                    aggregate_over: list[str] | None = None) -> SweepSummary:
+                    aggregate_over: list[str] | None = None,
+                    not_started: list[dict[str, Any]] | None = None) -> SweepSummary:
     """Record the children's table, tag the best by the sweep objective, overlay their loss and
     objective curves; return the summary.
 
-    The table holds this sweep's children and the FINISHED runs its jobs reused
-    (sweep.skip_finished), those marked `reused`.
+    The table holds this sweep's children, the FINISHED runs its jobs reused
+    (sweep.skip_finished), those marked `reused`, and `not_started`: the rows (failed_jobs) of
+    jobs that failed before their run opened, FAILED with their reason and no run id.
     """
     from gradexp import replicates
     from gradexp.compare import differing_params, is_swept
@@ -299,8 +402,11 @@ def summarize_sweep(tracker, best_per: list[str] | None = None,
     runs = [*children, *reused]
     metric = parent_tags.get(OBJECTIVE_TAG, FALLBACK)
     direction = parent_tags.get(DIRECTION_TAG, "minimize")
-    rows = [_row(run, metric, reused=run in reused) for run in runs]
-    fell_back = metric != FALLBACK and not any(math.isfinite(r["objective"]) for r in rows)
+    rows = [_row(run, metric, reused=run in reused) for run in runs] + list(not_started or [])
+    # Only runs that trained can lack the objective for want of held-out data; when every job
+    # failed, there is nothing to fall back on, and the note would blame the wrong thing.
+    fell_back = (metric != FALLBACK and any(r["status"] == "FINISHED" for r in rows)
+                 and not any(math.isfinite(r["objective"]) for r in rows))
     if fell_back:
         metric, direction = FALLBACK, "minimize"
         for row in rows:
@@ -369,6 +475,7 @@ def _overlay_curves(tracker, rows: list[dict[str, Any]], metric: str) -> None:
     if metric != FALLBACK:
         safe = metric.replace("/", "_")
         wanted[metric] = (f"plots/sweep_{safe}_curves.png", f"{metric} of every job")
+    rows = [row for row in rows if row["run_id"] is not None]  # a job that never opened a run
     labels = short_labels([row["run_name"] or row["run_id"] for row in rows])  # 0.06461
     found = [run_curves(tracker.client, row["run_id"], list(wanted)) for row in rows]
     for key, (path, title) in wanted.items():

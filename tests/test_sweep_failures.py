@@ -1,0 +1,122 @@
+"""A sweep whose jobs fail: what the person sees (the summary, the parent's status, the exit code).
+
+A mistake every job would make (a sweep.objective no job logs, a typo in sweep.best_per or
+sweep.aggregate_over) is refused before the parent run opens: one line, exit 2, nothing recorded.
+A job that fails on its own (its data file is missing) is listed FAILED with its reason even when
+it failed before its MLflow run opened, and the sweep ends FAILED, exit 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import pytest
+from mlflow import MlflowClient
+
+import gradexp
+from conftest import compose_config, run_cli
+from gradexp.schema import ConfigError
+
+QUICK = ("trainer.epochs=2", "gradcheck=off", "tracking.log_model=false")
+HOUSES = "a,b,price\n" + "".join(f"{i % 7},{i % 5},{2 * (i % 7) + (i % 5)}\n" for i in range(40))
+
+
+def all_runs(store: str) -> list:
+    return MlflowClient(store).search_runs(["0", "1"])
+
+
+# ---------------------------------------------------------------- refused before the parent
+REFUSED = [
+    ("sweep.objective=val/msee",
+     "sweep.objective=val/msee: the runs log val/ mse, mae, r2 (eval.metrics); pick one of those"),
+    ("sweep.objective=val/accuracy",  # a classification's metric, on regression data
+     "sweep.objective=val/accuracy: the runs log val/ mse, mae, r2"),
+    ("sweep.best_per=[optimizer.nam]",
+     "sweep.best_per=[optimizer.nam]: optimizer.nam is not a key of the config;"),
+    ("sweep.best_per=[optimizer]",
+     "sweep.best_per=[optimizer]: optimizer is a group of keys; name one of its values, "
+     "e.g. optimizer.name"),
+    ("sweep.aggregate_over=[sed]",
+     "sweep.aggregate_over=[sed]: sed is not a key of the config;"),
+]
+
+
+@pytest.mark.parametrize(("override", "says"), REFUSED, ids=[o for o, _ in REFUSED])
+def test_a_mistake_every_job_would_make_is_refused_before_the_parent_opens(
+        tmp_path, store, override, says):
+    with pytest.raises(gradexp.GradexpError) as refused:
+        gradexp.sweep(f"tracking.uri={store}", "optimizer=sgd,adam", override, *QUICK,
+                      launch_dir=tmp_path)
+    assert refused.value.exit_code == 2
+    assert str(refused.value).startswith(says) and "\n" not in str(refused.value)
+    assert all_runs(store) == []  # no parent, no child
+
+
+def test_an_optuna_sweep_whose_objective_no_job_logs_opens_no_parent(tmp_path, store):
+    """Optuna's jobs are chosen as they run; the objective is still known from the launch."""
+    with pytest.raises(gradexp.GradexpError) as refused:
+        gradexp.sweep(f"tracking.uri={store}", "experiment=lr_search", "hydra.sweeper.n_trials=2",
+                      "sweep.objective=val/msee", *QUICK, launch_dir=tmp_path)
+    assert refused.value.exit_code == 2
+    assert str(refused.value).startswith("sweep.objective=val/msee: the runs log val/ mse,")
+    assert all_runs(store) == []
+
+
+def test_a_typo_in_best_per_is_told_the_key_it_meant():
+    from gradexp.sweeps import check_summary_keys, config_keys
+
+    cfg = compose_config("sweep.best_per=[optimizer.nam]")
+    with pytest.raises(ConfigError, match=r"; did you mean optimizer\.name\?$"):
+        check_summary_keys(cfg, config_keys(cfg))
+
+
+def test_summary_keys_accept_any_jobs_keys_and_the_unswept_default_seed():
+    """aggregate_over's default [seed] stands when seed is not swept; a best_per key that only
+    some jobs have (model.hidden: model=mlp's, not linear's) is one of the sweep's keys."""
+    from gradexp.sweeps import check_summary_keys, config_keys
+
+    keys = {**config_keys(compose_config("model=linear")), **config_keys(compose_config(
+        "model=mlp"))}
+    cfg = compose_config("sweep.best_per=[model.hidden,optimizer.name]",
+                         "sweep.aggregate_over=[seed,optimizer]")
+    check_summary_keys(cfg, keys)  # no error
+
+
+# ---------------------------------------------------------------- a job that fails on its own
+@pytest.mark.heavy  # 10.8 s alone (TensorFlow's first import in the process): one job trains
+def test_a_job_failing_before_its_run_opens_is_listed_failed_and_fails_the_sweep(tmp_path, store):
+    (tmp_path / "houses_num.csv").write_text(HOUSES)
+    printed = io.StringIO()
+    with pytest.raises(gradexp.GradexpError, match=r"^1 of 2 jobs failed") as failed, \
+            contextlib.redirect_stdout(printed):
+        gradexp.sweep(f"tracking.uri={store}", "data=csv", "data.path=missing.csv,houses_num.csv",
+                      "data.target=price", *QUICK, launch_dir=tmp_path)
+    assert failed.value.exit_code == 1
+    client = MlflowClient(store)
+    (parent,) = [run for run in all_runs(store) if "mlflow.parentRunId" not in run.data.tags]
+    assert parent.info.status == "FAILED"
+    assert parent.data.tags["gradexp.status_reason"].startswith("1 of 2 jobs failed")
+    summary = json.load(open(client.download_artifacts(parent.info.run_id, "sweep_summary.json")))
+    rows = {row["run_name"]: row for row in summary["children"]}
+    assert set(rows) == {"data.path=missing.csv", "data.path=houses_num.csv"}
+    assert rows["data.path=houses_num.csv"]["status"] == "FINISHED"
+    missing = rows["data.path=missing.csv"]
+    assert missing["status"] == "FAILED" and missing["run_id"] is None
+    assert missing["reason"].startswith("data.path=missing.csv:")
+    table = printed.getvalue()
+    assert "data.path=missing.csv" in table and "FAILED" in table
+    assert "no run has the sweep objective" not in table
+
+
+@pytest.mark.slow
+def test_the_command_line_exits_1_when_a_job_failed_before_its_run_opened(tmp_path):
+    (tmp_path / "houses_num.csv").write_text(HOUSES)
+    done = run_cli("-m", "data=csv", "data.path=missing.csv,houses_num.csv", "data.target=price",
+                   *QUICK, cwd=tmp_path, timeout=180)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert errors[0].startswith("error: data.path=missing.csv:"), errors
+    assert errors[-1].startswith("error: 1 of 2 jobs failed"), errors
+    assert "data.path=missing.csv" in done.stdout and "FAILED" in done.stdout
