@@ -65,7 +65,7 @@ def test_an_optuna_sweep_whose_objective_no_job_logs_opens_no_parent(tmp_path, s
 
 
 def test_a_typo_in_best_per_is_told_the_key_it_meant():
-    from gradexp.sweeps import check_summary_keys, config_keys
+    from gradexp.sweep_checks import check_summary_keys, config_keys
 
     cfg = compose_config("sweep.best_per=[optimizer.nam]")
     with pytest.raises(ConfigError, match=r"; did you mean optimizer\.name\?$"):
@@ -75,7 +75,7 @@ def test_a_typo_in_best_per_is_told_the_key_it_meant():
 def test_summary_keys_accept_any_jobs_keys_and_the_unswept_default_seed():
     """aggregate_over's default [seed] stands when seed is not swept; a best_per key that only
     some jobs have (model.hidden: model=mlp's, not linear's) is one of the sweep's keys."""
-    from gradexp.sweeps import check_summary_keys, config_keys
+    from gradexp.sweep_checks import check_summary_keys, config_keys
 
     keys = {**config_keys(compose_config("model=linear")), **config_keys(compose_config(
         "model=mlp"))}

@@ -4,7 +4,7 @@
 Hydra composes a job's config from scratch (the defaults list, every config file read and
 parsed again, the schemas merged) each time it is asked, ~0.2-0.4 s a composition here. A basic
 sweep asked three times a job: gradexp's own check of every job before the parent run opens
-(gradexp.sweeps.check_every_job), the basic sweeper's `validate_batch_is_legal`, and the
+(gradexp.sweep_checks.check_every_job), the basic sweeper's `validate_batch_is_legal`, and the
 launcher before it runs the job. So the check keeps what it composed, and the sweeper's and
 the launcher's requests for the same overrides get a deep copy of it (~15 ms): the same config,
 since a composition depends only on the sweep's master config and the job's overrides, and each

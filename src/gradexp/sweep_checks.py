@@ -1,0 +1,146 @@
+"""A sweep's checks before its parent run opens (gradexp.sweeps' callback runs them): every job
+composed and checked as its run would be, the optimizing sweeper's direction, the objective
+every job must log, and the keys the summary groups by. A mistake every job would make ends
+here in one line, before any run exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from gradexp.metrics import objective
+
+
+def plugin_name(node: DictConfig) -> str:
+    """OptunaSweeper, JoblibLauncher, RayLauncher, ... (the class name of a sweeper or launcher)."""
+    return str(node._target_).rsplit(".", 1)[-1]
+
+
+def check_sweeper_direction(config: DictConfig) -> None:
+    """An optimizing sweeper (Optuna) must push the objective the right way: maximizing a
+    val/mse, or minimizing a val/accuracy, would search for the worst run."""
+    from gradexp.schema import ConfigError
+
+    wanted = OmegaConf.select(config, "hydra.sweeper.direction", default=None)
+    if wanted is None:
+        return  # the basic sweeper runs every job; nothing is optimized
+    metric, direction = objective(config)
+    wanted = str(getattr(wanted, "name", wanted)).lower()
+    if wanted != direction:
+        raise ConfigError(
+            f"hydra.sweeper.direction={wanted}, but sweep.objective {metric} is to {direction}: "
+            "set hydra.sweeper.direction='${gradexp.direction:}' (or sweep.direction)")
+
+
+def check_every_job(config: DictConfig) -> dict[str, bool]:
+    """Compose each job of a basic sweep as Hydra will (its overrides and hydra.sweeper.params)
+    and check it as its run would before TensorFlow loads: `-m optimizer=sgd,adamm` ends here,
+    in one line, before the parent run or any child exists; so does a sweep.objective that no
+    job logs (`val/msee`, or val/accuracy on a regression), which every job would fail on. Other
+    sweepers (Optuna) choose their jobs as they go; their first job checks itself.
+
+    Returns the keys of the jobs' configs (config_keys), {} when the jobs were not composed."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from gradexp.config_checks import check_ranges
+    from gradexp.config_errors import USER_ERRORS, one_line
+    from gradexp.metrics import check_objective, task_of
+    from gradexp.schema import ConfigError
+    from gradexp.setup_checks import check_config
+    from gradexp.sweep_configs import compose_job
+    from gradexp.user_code import check_modules_exist
+
+    if plugin_name(config.hydra.sweeper) != "BasicSweeper" \
+            or not GlobalHydra.instance().is_initialized():
+        return {}
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
+    arguments = [f"{key}={value}" for key, value in params.items()]
+    loader = GlobalHydra.instance().config_loader()
+    parsed = OverridesParser.create(config_loader=loader).parse_overrides(
+        [*arguments, *config.hydra.overrides.task])
+    keys: dict[str, bool] = {}
+    for batch in BasicSweeper.split_arguments(parsed, None):
+        for job in batch:
+            try:
+                # kept: the sweeper and the launcher ask for it again (gradexp.sweep_configs)
+                job_cfg = compose_job(loader, config, list(job))
+                with open_dict(job_cfg):
+                    del job_cfg["hydra"]  # the run's config, as the job's task sees it
+            except USER_ERRORS as error:
+                raise ConfigError(one_line(error)) from None
+            check_ranges(job_cfg)
+            check_modules_exist(job_cfg, Path.cwd())
+            check_config(job_cfg)
+            # The task is the config's (data.task, or a scikit-learn set's own), as the run's.
+            check_objective(job_cfg, task_of(job_cfg.data))
+            keys.update(config_keys(job_cfg))
+    return keys
+
+
+def check_shared_objective(config: DictConfig) -> None:
+    """For a sweeper whose jobs are not composed up front (Optuna): when the sweep varies
+    nothing that decides which metrics a run logs (data.*, eval.*, sweep.*), every job would
+    fail on the same sweep.objective, so the launch config answers for all of them."""
+    from gradexp.metrics import check_objective, task_of
+
+    if not any(key.split(".")[0].lstrip("+~") in ("data", "eval", "sweep", "experiment")
+               for key in swept_keys(config)):
+        check_objective(config, task_of(config.data))
+
+
+def config_keys(config: DictConfig, prefix: str = "") -> dict[str, bool]:
+    """Every key of a config, dotted (`optimizer`, `optimizer.name`, `seed`): True for a value,
+    False for a group of keys; hydra.* left out."""
+    keys: dict[str, bool] = {}
+    for key in config.keys():
+        if prefix == "" and key == "hydra":
+            continue
+        node = config._get_node(key)
+        keys[f"{prefix}{key}"] = not isinstance(node, DictConfig)
+        if isinstance(node, DictConfig) and not OmegaConf.is_missing(config, key):
+            keys.update(config_keys(node, f"{prefix}{key}."))
+    return keys
+
+
+def check_summary_keys(config: DictConfig, keys: Mapping[str, bool]) -> None:
+    """sweep.best_per and sweep.aggregate_over name keys of the jobs' configs (`keys`, from
+    config_keys): a typo would print an empty table or group nothing, and say so nowhere.
+    best_per reads each run's params, so it needs a value's key (optimizer.name, not the group
+    optimizer); aggregate_over may name a group too (optimizer: its option), and need not be
+    swept (its default [seed] groups nothing when seed is not)."""
+    from gradexp.config_checks import closest_key
+    from gradexp.schema import ConfigError
+
+    values = sorted(key for key, leaf in keys.items() if leaf)
+    for setting, wanted, accepted in (("best_per", config.sweep.best_per, values),
+                                      ("aggregate_over", config.sweep.aggregate_over,
+                                       sorted(keys))):
+        for key in wanted:
+            if key in accepted:
+                continue
+            shown = f"sweep.{setting}=[{','.join(str(k) for k in wanted)}]"
+            if key in keys:  # a group, for best_per
+                inside = [k for k in values if k.startswith(f"{key}.")]
+                raise ConfigError(f"{shown}: {key} is a group of keys; name one of its values, "
+                                  f"e.g. {f'{key}.name' if f'{key}.name' in inside else inside[0]}")
+            hint = closest_key(str(key), accepted)
+            raise ConfigError(f"{shown}: {key} is not a key of the config; name keys of the "
+                              "composed config (`--cfg job` lists them), e.g. optimizer.name, "
+                              "optimizer.learning_rate, seed"
+                              + (f"; did you mean {hint}?" if hint else ""))
+
+
+def swept_keys(config: DictConfig) -> list[str]:
+    """The keys or groups a sweep varies: its comma/range overrides and hydra.sweeper.params."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
+    keys = {override.key_or_group for override in parsed if override.is_sweep_override()}
+    keys |= set(OmegaConf.select(config, "hydra.sweeper.params", default=None) or {})
+    return sorted(keys)
