@@ -270,6 +270,8 @@ SWEEP_MISTAKES = [
     (["trainer.epochs=2,0"], "trainer.epochs=0: must be an integer >= 1"),
     (["model=linear,mlp", "model._target_=wrong_models.build", "trainer.epochs=2"],
      "model._target_=wrong_models.build: model=linear builds with its own code"),
+    (["optimizer=sgd,adam", "trainer.early_stopping.monitor=loss", "trainer.epochs=2"],
+     "trainer.early_stopping.monitor=loss: not a metric this run evaluates"),
 ]
 
 

@@ -194,6 +194,7 @@ def check_every_job(config: DictConfig) -> None:
 
     from gradexp.config_checks import check_ranges
     from gradexp.config_errors import USER_ERRORS, one_line
+    from gradexp.metrics import check_monitor, task_of
     from gradexp.schema import ConfigError
     from gradexp.setup_checks import check_config
     from gradexp.sweep_configs import compose_job
@@ -221,6 +222,8 @@ def check_every_job(config: DictConfig) -> None:
             check_ranges(job_cfg)
             check_modules_exist(job_cfg, Path.cwd())
             check_config(job_cfg)
+            # the monitor's name, before any data loads: whether val/ has rows is the job's
+            check_monitor(job_cfg, task_of(job_cfg.data), ("train", "val"))
 
 
 def swept_keys(config: DictConfig) -> list[str]:
