@@ -68,12 +68,13 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
     recorded = data_record(data, cfg.trainer.batch_size)  # rows, standardized, batches, labels
     check_objective(cfg, data.task)
     check_monitor(cfg, data.task, tuple(data.splits()))  # early stopping's metric exists
+    # before the model checks below start TensorFlow's runtime (mirrored's CPU replicas)
+    check_device(getattr(cfg.device.name, "value", cfg.device.name), cfg.device.cpu_replicas)
     check_user_code(cfg, launch_dir, data)  # a bad _target_ ends here, before any MLflow run
     if show_config and not quiet:
         console.print_config(cfg, config_params(cfg))
     for note in [] if quiet else recorded.notes:
         console.note_line(note)
-    check_device(getattr(cfg.device.name, "value", cfg.device.name), cfg.device.cpu_replicas)
     callbacks = build_callbacks(cfg)
     metric, direction = objective(cfg, data.task)
     run = RunView(cfg, data, metric, direction, quiet=quiet, launch_dir=launch_dir,
