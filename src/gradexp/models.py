@@ -260,9 +260,11 @@ def sequential(*, n_features: int, n_outputs: int, layers: list[Any], seed: int,
             # run within a process, and the gradient check names variables by their layer.
             built.append(instantiate(spec, **({} if "name" in spec else {"name": f"layer{index}"})))
         except Exception as error:  # a wrong layer argument is the person's to fix
+            from gradexp.endings import reason_of
+
             cause = error.__cause__ or error
             raise ConfigError(f"model.layers[{index}]={spec}: {type(cause).__name__}: "
-                              f"{str(cause).splitlines()[0] if str(cause) else ''}") from None
+                              f"{reason_of(cause)}") from None
     if output_layer:
         built.append(keras.layers.Dense(n_outputs, name="output"))
     return keras.Sequential(built, name="keras")
