@@ -81,6 +81,37 @@ MISTAKES = [
      "model._target_=broken_module.build: importing broken_module raised RuntimeError: my "
      "module is broken"),
     (["model=custom"], "model._target_ is required here"),
+    # a value the builder's Keras layer refuses (build does Dense(width)): named as model=keras
+    # names its layers' values, not a Keras traceback
+    (["model=custom", "model._target_=wrong_models.build", "+model.kwargs.width=abc"],
+     "model.kwargs.width=abc: wrong_models.build raised ValueError: Received an invalid value "
+     "for `units`, expected a positive integer. Received: units=abc"),
+    (["model=custom", "model._target_=wrong_models.build", "+model.kwargs.width=-4"],
+     "model.kwargs.width=-4: wrong_models.build raised ValueError: Received an invalid value "
+     "for `units`"),
+    # a built-in model whose layers are written for other data (64 pixels, not 1 feature)
+    (["model=digits_cnn"],
+     "model=digits_cnn: its layers do not take data=linear's rows of 1 feature (Reshape: The "
+     "total size of the tensor must be unchanged. Received: input_shape=(1,), "
+     "target_shape=(8, 8, 1))"),
+    # a piecewise schedule needs one factor per stretch (Keras would say so inside a run)
+    (["optimizer.schedule.name=piecewise", "optimizer.schedule.boundaries=[50,80]",
+      "optimizer.schedule.factors=[1,0.1]"],
+     "optimizer.schedule.factors=[1.0, 0.1] has 2 values for optimizer.schedule.boundaries="
+     "[50.0, 80.0] (2): piecewise needs one factor more than boundaries, 3 here"),
+    # early stopping on a metric the run does not evaluate would never stop it
+    (["trainer.early_stopping.enabled=true", "trainer.early_stopping.monitor=val/msee"],
+     "trainer.early_stopping.monitor=val/msee: not a metric this run evaluates; early stopping "
+     "can monitor train/mse, train/mae, train/r2, val/mse, val/mae, val/r2"),
+    (["trainer.early_stopping.enabled=true", "trainer.early_stopping.monitor=loss"],
+     "trainer.early_stopping.monitor=loss: not a metric this run evaluates; early stopping "
+     "can monitor train/mse, train/mae, train/r2, val/mse, val/mae, val/r2"),
+    (["trainer.early_stopping.monitor=val/msee"],  # set, though not enabled: still a typo
+     "trainer.early_stopping.monitor=val/msee: not a metric this run evaluates"),
+    (["trainer.early_stopping.enabled=true", "data.n_val=0"],
+     "trainer.early_stopping.monitor=auto (sweep.objective=val/mse): not a metric this run "
+     "evaluates (the data has no validation rows); early stopping can monitor train/mse, "
+     "train/mae, train/r2"),
     # the loss against the task, and the person's loss
     (["loss=categorical_crossentropy"],
      "loss=categorical_crossentropy (keras.losses.CategoricalCrossentropy) is a classification "
@@ -103,7 +134,7 @@ MISTAKES = [
 ]
 
 
-MODULES = ("wrong_models", "wrong_data", "broken_module", "tf_models")
+MODULES = ("wrong_models", "wrong_data", "broken_module", "tf_models", "styled_loss")
 
 
 @pytest.fixture
@@ -239,6 +270,8 @@ SWEEP_MISTAKES = [
     (["trainer.epochs=2,0"], "trainer.epochs=0: must be an integer >= 1"),
     (["model=linear,mlp", "model._target_=wrong_models.build", "trainer.epochs=2"],
      "model._target_=wrong_models.build: model=linear builds with its own code"),
+    (["optimizer=sgd,adam", "trainer.early_stopping.monitor=loss", "trainer.epochs=2"],
+     "trainer.early_stopping.monitor=loss: not a metric this run evaluates"),
 ]
 
 
@@ -252,3 +285,51 @@ def test_a_sweep_whose_jobs_do_not_all_compose_opens_no_parent(launch, overrides
     assert len(errors) == 1 and says in errors[0], done.stderr
     assert recorded_runs(launch) == []  # no parent, no child: `gradexp compare` offers nothing
     assert not (launch / "multirun").exists()
+
+
+def test_gradexp_run_raises_the_line_for_a_model_that_does_not_fit_the_data(launch):
+    """From Python as on the command line: gradexp.run raises GradexpError with the one line
+    and exit code 2 (it raised Keras' bare ValueError), and no store is made."""
+    import gradexp
+
+    store = f"sqlite:///{launch / 'mlflow.db'}"
+    with pytest.raises(gradexp.GradexpError) as refused:
+        gradexp.run(f"tracking.uri={store}", "model=digits_cnn", "gradcheck=off",
+                    launch_dir=launch)
+    assert refused.value.exit_code == 2
+    assert str(refused.value).startswith("model=digits_cnn: its layers do not take "
+                                         "data=linear's rows of 1 feature (Reshape: ")
+    assert recorded_runs(launch) == []
+
+
+STYLED_LOSS = '''
+class StyledLoss:
+    """A loss with a bug whose message is styled for a terminal, as Keras' layer errors are."""
+
+    def __init__(self, name=None):
+        self.name = name
+
+    def __call__(self, y_true, y_pred):
+        raise ValueError("Exception encountered when calling StyledLoss.call().\\n\\n"
+                         "\\x1b[1mthe styled reason\\x1b[0m")
+'''
+
+
+@pytest.mark.heavy  # ~2 s (an MLflow run that fails in its first step)
+def test_a_failed_runs_stored_reason_is_plain_text(launch):
+    """The reason a FAILED run keeps in MLflow (gradexp.status_reason) is read in the MLflow UI
+    and by `gradexp compare`, where no terminal renders Keras' bold escapes: plain text."""
+    from mlflow import MlflowClient
+
+    from conftest import run
+
+    (launch / "styled_loss.py").write_text(STYLED_LOSS)
+    store = f"sqlite:///{launch / 'mlflow.db'}"
+    with pytest.raises(Exception, match="styled reason"):  # a bug: it stays a traceback
+        run(store, "loss._target_=styled_loss.StyledLoss", "gradcheck=off", "trainer.epochs=1",
+            "tracking.log_model=false", launch_dir=launch)
+    client = MlflowClient(store)
+    (failed,) = client.search_runs([client.get_experiment_by_name("gradexp").experiment_id])
+    reason = failed.data.tags["gradexp.status_reason"]
+    assert failed.info.status == "FAILED"
+    assert "the styled reason" in reason and "\x1b" not in reason, repr(reason)

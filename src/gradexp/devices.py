@@ -76,10 +76,18 @@ def _logical_cpus(count: int) -> list[str]:
 
 def check_device(requested: str, cpu_replicas: int = 0) -> None:
     """Before a run is opened: asking for a GPU that is not there is refused, so no FAILED run is
-    left in the store for it. (device=auto and cpu cannot fail; they load TensorFlow later.)"""
+    left in the store for it; device=mirrored's CPU replicas are made. (device=auto and cpu
+    cannot fail; they load TensorFlow later.)"""
     if cpu_replicas and requested != "mirrored":
         raise ConfigError(f"device.cpu_replicas={cpu_replicas}: only device=mirrored uses it "
                           f"(device={requested})")
+    if requested == "mirrored" and cpu_replicas:
+        from gradexp.tensorflow_import import import_tensorflow
+
+        # Now, before the model checks (gradexp.setup_checks) build a model and so start
+        # TensorFlow's runtime, after which the CPU can no longer be split.
+        import_tensorflow()
+        _logical_cpus(cpu_replicas)
     if requested == "gpu" or (requested == "mirrored" and not cpu_replicas):
         from gradexp.tensorflow_import import import_tensorflow
 

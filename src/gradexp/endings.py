@@ -4,6 +4,8 @@ the exit codes the command line ends with."""
 
 from __future__ import annotations
 
+import re
+
 EXIT_BAD_INPUT = 2  # as argparse: the command line asked for something that cannot be
 EXIT_INTERRUPTED = 130  # Ctrl-C, the shell's convention (128 + SIGINT)
 EXIT_TERMINATED = 143  # SIGTERM (128 + 15)
@@ -27,6 +29,28 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, handled like Ctrl-C: the run ends KILLED, exit code 143."""
 
 
+# Terminal styling (ANSI CSI sequences): Keras puts bold escapes (\x1b[1m) into its layers'
+# messages; a line for a person or a tag stored in MLflow must be plain text.
+ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def plain(text: str) -> str:
+    """`text` without terminal styling."""
+    return ANSI.sub("", text)
+
+
+def reason_of(error: BaseException) -> str:
+    """An exception's message as one plain line: its first line, or, for Keras' "Exception
+    encountered when calling Layer.call()." header, the layer and the line that says why."""
+    lines = [line.strip() for line in plain(str(error)).splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    header = re.match(r"Exception encountered when calling (?:layer '?)?(\w+)", lines[0])
+    if header and len(lines) > 1:
+        return f"{header.group(1).removesuffix('.call')}: {lines[1]}"
+    return lines[0]
+
+
 def status_of(error: BaseException) -> tuple[str, str, str | None]:
     """The MLflow status an exception ends a run with, the reason recorded with it, and the
     traceback worth keeping (None for the failures a person caused: their message says it)."""
@@ -37,6 +61,8 @@ def status_of(error: BaseException) -> tuple[str, str, str | None]:
     if isinstance(error, KeyboardInterrupt):
         return "KILLED", "interrupted (Ctrl-C or SIGTERM)", None
     if isinstance(error, (RunFailed, ConfigError)):  # e.g. device=gpu with no GPU visible
-        return "FAILED", str(error), None
+        return "FAILED", plain(str(error)), None
     trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    return "FAILED", f"{type(error).__name__}: {error}", trace
+    # The stored reason is plain text (an MLflow tag: no terminal renders it); the traceback
+    # artifact keeps the message as raised.
+    return "FAILED", plain(f"{type(error).__name__}: {error}"), trace

@@ -28,7 +28,7 @@ from gradexp.data import data_record, load_data
 from gradexp.devices import check_device
 from gradexp.endings import Diverged, GradientCheckFailed, RunFailed, Terminated, status_of
 from gradexp.interrupts import interrupts_deferred, sigterm_as_interrupt
-from gradexp.metrics import check_objective, metric_specs, objective
+from gradexp.metrics import check_monitor, check_objective, metric_specs, objective
 from gradexp.mlflow_store import (
     check_server,
     check_store_folder,
@@ -74,12 +74,14 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
     data = load_data(cfg.data, launch_dir)
     recorded = data_record(data, cfg.trainer.batch_size)  # rows, standardized, batches, labels
     check_objective(cfg, data.task)
+    check_monitor(cfg, data.task, tuple(data.splits()))  # early stopping's metric exists
+    # before the model checks below start TensorFlow's runtime (mirrored's CPU replicas)
+    check_device(getattr(cfg.device.name, "value", cfg.device.name), cfg.device.cpu_replicas)
     check_user_code(cfg, launch_dir, data)  # a bad _target_ ends here, before any MLflow run
     if show_config and not quiet:
         console.print_config(cfg, config_params(cfg))
     for note in [] if quiet else recorded.notes:
         console.note_line(note)
-    check_device(getattr(cfg.device.name, "value", cfg.device.name), cfg.device.cpu_replicas)
     callbacks = build_callbacks(cfg)
     metric, direction = objective(cfg, data.task)
     run = RunView(cfg, data, metric, direction, quiet=quiet, launch_dir=launch_dir,

@@ -96,15 +96,43 @@ def objective(cfg: DictConfig, task: str | None = None) -> tuple[str, str]:
     return metric, direction_of(metric) if direction == "auto" else direction
 
 
+def evaluated(cfg: DictConfig, task: str, splits: tuple[str, ...] = ("train", "val")
+              ) -> list[str]:
+    """The `<split>/<metric>` names a run evaluates at its evaluation epochs (eval.every) and
+    logs: eval.metrics (or the task's defaults) on each of `splits`."""
+    logged = [metric_name(spec) for spec in metric_specs(cfg, task)]
+    return [f"{split}/{name}" for split in splits for name in logged]
+
+
 def check_objective(cfg: DictConfig, task: str) -> None:
     """A `<split>/<metric>` objective must name a metric this run logs."""
     metric, _ = objective(cfg, task)
     split, _, name = metric.partition("/")
-    if split in SPLITS and name:
+    if split in SPLITS and name and metric not in evaluated(cfg, task, (split,)):
         logged = [metric_name(spec) for spec in metric_specs(cfg, task)]
-        if name not in logged:
-            raise ConfigError(f"sweep.objective={metric}: the runs log {split}/ "
-                              f"{', '.join(logged)} (eval.metrics); pick one of those")
+        raise ConfigError(f"sweep.objective={metric}: the runs log {split}/ "
+                          f"{', '.join(logged)} (eval.metrics); pick one of those")
+
+
+def check_monitor(cfg: DictConfig, task: str, splits: tuple[str, ...]) -> None:
+    """trainer.early_stopping.monitor must name a metric the run evaluates on a split it has
+    (`splits`: train, and val when there are held-out rows): early stopping reads only those,
+    so any other name (a typo, `loss`, a val/ metric without validation rows) would never stop
+    the run, silently. Checked when early stopping is on, or when monitor is set at all."""
+    stopping = cfg.trainer.early_stopping
+    chosen = str(stopping.monitor)
+    if not stopping.enabled and chosen == "auto":
+        return
+    monitor = objective(cfg, task)[0] if chosen == "auto" else chosen
+    accepted = evaluated(cfg, task, tuple(s for s in ("train", "val") if s in splits))
+    if monitor in accepted:
+        return
+    shown = f"auto (sweep.objective={monitor})" if chosen == "auto" else monitor
+    missing = " (the data has no validation rows)" if monitor.startswith("val/") and \
+        "val" not in splits else ""
+    raise ConfigError(f"trainer.early_stopping.monitor={shown}: not a metric this run "
+                      f"evaluates{missing}; early stopping can monitor {', '.join(accepted)} "
+                      "(eval.metrics on the train and val splits)")
 
 
 def register_resolver() -> None:

@@ -260,9 +260,11 @@ def sequential(*, n_features: int, n_outputs: int, layers: list[Any], seed: int,
             # run within a process, and the gradient check names variables by their layer.
             built.append(instantiate(spec, **({} if "name" in spec else {"name": f"layer{index}"})))
         except Exception as error:  # a wrong layer argument is the person's to fix
+            from gradexp.endings import reason_of
+
             cause = error.__cause__ or error
             raise ConfigError(f"model.layers[{index}]={spec}: {type(cause).__name__}: "
-                              f"{str(cause).splitlines()[0] if str(cause) else ''}") from None
+                              f"{reason_of(cause)}") from None
     if output_layer:
         built.append(keras.layers.Dense(n_outputs, name="output"))
     return keras.Sequential(built, name="keras")
@@ -298,6 +300,22 @@ def _uncallable(target: str, n_features: int, n_outputs: int, kwargs: dict,
                        + "".join(f", {k}={v!r}" for k, v in kwargs.items()) + f" ({error})")
 
 
+def _rejected(target: str, kwargs: dict, error: Exception) -> ConfigError:
+    """A person's builder refused a value (Keras' ValueError for Dense(-4)): one line naming
+    the model.kwargs the message mentions (all of them when it names none), as model=keras
+    names the layer. A value is only ever passed on, so the builder's words say which."""
+    import re
+
+    from gradexp.endings import reason_of
+
+    reason = reason_of(error)
+    named = {key: value for key, value in kwargs.items()
+             if re.search(rf"(?<![\w.-]){re.escape(str(value))}(?![\w.])", reason)} or kwargs
+    keys = ", ".join(f"model.kwargs.{key}={value}" for key, value in named.items())
+    return ConfigError(f"{keys or f'model._target_={target}'}: {target} raised "
+                       f"{type(error).__name__}: {reason}")
+
+
 def build_model(cfg: DictConfig, n_features: int, n_outputs: int) -> Model:
     """The model `model._target_` names, sized for the data (hydra.utils.instantiate)."""
     from hydra.errors import InstantiationException
@@ -321,6 +339,8 @@ def build_model(cfg: DictConfig, n_features: int, n_outputs: int) -> Model:
             raise
         if not own and isinstance(cause, TypeError):
             raise _uncallable(target, n_features, n_outputs, kwargs, cause) from None
+        if not own and isinstance(cause, ValueError):  # e.g. Dense(width) with width=abc
+            raise _rejected(target, kwargs, cause) from None
         raise cause from None
     if not own and not isinstance(network, keras.Model):
         raise ConfigError(f"model._target_={target}: returned a {type(network).__name__}, "

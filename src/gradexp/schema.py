@@ -329,7 +329,7 @@ class Schedule:
     decay_rate: float = setting(0.5, "exponential: the factor per decay_epochs", positive())
     boundaries: list[float] = setting([50.0], "piecewise: epochs where the rate changes")
     factors: list[float] = setting([1.0, 0.1], "piecewise: learning_rate times these, one more "
-                                   "than boundaries")
+                                   "than boundaries (checked before the run)")
 
 
 @dataclass
@@ -384,7 +384,9 @@ class DeviceConfig:
 @dataclass
 class EarlyStoppingConfig:
     enabled: bool = setting(False, "stop when `monitor` has not improved for `patience` epochs")
-    monitor: str = setting("auto", "a logged metric, e.g. val/mae; auto = the sweep objective")
+    monitor: str = setting("auto", "a metric the run evaluates: train/ or val/ and one of "
+                           "eval.metrics, e.g. val/mae (any other name is refused before the "
+                           "run); auto = the sweep objective")
     patience: int = setting(10, "epochs without an improvement of at least min_delta (checked "
                             "at the evaluations: eval.every)", at_least(1, " (epochs)"))
     min_delta: float = setting(0.0, "the smallest change that counts as an improvement",

@@ -6,8 +6,9 @@ the config would record keys that did nothing) or, where the setup is legitimate
 the run go on. Nothing here is silent.
 
     check_config(cfg)            the config alone, before TensorFlow loads (also per sweep job)
-    check_against_data(cfg, data)  the loss against the data's task, a person's model against
-                                 the data's features and targets (builds that model once)
+    check_against_data(cfg, data)  the loss against the data's task, a model not sized from the
+                                 data (yours, model=keras, model=digits_cnn) against the data's
+                                 features and targets (builds that model once)
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from gradexp.config_checks import NO_OPTION, shipped_target
+from gradexp.endings import reason_of
 from gradexp.schema import ConfigError
 
 # Groups whose option's keys go to the option's own code only: a person's `_target_` in their
@@ -41,6 +43,10 @@ CLASSIFICATION_LOSSES = {"binarycrossentropy", "binary_crossentropy",
                          "categoricalhinge", "categorical_hinge", "hinge", "squaredhinge",
                          "squared_hinge"}  # (poisson and KL divergence: either task)
 SPARSE = {"sparsecategoricalcrossentropy", "sparse_categorical_crossentropy"}
+# gradexp's builders that size the model from the data (n_features in, n_outputs out): nothing
+# to check. gradexp.models.sequential (model=keras, model=digits_cnn) is not among them: its
+# layers are written for some data (digits_cnn reshapes 64 pixels into 8x8) and may not fit.
+SIZED_FROM_DATA = ("gradexp.models.linear", "gradexp.models.buggy_linear", "gradexp.models.mlp")
 
 
 def warning_line(message: str) -> None:
@@ -52,9 +58,28 @@ def warning_line(message: str) -> None:
 
 
 def check_config(cfg: DictConfig) -> None:
-    """What the config alone shows: a `_target_` set on a group option that does not read it."""
+    """What the config alone shows: a `_target_` set on a group option that does not read it,
+    a piecewise schedule whose factors do not match its boundaries."""
     for group in BUILT_BY_OPTION:
         check_target_is_read(cfg, group)
+    check_piecewise(cfg)
+
+
+def check_piecewise(cfg: DictConfig) -> None:
+    """A piecewise schedule has one factor per stretch: one more than its boundaries. Keras
+    would say otherwise only once the optimizer is built, inside an open run (a FAILED run and
+    a traceback)."""
+    schedule = OmegaConf.select(cfg, "optimizer.schedule", default=None)
+    if schedule is None or str(schedule.name) != "piecewise":
+        return  # the other schedules do not read boundaries and factors
+    boundaries = OmegaConf.to_container(schedule.boundaries)
+    factors = OmegaConf.to_container(schedule.factors)
+    if len(factors) != len(boundaries) + 1:
+        raise ConfigError(
+            f"optimizer.schedule.factors={factors} has {len(factors)} value"
+            f"{'s' if len(factors) != 1 else ''} for optimizer.schedule.boundaries={boundaries}"
+            f" ({len(boundaries)}): piecewise needs one factor more than boundaries, "
+            f"{len(boundaries) + 1} here (one per stretch between them)")
 
 
 def check_target_is_read(cfg: DictConfig, group: str) -> None:
@@ -140,41 +165,56 @@ def keras_names_kept() -> Iterator[None]:
 
 
 def check_model_fits_data(cfg: DictConfig, data: Any) -> None:
-    """Build a person's model once and call it on two rows of zeros: a model whose input does
-    not take the data's features, or whose output is not one column per target, is refused now
-    (a (rows, 3) output against (rows, 1) targets would broadcast in mse and train silently).
-    The built-in options are sized from the data and skipped; the model built here is dropped."""
+    """Build the model once and call it on two rows of zeros: a model whose input does not take
+    the data's features, or whose output is not one column per target, is refused now (a
+    (rows, 3) output against (rows, 1) targets would broadcast in mse and train silently).
+    gradexp's options sized from the data are skipped; the model built here is dropped."""
     from gradexp.models import build_model
 
     target = str(cfg.model["_target_"])
-    if target.startswith("gradexp."):
+    if target in SIZED_FROM_DATA:
         return
-
+    # gradexp's own builder (model=keras, digits_cnn) is named by its option, yours by its code
+    where = f"model={cfg.model.name}" if target.startswith("gradexp.") else \
+        f"model._target_={target}"
     with keras_names_kept():
-        _check_built(cfg, data, target, build_model(cfg.model, data.n_features, data.n_outputs))
+        try:
+            model = build_model(cfg.model, data.n_features, data.n_outputs)
+        except (ValueError, TypeError) as error:
+            if isinstance(error, ConfigError):
+                raise
+            # Sequential builds its layers on keras.Input((n_features,)) as it is made: a
+            # layer written for other data fails here (digits_cnn's Reshape on 1 feature)
+            raise ConfigError(
+                f"{where}: its layers do not take data={cfg.data.name}'s rows of "
+                f"{_features(data)} ({reason_of(error)})") from None
+        _check_built(cfg, data, where, model)
 
 
-def _check_built(cfg: DictConfig, data: Any, target: str, model: Any) -> None:
+def _features(data: Any) -> str:
+    return f"{data.n_features} feature{'s' if data.n_features != 1 else ''}"
+
+
+def _check_built(cfg: DictConfig, data: Any, where: str, model: Any) -> None:
     import numpy as np
 
-    features = f"{data.n_features} feature{'s' if data.n_features != 1 else ''}"
+    features = _features(data)
     declared = [tuple(tensor.shape) for tensor in getattr(model.network, "inputs", None) or []]
     if len(declared) == 1 and declared[0][-1] not in (None, data.n_features):
         raise ConfigError(
-            f"model._target_={target}: its input takes rows of {declared[0][-1]} features, but "
+            f"{where}: its input takes rows of {declared[0][-1]} features, but "
             f"data={cfg.data.name} has {features}: build keras.Input((n_features,))")
     rows = np.zeros((2, data.n_features), np.float32)
     try:
         out = model(rows)
     except Exception as error:  # noqa: BLE001 - any failure here is the shapes' mismatch
-        first = (str(error).strip().splitlines() or [""])[0][:200]
         raise ConfigError(
-            f"model._target_={target}: does not take data={cfg.data.name}'s rows of "
-            f"{features} ({type(error).__name__}: {first})") from None
+            f"{where}: does not take data={cfg.data.name}'s rows of "
+            f"{features} ({type(error).__name__}: {reason_of(error)[:200]})") from None
     shape = tuple(getattr(out, "shape", ()))
     if len(shape) != 2 or shape[-1] != data.n_outputs:
         raise ConfigError(
-            f"model._target_={target}: returns outputs of shape {shape} for 2 rows, but "
+            f"{where}: returns outputs of shape {shape} for 2 rows, but "
             f"data={cfg.data.name} has {data.n_outputs} target column"
             f"{'s' if data.n_outputs != 1 else ''} ({data.task}): build the last layer with "
             "n_outputs units")

@@ -48,7 +48,7 @@ def check_every_job(config: DictConfig) -> dict[str, bool]:
 
     from gradexp.config_checks import check_ranges
     from gradexp.config_errors import USER_ERRORS, one_line
-    from gradexp.metrics import check_objective, task_of
+    from gradexp.metrics import check_monitor, check_objective, task_of
     from gradexp.schema import ConfigError
     from gradexp.setup_checks import check_config
     from gradexp.sweep_configs import compose_job
@@ -79,6 +79,8 @@ def check_every_job(config: DictConfig) -> dict[str, bool]:
             check_config(job_cfg)
             # The task is the config's (data.task, or a scikit-learn set's own), as the run's.
             check_objective(job_cfg, task_of(job_cfg.data))
+            # the monitor's name, before any data loads: whether val/ has rows is the job's
+            check_monitor(job_cfg, task_of(job_cfg.data), ("train", "val"))
             keys.update(config_keys(job_cfg))
     return keys
 
