@@ -61,6 +61,10 @@ MISTAKES = [
     (["data._target_=wrong_data.load"],
      "data._target_=wrong_data.load: data=linear builds with its own code (gradexp.data.linear) "
      "and would not read data.n_samples"),
+    # a layer written in YAML whose class is misspelt: the name it meant
+    (["model=keras", "model.layers=[{_target_:keras.layers.Densee,units:4}]"],
+     "model.layers[0]._target_=keras.layers.Densee: keras.layers has no Densee; did you mean "
+     "keras.layers.Dense?"),
     # the person's builder
     (["model=custom", "model._target_=wrong_models.not_a_model"],
      "model._target_=wrong_models.not_a_model: returned a str, not a keras.Model"),

@@ -263,11 +263,30 @@ def sequential(*, n_features: int, n_outputs: int, layers: list[Any], seed: int,
             from gradexp.endings import reason_of
 
             cause = error.__cause__ or error
+            if isinstance(cause, ImportError) and "_target_" in spec:
+                raise ConfigError(_unknown_layer(index, str(spec["_target_"]))) from None
             raise ConfigError(f"model.layers[{index}]={spec}: {type(cause).__name__}: "
                               f"{reason_of(cause)}") from None
     if output_layer:
         built.append(keras.layers.Dense(n_outputs, name="output"))
     return keras.Sequential(built, name="keras")
+
+
+def _unknown_layer(index: int, target: str) -> str:
+    """A layer's `_target_` that does not import, with the closest name its module has (Hydra's
+    own message stops at "Error loading 'keras.layers.Densee':")."""
+    import difflib
+    import importlib
+
+    module, _, name = target.rpartition(".")
+    where = f"model.layers[{index}]._target_={target}"
+    try:
+        names = [n for n in dir(importlib.import_module(module)) if not n.startswith("_")]
+    except ImportError:
+        return f"{where}: no module named '{module}'"
+    close = difflib.get_close_matches(name, names, n=1)
+    return f"{where}: {module} has no {name}" + (f"; did you mean {module}.{close[0]}?"
+                                                  if close else "")
 
 
 def check_builder(cfg: DictConfig, n_features: int, n_outputs: int) -> None:
