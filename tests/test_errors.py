@@ -36,6 +36,9 @@ BAD_INPUTS = [
     (["trainer.epochs=1.5"], 2, "trainer.epochs=1.5: must be an integer"),
     (["trainer.epochs=null"], 2, "trainer.epochs=null: must be an integer"),
     (["trainer.epoch=5"], 2, "did you mean trainer.epochs?"),
+    (["model=custom", "model._target_=my.build", "model.kwargs.width=8"], 2,
+     "model.kwargs.width=8: model.kwargs has no key width yet; add it with a +: "
+     "+model.kwargs.width=8"),
     (["optimizer=adamm"], 2, "optimizer=adamm: no such option; available: adagrad, adam,"),
     (["loss=mse2"], 2, "loss=mse2: no such option; available: binary_crossentropy"),
     (["experiment=nope"], 2, "experiment=nope: no such option; available:"),

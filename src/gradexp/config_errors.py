@@ -89,10 +89,25 @@ def _unknown_key(key: str, override: str | None) -> str:
         return (f"{override or key}: the chosen {group} option has no key {key} "
                 f"(other {group} options do; see python -m gradexp --cfg job {group}=OPTION)")
     value = override.split("=", 1)[1] if override and "=" in override else "OPTION"
+    parent = key.rsplit(".", 1)[0]
+    if _holds_your_keys(parent):
+        # model.kwargs.width=8: kwargs holds your own keys, and a new key takes a +
+        return (f"{override or key}: {parent} has no key {key.rsplit('.', 1)[1]} yet; add it "
+                f"with a +: +{override or key}")
     accepted = group_keys(group) if "." in key else list(SCHEMAS)
     where = f"{group} options accept" if "." in key else "groups are"
     hint = did_you_mean(key, value)
     return f"{override or key}: unknown key ({where}: {', '.join(accepted)}){hint}"
+
+
+def _holds_your_keys(key: str) -> bool:
+    """`group.field` declared as a free dict in some option's schema (model.kwargs,
+    data.kwargs): its keys are the person's, so none is unknown, only not yet added."""
+    group, _, name = key.partition(".")
+    if not name or "." in name:
+        return False
+    return any(get_origin(get_type_hints(schema).get(name)) is dict
+               for schema in SCHEMAS.get(group, {}).values())
 
 
 # How a value of the wrong type is answered, by the field's declared type.
