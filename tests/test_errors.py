@@ -56,6 +56,7 @@ BAD_INPUTS = [
     (["data.noise=-1"], 2, "data.noise=-1.0: must be a number >= 0"),
     (["data=csv"], 2, "data.path is required here"),
     (["data=csv", "data.path=missing.csv", "data.target=y"], 2, "data.path=missing.csv: no such"),
+    (["data=csv", "data.path=.", "data.target=y"], 2, "data.path=.: a folder, not a file"),
     (["data=csv", "data.path=good.csv", "data.target=price"], 2,
      "data.target=price: no such column in good.csv (columns: id, x1, x2, y)"),
     (["data=csv", "data.path=text.csv", "data.target=y"], 2,

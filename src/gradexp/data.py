@@ -568,6 +568,8 @@ def _read_table(file: Path, where: str):
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
+    if file.is_dir():
+        raise ConfigError(f"{where}: a folder, not a file ({file}); name the csv file in it")
     if not file.is_file():
         raise ConfigError(f"{where}: no such file ({file})")
     _check_text(file, where)
