@@ -397,6 +397,7 @@ def test_a_gzipped_or_binary_csv_is_the_documented_line_without_raw_bytes(tmp_pa
     rows = b"x,y\n" + b"".join(b"%d,%d\n" % (i, 2 * i) for i in range(200))
     (tmp_path / "h.csv").write_bytes(gzip.compress(rows))
     (tmp_path / "h.csv.gz").write_bytes(gzip.compress(rows))  # pyarrow decompresses by name
+    (tmp_path / "h.csv.GZ").write_bytes(gzip.compress(rows))  # by a lower-case name only
     # Past the first 64 KiB, a ragged row that is not UTF-8: pyarrow fails to decode it for
     # the invalid-row handler, which Python reported as "Exception ignored ... Traceback".
     late = rows * 400 + b"1,\xff\xfe,3\n"
@@ -405,6 +406,7 @@ def test_a_gzipped_or_binary_csv_is_the_documented_line_without_raw_bytes(tmp_pa
     unraisable = []
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
     for name, said in [("h.csv", "cannot read it (gzip-compressed: gunzip it first)"),
+                       ("h.csv.GZ", "cannot read it (gzip-compressed: gunzip it first)"),
                        ("late.csv", "cannot read it (not UTF-8 text)")]:
         with pytest.raises(ConfigError) as refused:
             read_csv(str(tmp_path / name), "y")

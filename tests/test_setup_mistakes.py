@@ -39,8 +39,7 @@ def three_outputs(n_features, n_outputs):
     return keras.Model(inputs, keras.layers.Dense(3)(inputs))
 
 def one_argument_loss(y_true):
-    return y_true
-'''
+    return y_true'''
 MY_DATA = '''
 import numpy as np
 
@@ -49,6 +48,7 @@ def load(n=40):
     return x, 2 * x + 1
 '''
 BROKEN = "raise RuntimeError('my module is broken')\n"
+BROKEN_LAYERS = "import not_installed_xyz\n"  # a module of layers whose own import fails
 
 # (overrides, the error line's words). Each a mistake of the config, the command line or the
 # person's code that gradexp can know before it opens a run.
@@ -61,6 +61,11 @@ MISTAKES = [
     (["data._target_=wrong_data.load"],
      "data._target_=wrong_data.load: data=linear builds with its own code (gradexp.data.linear) "
      "and would not read data.n_samples"),
+    # a layer module that is there but cannot import what it needs: its own reason, not "no
+    # such module"
+    (["model=keras", "model.layers=[{_target_:broken_layers.Mine,units:4}]"],
+     "model.layers[0]._target_=broken_layers.Mine: ModuleNotFoundError: No module named "
+     "'not_installed_xyz'"),
     # a layer written in YAML whose class is misspelt: the name it meant
     (["model=keras", "model.layers=[{_target_:keras.layers.Densee,units:4}]"],
      "model.layers[0]._target_=keras.layers.Densee: keras.layers has no Densee; did you mean "
@@ -138,7 +143,8 @@ MISTAKES = [
 ]
 
 
-MODULES = ("wrong_models", "wrong_data", "broken_module", "tf_models", "styled_loss")
+MODULES = ("wrong_models", "wrong_data", "broken_module", "tf_models", "styled_loss",
+           "broken_layers")
 
 
 @pytest.fixture
@@ -148,6 +154,7 @@ def launch(tmp_path: Path, monkeypatch) -> Path:
     (tmp_path / "wrong_models.py").write_text(MY_MODELS)
     (tmp_path / "wrong_data.py").write_text(MY_DATA)
     (tmp_path / "broken_module.py").write_text(BROKEN)
+    (tmp_path / "broken_layers.py").write_text(BROKEN_LAYERS)
     monkeypatch.setattr(sys, "path", list(sys.path))  # gradexp puts the launch folder first
     for name in MODULES:
         sys.modules.pop(name, None)
@@ -337,3 +344,16 @@ def test_a_failed_runs_stored_reason_is_plain_text(launch):
     reason = failed.data.tags["gradexp.status_reason"]
     assert failed.info.status == "FAILED"
     assert "the styled reason" in reason and "\x1b" not in reason, repr(reason)
+
+
+def test_a_monitor_left_set_while_early_stopping_is_off_is_only_checked_for_typos():
+    from gradexp.metrics import check_monitor
+    from gradexp.schema import ConfigError
+
+    off = ("trainer.early_stopping.enabled=false",)
+    # no validation rows, and the setting does nothing: not refused
+    check_monitor(compose_config(*off, "trainer.early_stopping.monitor=val/mae"), "regression",
+                  ("train",))
+    with pytest.raises(ConfigError, match="monitor=val/maee: not a metric"):
+        check_monitor(compose_config(*off, "trainer.early_stopping.monitor=val/maee"),
+                      "regression", ("train",))

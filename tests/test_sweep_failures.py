@@ -89,10 +89,11 @@ def test_summary_keys_accept_any_jobs_keys_and_the_unswept_default_seed():
 def test_a_job_failing_before_its_run_opens_is_listed_failed_and_fails_the_sweep(tmp_path, store):
     (tmp_path / "houses_num.csv").write_text(HOUSES)
     printed = io.StringIO()
+    sweep = ("data=csv", "data.path=missing.csv,houses_num.csv", "data.target=price",
+             f"hydra.sweep.dir={tmp_path / 'sweep'}", *QUICK)
     with pytest.raises(gradexp.GradexpError, match=r"^1 of 2 jobs failed") as failed, \
             contextlib.redirect_stdout(printed):
-        gradexp.sweep(f"tracking.uri={store}", "data=csv", "data.path=missing.csv,houses_num.csv",
-                      "data.target=price", *QUICK, launch_dir=tmp_path)
+        gradexp.sweep(f"tracking.uri={store}", *sweep, launch_dir=tmp_path)
     assert failed.value.exit_code == 1
     client = MlflowClient(store)
     (parent,) = [run for run in all_runs(store) if "mlflow.parentRunId" not in run.data.tags]
@@ -108,6 +109,12 @@ def test_a_job_failing_before_its_run_opens_is_listed_failed_and_fails_the_sweep
     table = printed.getvalue()
     assert "data.path=missing.csv" in table and "FAILED" in table
     assert "no run has the sweep objective" not in table
+    # The file made, the sweep again into the same folder: the old failure is not this sweep's
+    (tmp_path / "missing.csv").write_text(HOUSES)
+    with contextlib.redirect_stdout(io.StringIO()):  # no GradexpError: nothing failed
+        results = gradexp.sweep(f"tracking.uri={store}", *sweep, "sweep.skip_finished=true",
+                                launch_dir=tmp_path)
+    assert [result.final_loss > 0 for result in results] == [True]  # the FINISHED one reused
 
 
 @pytest.mark.slow
@@ -120,3 +127,31 @@ def test_the_command_line_exits_1_when_a_job_failed_before_its_run_opened(tmp_pa
     assert errors[0].startswith("error: data.path=missing.csv:"), errors
     assert errors[-1].startswith("error: 1 of 2 jobs failed"), errors
     assert "data.path=missing.csv" in done.stdout and "FAILED" in done.stdout
+
+
+CLASSES_LOADER = '''
+import numpy as np
+from gradexp.data import Dataset, Split
+
+def load():
+    x = np.linspace(0, 1, 60, dtype="float32")[:, None]
+    y = np.eye(2, dtype="float32")[(x[:, 0] > 0.5).astype(int)]
+    return Dataset("halves", "classification", x[:40], y[:40], Split(x[40:], y[40:]),
+                   labels=[0, 1])
+'''
+
+
+@pytest.mark.heavy  # ~10 s (-n 2, --durations)
+def test_a_loader_returning_its_own_task_is_judged_by_its_runs_not_the_config(tmp_path, store,
+                                                                            monkeypatch):
+    # data.task says regression (data=custom's default), but the loader's Dataset is a
+    # classification: val/accuracy is what its runs log, so the sweep must not refuse it.
+    (tmp_path / "halves_loader.py").write_text(CLASSES_LOADER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with contextlib.redirect_stdout(io.StringIO()):
+        results = gradexp.sweep(f"tracking.uri={store}", "data=custom",
+                                "data._target_=halves_loader.load",
+                                "loss=categorical_crossentropy", "optimizer=sgd,adam",
+                                "sweep.objective=val/accuracy", *QUICK, launch_dir=tmp_path)
+    assert len(results) == 2
+    assert all(0 <= result.metrics["val/accuracy"] <= 1 for result in results)

@@ -90,6 +90,16 @@ def test_a_store_mlflow_cannot_open_is_one_line_before_anything_is_made(tmp_path
     assert list(tmp_path.iterdir()) == []  # no store, no folder of runs
 
 
+@pytest.mark.parametrize("uri", ["databricks", "databricks-uc", "postgresql+psycopg2://u@db/runs",
+                                 "mysql+pymysql://u@db/runs", "http://127.0.0.1:5000"])
+def test_stores_mlflow_can_open_are_not_refused(tmp_path, uri):
+    from gradexp.mlflow_store import check_store_kind
+
+    resolved = resolve_uri(uri, tmp_path)
+    assert resolved == uri  # a bare databricks is MLflow's word for a store, not a folder
+    check_store_kind(resolved, uri)
+
+
 @pytest.mark.slow
 def test_a_store_locked_by_another_process_is_waited_out(store, client, tmp_path):
     tracker = MlflowTracker(store, "locked", "run")

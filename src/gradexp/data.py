@@ -618,7 +618,7 @@ def _check_text(file: Path, where: str) -> None:
     are read (a large csv is not read twice); bad bytes further on are caught while reading."""
     import codecs
 
-    if file.suffix.lower() in DECOMPRESSED_BY_NAME:
+    if file.suffix in DECOMPRESSED_BY_NAME:  # as pyarrow: h.csv.GZ is read as it is
         return  # pyarrow reads h.csv.gz decompressed: its text is checked as it is read
     with open(file, "rb") as handle:
         head = handle.read(TEXT_SNIFF_BYTES)

@@ -124,6 +124,8 @@ def check_monitor(cfg: DictConfig, task: str, splits: tuple[str, ...]) -> None:
     if not stopping.enabled and chosen == "auto":
         return
     monitor = objective(cfg, task)[0] if chosen == "auto" else chosen
+    if not stopping.enabled:  # a name left set while off: only a typo is worth a refusal
+        splits = ("train", "val")
     accepted = evaluated(cfg, task, tuple(s for s in ("train", "val") if s in splits))
     if monitor in accepted:
         return

@@ -39,6 +39,8 @@ MAX_PARAM_LENGTH = 6000
 # Pending per-epoch points go to the writer at least this often, so they are stored while training
 # runs rather than all at the end; a few hundred points a metric make ~12 ms batches cheap enough.
 FLUSH_SECONDS = 1.0
+# Stores MLflow names by a bare word, not a URI (tracking.uri=databricks): not folders.
+BARE_SCHEMES = ("databricks", "databricks-uc", "uc")
 SECRET_KEY = re.compile(r"password|passwd|token|secret|(^|[._])(api_?)?key$", re.IGNORECASE)
 MASK = "***"
 
@@ -103,7 +105,7 @@ def resolve_uri(uri: str | None, base_dir: Path) -> str:
         uri = os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         uri = f"sqlite:///{(base_dir / uri[len('sqlite:///'):]).resolve()}"
-    elif "://" not in uri:  # a plain folder: MLflow's file store
+    elif "://" not in uri and uri not in BARE_SCHEMES:  # a plain folder: MLflow's file store
         uri = str((base_dir / uri).resolve())
     return uri
 
@@ -178,7 +180,7 @@ def check_store_kind(uri: str, shown: str | None = None) -> None:
     from mlflow.utils.uri import get_uri_scheme
 
     key = f"tracking.uri={redact_uri(shown or uri)}"
-    scheme = get_uri_scheme(uri)
+    scheme = uri if uri in BARE_SCHEMES else get_uri_scheme(uri)
     try:  # MLflow's own table of store schemes, plugins' included
         from mlflow.tracking._tracking_service.utils import _tracking_store_registry
 

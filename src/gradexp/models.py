@@ -263,8 +263,10 @@ def sequential(*, n_features: int, n_outputs: int, layers: list[Any], seed: int,
             from gradexp.endings import reason_of
 
             cause = error.__cause__ or error
-            if isinstance(cause, ImportError) and "_target_" in spec:
-                raise ConfigError(_unknown_layer(index, str(spec["_target_"]))) from None
+            unknown = _unknown_layer(index, str(spec["_target_"])) \
+                if isinstance(cause, ImportError) and "_target_" in spec else None
+            if unknown is not None:
+                raise ConfigError(unknown) from None
             raise ConfigError(f"model.layers[{index}]={spec}: {type(cause).__name__}: "
                               f"{reason_of(cause)}") from None
     if output_layer:
@@ -272,18 +274,22 @@ def sequential(*, n_features: int, n_outputs: int, layers: list[Any], seed: int,
     return keras.Sequential(built, name="keras")
 
 
-def _unknown_layer(index: int, target: str) -> str:
+def _unknown_layer(index: int, target: str) -> str | None:
     """A layer's `_target_` that does not import, with the closest name its module has (Hydra's
-    own message stops at "Error loading 'keras.layers.Densee':")."""
+    own message stops at "Error loading 'keras.layers.Densee':"); None when the class is there
+    (what raised ImportError is inside it, and its own message says so)."""
     import difflib
     import importlib
 
     module, _, name = target.rpartition(".")
     where = f"model.layers[{index}]._target_={target}"
     try:
-        names = [n for n in dir(importlib.import_module(module)) if not n.startswith("_")]
-    except ImportError:
-        return f"{where}: no module named '{module}'"
+        found = importlib.import_module(module)
+    except ImportError as error:  # missing, or failing to import something of its own
+        return f"{where}: {type(error).__name__}: {error}"
+    if hasattr(found, name):
+        return None
+    names = [n for n in dir(found) if not n.startswith("_")]
     close = difflib.get_close_matches(name, names, n=1)
     return f"{where}: {module} has no {name}" + (f"; did you mean {module}.{close[0]}?"
                                                   if close else "")
@@ -319,20 +325,22 @@ def _uncallable(target: str, n_features: int, n_outputs: int, kwargs: dict,
                        + "".join(f", {k}={v!r}" for k, v in kwargs.items()) + f" ({error})")
 
 
-def _rejected(target: str, kwargs: dict, error: Exception) -> ConfigError:
+def _rejected(target: str, kwargs: dict, error: Exception) -> ConfigError | None:
     """A person's builder refused a value (Keras' ValueError for Dense(-4)): one line naming
-    the model.kwargs the message mentions (all of them when it names none), as model=keras
-    names the layer. A value is only ever passed on, so the builder's words say which."""
+    the model.kwargs the message mentions, as model=keras names the layer. A value is only
+    ever passed on, so the builder's words say which; a ValueError that names none of them is
+    a bug in the builder (None: it keeps its traceback)."""
     import re
 
     from gradexp.endings import reason_of
 
     reason = reason_of(error)
     named = {key: value for key, value in kwargs.items()
-             if re.search(rf"(?<![\w.-]){re.escape(str(value))}(?![\w.])", reason)} or kwargs
+             if re.search(rf"(?<![\w.-]){re.escape(str(value))}(?![\w.])", reason)}
+    if not named:
+        return None
     keys = ", ".join(f"model.kwargs.{key}={value}" for key, value in named.items())
-    return ConfigError(f"{keys or f'model._target_={target}'}: {target} raised "
-                       f"{type(error).__name__}: {reason}")
+    return ConfigError(f"{keys}: {target} raised {type(error).__name__}: {reason}")
 
 
 def build_model(cfg: DictConfig, n_features: int, n_outputs: int) -> Model:
@@ -358,8 +366,10 @@ def build_model(cfg: DictConfig, n_features: int, n_outputs: int) -> Model:
             raise
         if not own and isinstance(cause, TypeError):
             raise _uncallable(target, n_features, n_outputs, kwargs, cause) from None
-        if not own and isinstance(cause, ValueError):  # e.g. Dense(width) with width=abc
-            raise _rejected(target, kwargs, cause) from None
+        refused = _rejected(target, kwargs, cause) \
+            if not own and isinstance(cause, ValueError) else None  # Dense(width), width=abc
+        if refused is not None:
+            raise refused from None
         raise cause from None
     if not own and not isinstance(network, keras.Model):
         raise ConfigError(f"model._target_={target}: returned a {type(network).__name__}, "

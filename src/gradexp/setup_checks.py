@@ -46,7 +46,8 @@ SPARSE = {"sparsecategoricalcrossentropy", "sparse_categorical_crossentropy"}
 # gradexp's builders that size the model from the data (n_features in, n_outputs out): nothing
 # to check. gradexp.models.sequential (model=keras, model=digits_cnn) is not among them: its
 # layers are written for some data (digits_cnn reshapes 64 pixels into 8x8) and may not fit.
-SIZED_FROM_DATA = ("gradexp.models.linear", "gradexp.models.buggy_linear", "gradexp.models.mlp")
+SIZED_FROM_DATA = tuple(f"{__package__}.models.{name}"  # spelled once: tests/test_tag_keys.py
+                        for name in ("linear", "buggy_linear", "mlp"))
 
 
 def warning_line(message: str) -> None:

@@ -77,10 +77,10 @@ def check_every_job(config: DictConfig) -> dict[str, bool]:
             check_ranges(job_cfg)
             check_modules_exist(job_cfg, Path.cwd())
             check_config(job_cfg)
-            # The task is the config's (data.task, or a scikit-learn set's own), as the run's.
-            check_objective(job_cfg, task_of(job_cfg.data))
-            # the monitor's name, before any data loads: whether val/ has rows is the job's
-            check_monitor(job_cfg, task_of(job_cfg.data), ("train", "val"))
+            if task_is_the_configs(job_cfg):
+                check_objective(job_cfg, task_of(job_cfg.data))
+                # the monitor's name, before any data loads: whether val/ has rows is the job's
+                check_monitor(job_cfg, task_of(job_cfg.data), ("train", "val"))
             keys.update(config_keys(job_cfg))
     return keys
 
@@ -91,9 +91,17 @@ def check_shared_objective(config: DictConfig) -> None:
     fail on the same sweep.objective, so the launch config answers for all of them."""
     from gradexp.metrics import check_objective, task_of
 
-    if not any(key.split(".")[0].lstrip("+~") in ("data", "eval", "sweep", "experiment")
-               for key in swept_keys(config)):
+    if task_is_the_configs(config) and not any(
+            key.split(".")[0].lstrip("+~") in ("data", "eval", "sweep", "experiment")
+            for key in swept_keys(config)):
         check_objective(config, task_of(config.data))
+
+
+def task_is_the_configs(config: DictConfig) -> bool:
+    """Whether the data's task (which decides the metrics a run logs) is known before the data
+    loads: it is the config's (data.task, a scikit-learn set's own) for gradexp's data options,
+    but a person's loader may return a gradexp.data.Dataset of its own task."""
+    return str(config.data.get("_target_", "")).startswith(f"{__package__}.")
 
 
 def config_keys(config: DictConfig, prefix: str = "") -> dict[str, bool]:

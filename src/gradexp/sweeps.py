@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import math
+import shutil
 import sys
 import traceback
 from collections.abc import Iterator, Mapping
@@ -134,6 +135,9 @@ class MlflowSweepCallback(Callback):
         self.aggregate_over = list(config.sweep.aggregate_over)
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
+        # An earlier sweep into this folder (a fixed hydra.sweep.dir, rerun with
+        # sweep.skip_finished) left its failed jobs' notes: they are not this sweep's.
+        shutil.rmtree(failed_jobs_dir(sweep_dir), ignore_errors=True)
         parent_run_file(sweep_dir).write_text(self.tracker.run_id)
         swept_keys_file(sweep_dir).write_text("\n".join(swept_keys(config)))  # the children's names
         atexit.register(self._end_if_interrupted)
