@@ -155,3 +155,14 @@ def test_a_loader_returning_its_own_task_is_judged_by_its_runs_not_the_config(tm
                                 "sweep.objective=val/accuracy", *QUICK, launch_dir=tmp_path)
     assert len(results) == 2
     assert all(0 <= result.metrics["val/accuracy"] <= 1 for result in results)
+
+
+def test_keys_only_an_optuna_search_creates_are_not_refused():
+    from gradexp.sweep_checks import check_summary_keys, config_keys
+
+    # Optuna's jobs are not composed up front: a key its search adds (+model.kwargs.width)
+    # is in none of the launch config's keys, yet every job will have it
+    cfg = compose_config("sweep.best_per=[model.kwargs.width]")
+    check_summary_keys(cfg, config_keys(cfg), ["+model.kwargs.width"])
+    with pytest.raises(ConfigError, match="model.kwargs.width is not a key of the config"):
+        check_summary_keys(cfg, config_keys(cfg))

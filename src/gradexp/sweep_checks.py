@@ -6,7 +6,7 @@ here in one line, before any run exists.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -118,12 +118,15 @@ def config_keys(config: DictConfig, prefix: str = "") -> dict[str, bool]:
     return keys
 
 
-def check_summary_keys(config: DictConfig, keys: Mapping[str, bool]) -> None:
+def check_summary_keys(config: DictConfig, keys: Mapping[str, bool],
+                       searched: Sequence[str] = ()) -> None:
     """sweep.best_per and sweep.aggregate_over name keys of the jobs' configs (`keys`, from
     config_keys): a typo would print an empty table or group nothing, and say so nowhere.
     best_per reads each run's params, so it needs a value's key (optimizer.name, not the group
     optimizer); aggregate_over may name a group too (optimizer: its option), and need not be
-    swept (its default [seed] groups nothing when seed is not)."""
+    swept (its default [seed] groups nothing when seed is not). `searched`: the keys a sweeper
+    that chooses its jobs as it runs (Optuna) searches, whose jobs are not composed up front:
+    anything under them may exist in its jobs only."""
     from gradexp.config_checks import closest_key
     from gradexp.schema import ConfigError
 
@@ -132,7 +135,8 @@ def check_summary_keys(config: DictConfig, keys: Mapping[str, bool]) -> None:
                                       ("aggregate_over", config.sweep.aggregate_over,
                                        sorted(keys))):
         for key in wanted:
-            if key in accepted:
+            if key in accepted or any(str(key) == k or str(key).startswith(f"{k}.")
+                                      for k in (s.lstrip("+~") for s in searched)):
                 continue
             shown = f"sweep.{setting}=[{','.join(str(k) for k in wanted)}]"
             if key in keys:  # a group, for best_per

@@ -100,7 +100,8 @@ class MlflowSweepCallback(Callback):
             keys = check_every_job(config)  # a sweep that does not all compose opens no parent
             if not keys:
                 check_shared_objective(config)  # Optuna: its jobs are chosen as they run
-            check_summary_keys(config, keys or config_keys(config))
+            check_summary_keys(config, keys or config_keys(config),
+                               () if keys else swept_keys(config))
             if not _tracking_off(config):
                 self._open_parent(config)
             start_study(config)  # sweep.pruner: the Optuna study the jobs report to
