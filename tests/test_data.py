@@ -16,7 +16,8 @@ import pytest
 
 import gradexp
 from conftest import compose_config
-from gradexp.data import load_data, read_csv
+from gradexp.csv_files import read_csv
+from gradexp.data import load_data
 from gradexp.loop import run_experiment
 from gradexp.schema import ConfigError
 
