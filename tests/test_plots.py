@@ -48,3 +48,31 @@ def test_every_label_of_a_confusion_matrix_is_inside_the_picture(classes):
         box = text.get_window_extent(renderer)
         assert page.x0 <= box.x0 and box.x1 <= page.x1 + 0.5, text.get_text()
         assert page.y0 <= box.y0 and box.y1 <= page.y1 + 0.5, text.get_text()
+
+
+@pytest.mark.parametrize("jobs", [3, 11, 64])
+def test_no_two_curves_of_a_sweep_look_alike(jobs):
+    # matplotlib's 10 colours repeat from the 11th line on: two jobs' curves, one colour
+    from gradexp.plots import loss_curves
+
+    curves = {f"optimizer.learning_rate={rate:.6g}": (np.arange(5), np.full(5, rate))
+              for rate in np.geomspace(1e-4, 1.0, jobs)}
+    lines = loss_curves(curves).axes[0].get_lines()
+    looks = {(tuple(np.atleast_1d(line.get_color())), line.get_linestyle()) for line in lines}
+    assert len(lines) == jobs and len(looks) == jobs
+
+
+def test_a_band_is_shaded_around_its_line_in_its_colour():
+    from matplotlib.colors import to_rgba
+
+    from gradexp.plots import loss_curves
+
+    epochs = np.arange(4)
+    curves = {"adam (n=3)": (epochs, np.full(4, 2.0)), "sgd (n=3)": (epochs, np.full(4, 5.0))}
+    bands = {"adam (n=3)": (np.full(4, 1.0), np.full(4, 3.0))}
+    axes = loss_curves(curves, bands=bands).axes[0]
+    [shade] = axes.collections  # only the name with a band is shaded
+    box = shade.get_paths()[0].get_extents()
+    assert (box.y0, box.y1) == (1.0, 3.0) and (box.x0, box.x1) == (0.0, 3.0)
+    adam = next(line for line in axes.get_lines() if line.get_label() == "adam (n=3)")
+    assert to_rgba(shade.get_facecolor()[0], 1.0) == to_rgba(adam.get_color(), 1.0)

@@ -173,6 +173,38 @@ def test_the_parent_names_the_best_group_and_plots_error_bars(replicated):
     assert ERRORBAR_PLOT in plots
 
 
+def test_the_parents_curves_are_each_configurations_mean_and_range(replicated):
+    # One line a configuration (not one a seed): at each epoch its replicates' mean, shaded
+    # from their lowest to their highest value.
+    from gradexp.history import run_curves
+    from gradexp.sweeps import _group_curves
+
+    client = replicated["client"]
+    groups = [Group(g["params"], [g["mean"]] * g["n"], g["runs"])
+              for g in replicated["summary"]["groups"]]
+    found = {child.info.run_id: run_curves(client, child.info.run_id, ["loss"])
+             for child in replicated["children"]}
+    curves, bands = _group_curves(groups, found, "loss")
+    assert list(curves) == [f"optimizer={g.params['optimizer']} (n=3)" for g in groups]
+    for group, (name, (epochs, mean)) in zip(groups, curves.items()):
+        losses = np.array([found[run_id]["loss"][1] for run_id in group.run_ids], float)
+        assert list(epochs) == [1, 2, 3]
+        np.testing.assert_allclose(mean, losses.mean(axis=0), rtol=1e-12)
+        np.testing.assert_allclose(bands[name], (losses.min(axis=0), losses.max(axis=0)))
+
+
+def test_a_shorter_replicate_shortens_its_configurations_curve():
+    from gradexp.sweeps import _group_curves
+
+    found = {"a": {"loss": (np.array([1, 2, 3]), np.array([4.0, 2.0, 1.0]))},
+             "b": {"loss": (np.array([1, 2]), np.array([6.0, 4.0]))}}  # stopped early
+    curves, bands = _group_curves([Group({"optimizer": "sgd"}, [1.0, 2.0], ["a", "b"])],
+                                  found, "loss")
+    epochs, mean = curves["optimizer=sgd (n=2)"]
+    assert list(epochs) == [1, 2] and list(mean) == [5.0, 3.0]
+    assert [list(side) for side in bands["optimizer=sgd (n=2)"]] == [[4.0, 2.0], [6.0, 4.0]]
+
+
 def test_compare_aggregate_shows_the_same_groups(replicated, capsys):
     code = compare_main(["--tracking-uri", replicated["store"], "--sweep",
                          replicated["parent"].info.run_id, "--aggregate"])

@@ -36,8 +36,12 @@ def short_labels(names: Sequence[str], digits: int = 4) -> list[str]:
 
 
 def loss_curves(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], title: str = "loss",
-                ylabel: str = "loss"):
-    """One line per name: (epochs, values). Log scale when the values span decades."""
+                ylabel: str = "loss",
+                bands: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None):
+    """One line per name: (epochs, values); a name in `bands` gets (low, high) at the same
+    epochs shaded in its line's colour. No two lines share both colour and style (matplotlib's
+    10 colours repeat from the 11th curve on: a sweep's legend could not tell them apart). Log
+    scale when the values span decades."""
     import textwrap
 
     from matplotlib.figure import Figure
@@ -48,8 +52,10 @@ def loss_curves(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], title: str 
     figure.subplots_adjust(left=0.11, right=0.97, top=0.92 - 0.045 * title.count("\n"),
                            bottom=0.12)
     axes = figure.subplots()
-    for name, (epochs, losses) in curves.items():
-        axes.plot(epochs, losses, label=name, linewidth=1.5)
+    for (name, (epochs, losses)), (colour, style) in zip(curves.items(), _styles(len(curves))):
+        axes.plot(epochs, losses, label=name, linewidth=1.5, color=colour, linestyle=style)
+        if bands and name in bands:
+            axes.fill_between(epochs, *bands[name], color=colour, alpha=0.2, linewidth=0)
     values = np.concatenate([losses for _, losses in curves.values()]) if curves else np.ones(1)
     positive = values[np.isfinite(values) & (values > 0)]
     if positive.size and positive.max() / positive.min() > 100:
@@ -61,6 +67,18 @@ def loss_curves(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], title: str 
     if len(curves) > 1:
         _legend_outside(figure, axes)
     return figure
+
+
+def _styles(count: int) -> list[tuple[str, str]]:
+    """(colour, line style) for `count` curves: matplotlib's own 10 colours up to 10 curves; then
+    tab20's 20, with a new line style each further 20 (solid, dashed, dotted, dash-dot)."""
+    from matplotlib import colormaps
+
+    if count <= 10:
+        return [(f"C{index}", "-") for index in range(count)]
+    colours = [colormaps["tab20"](index) for index in range(20)]
+    styles = ["-", "--", ":", "-."]
+    return [(colours[index % 20], styles[index // 20 % len(styles)]) for index in range(count)]
 
 
 def _legend_outside(figure, axes) -> None:
