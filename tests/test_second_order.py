@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 import conftest
+import gradexp
 from conftest import read_report
 from gradexp.gradcheck import check_gradients, check_variables
 
@@ -272,3 +273,17 @@ def test_a_run_names_a_variable_that_gets_no_gradient(store, client, launch, cap
     assert tags["gradexp.gradcheck.disconnected"] == "head/idle"
     assert read_report(client, result.run_id, 0)["disconnected"] == ["head/idle"]
     assert read_report(client, result.run_id, 3)["disconnected"] == []  # asked at the first
+
+
+@pytest.mark.filterwarnings("ignore:Gradients do not exist")
+def test_every_job_of_a_sweep_names_the_variable_that_gets_no_gradient(store, client, launch):
+    # The jobs share the checked loss (gradexp.shared_programs), and its one answer on which
+    # variables reach the loss: each child says it, not only the first.
+    results = gradexp.sweep(f"tracking.uri={store}", "model=custom",
+                            "model._target_=order2_models.build_idle", "seed=0,1",
+                            "trainer.epochs=2", "tracking.log_model=false", launch_dir=launch)
+    assert len(results) == 2
+    for result in results:
+        tags = client.get_run(result.run_id).data.tags
+        assert tags["gradexp.gradcheck.disconnected"] == "head/idle"
+        assert read_report(client, result.run_id, 0)["disconnected"] == ["head/idle"]

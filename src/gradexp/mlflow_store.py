@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import os
 import re
@@ -265,11 +266,20 @@ def entry_point() -> str:
     return str(started)
 
 
-def source_tags(folder: Path) -> dict[str, str | None]:
+def source_tags(folder: Path, parent_run_id: str | None = None) -> dict[str, str | None]:
     """MLflow's own source tags (mlflow.utils.mlflow_tags), which the runs view's Source column
-    shows: the entry point, LOCAL, and the git commit of the launch folder (None: not in git)."""
+    shows: the entry point, LOCAL, and the git commit of the launch folder (None: not in git).
+    A sweep's jobs in one process run one checkout's code: git is asked once a sweep (a
+    subprocess, ~10 ms a job), not once a job."""
+    commit = (git_commit(folder) if parent_run_id is None
+              else _sweep_git_commit(folder.resolve(), parent_run_id))
     return {"mlflow.source.name": entry_point(), "mlflow.source.type": "LOCAL",
-            "mlflow.source.git.commit": git_commit(folder)}
+            "mlflow.source.git.commit": commit}
+
+
+@functools.lru_cache(maxsize=16)
+def _sweep_git_commit(folder: Path, parent_run_id: str) -> str | None:
+    return git_commit(folder)
 
 
 def open_client(uri: str):
@@ -406,6 +416,10 @@ class NullTracker:
     def end(self, status: str) -> None: ...
 
 
+# (uri, experiment name, parent run id) -> experiment id, for a sweep's children
+_SWEEP_EXPERIMENTS: dict[tuple[str, str, str | None], str] = {}
+
+
 class MlflowTracker(NullTracker):
     """One MLflow run: params, buffered metrics, tags, artifacts, and its end status."""
 
@@ -413,7 +427,11 @@ class MlflowTracker(NullTracker):
                  parent_run_id: str | None = None, tags: Mapping[str, Any] | None = None):
         self.uri = uri
         self.client = open_client(uri)
-        self.experiment_id = experiment_id(self.client, experiment)
+        # A sweep's children share their parent's experiment: looked up once a sweep and process.
+        key = (uri, experiment, parent_run_id)
+        if parent_run_id is None or key not in _SWEEP_EXPERIMENTS:
+            _SWEEP_EXPERIMENTS[key] = experiment_id(self.client, experiment)
+        self.experiment_id = _SWEEP_EXPERIMENTS[key]
         all_tags = {key: str(value) for key, value in (tags or {}).items() if value is not None}
         all_tags.update(process_tags())  # host, process, first heartbeat (gradexp.liveness)
         if parent_run_id:

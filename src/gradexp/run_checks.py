@@ -210,10 +210,16 @@ def _name_culprits(result: CheckResult, cfg: DictConfig, model: Model, data: Dat
 def disconnected_variables(cfg: DictConfig, model: Model, loss_cfg: DictConfig,
                            data: Dataset) -> list[str]:
     """The variables the checked loss gives no gradient at all (gradcheck/connected.py): one
-    more forward and backward pass, which a run spends at its first check only."""
+    more forward and backward pass, which a run spends at its first check only, and a sweep's
+    jobs that share the checked loss (gradexp.shared_programs) once: which variables reach the
+    loss is the model's and loss's structure, not its weights' values."""
     losses = _losses(cfg.dtype, model, loss_cfg, data, row_limit(cfg, model))
-    params = [tf.constant(v.numpy(), losses.dtype) for v in model.params]
-    return unconnected_names(losses.of_params.function, params, model.names)
+    if losses.disconnected is None:
+        params = [tf.constant(v.numpy(), losses.dtype) for v in model.params]
+        positions = [str(index) for index in range(len(params))]
+        losses.disconnected = [int(index) for index in unconnected_names(
+            losses.of_params.function, params, positions)]
+    return [model.names[index] for index in losses.disconnected]
 
 
 def _check(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, epoch: int,
@@ -407,6 +413,7 @@ class _Losses:
     joint: JointFunction | None = None  # of_params of one flat vector (gradcheck/joint.py)
     verified: bool = True  # False: the requested dtype, not yet tried (_check)
     random: bool | None = None  # the loss differs at one point (training mode); None: untried
+    disconnected: list[int] | None = None  # the params no gradient reaches; None: unasked
     owner: Model | None = None  # the model the functions are traced on (_of_another_model)
 
 

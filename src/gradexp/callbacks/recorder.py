@@ -58,8 +58,8 @@ class MlflowRecorder(Callback):
             data_tags = run.data_record.tags if run.data_record is not None else {}
             self.tracker = MlflowTracker(
                 uri, cfg.tracking.experiment, run.run_name, parent_run_id=run.parent_run_id,
-                tags={**source_tags(run.launch_dir), RESTART_OF_TAG: run.restart_of,
-                      **data_tags})
+                tags={**source_tags(run.launch_dir, run.parent_run_id),
+                      RESTART_OF_TAG: run.restart_of, **data_tags})
         run.run_id = self.tracker.run_id
         run.experiment_id = self.tracker.experiment_id
         run.tracking_uri = self.tracker.uri
