@@ -10,6 +10,7 @@ nothing here lists a key.
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 from dataclasses import fields, is_dataclass
 from typing import Any
@@ -217,7 +218,14 @@ def shipped_target(cfg: DictConfig, group: str) -> Any:
     node = OmegaConf.select(cfg, group, default=None)
     if not isinstance(node, DictConfig) or "_target_" not in node or "name" not in node:
         return None
-    option = resource_dir("conf") / group / f"{node.name}.yaml"
+    return _option_target(group, str(node.name))
+
+
+@functools.lru_cache(maxsize=256)
+def _option_target(group: str, name: str) -> Any:
+    """conf/<group>/<name>.yaml's `_target_` (NO_OPTION: no such file), read once a process:
+    the shipped options do not change while it runs, and a sweep asks for every job."""
+    option = resource_dir("conf") / group / f"{name}.yaml"
     if not option.is_file():
         return NO_OPTION
     # As plain data: a `???` target (data=custom, model=custom) is the text "???", not a miss.
