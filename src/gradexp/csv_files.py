@@ -1,7 +1,8 @@
 """A csv file as a data set's arrays (data=csv): read with pyarrow, every problem a person can
-cause (a missing, compressed or binary file, no such column, a text or empty cell, NaN) one line
-naming the path and, where there is one, the column and line. Plain numpy and pyarrow, no
-TensorFlow: the file is read, and its errors said, before TensorFlow loads.
+cause (a missing, compressed or binary file, no such or a repeated column, a file separated by
+';' or tabs, a text, empty or missing (NA) cell, NaN) one line naming the path and, where there
+is one, the column and the file's line (FileLines). Plain numpy and pyarrow, no TensorFlow: the
+file is read, and its errors said, before TensorFlow loads.
 
 refuse_non_finite is the one NaN check, a csv's columns and a loader's arrays alike
 (gradexp.data).
@@ -35,42 +36,87 @@ def read_csv(path: str, target: str, task: str = "regression",
     (or those `features` names) a numeric feature. A classification's target may hold any
     values (class names such as 'setosa', numbers); a regression's must be numbers.
 
-    Every problem a person can cause (missing file, no such column, a non-numeric cell, NaN) is a
-    ConfigError whose message names the path and, where there is one, the column and line.
+    Every problem a person can cause (missing file, no such or a repeated column, a non-numeric
+    or missing cell, NaN) is a ConfigError whose message names the path and, where there is
+    one, the column and the file's line.
     """
     import pyarrow as pa
 
     where = f"data.path={path}"
-    table = _read_table(Path(path), where)
+    lines = FileLines(Path(path))
+    table = _read_table(Path(path), where, lines)
     header = [name.strip() for name in table.column_names]
     table = table.rename_columns(header)
-    if target not in header:
-        raise ConfigError(
-            f"data.target={target}: no such column in {path} (columns: {', '.join(header)})")
-    for name in features or ():
-        if name not in header:
-            raise ConfigError(f"data.features: no such column {name!r} in {path} "
-                              f"(columns: {', '.join(header)})")
-    chosen = list(features) if features else [name for name in header if name != target]
-    if target in chosen:
-        raise ConfigError(f"data.features: the target column '{target}' cannot be a feature")
-    if not chosen:
-        raise ConfigError(f"{where}: no feature columns besides the target '{target}'")
+    chosen = _chosen_columns(header, target, features, path)
     # A text column (an id, a name) is not silently dropped: the person chooses the features.
     hint = " (features must be numbers: choose them with data.features=[...])"
-    x = np.stack([_numbers(table.column(name), name, where, hint) for name in chosen], axis=1)
+    x = np.stack([_numbers(table.column(name), name, where, lines, hint) for name in chosen],
+                 axis=1)
     column = table.column(target)
     if task == "classification":
-        y = np.asarray(_labels_of(column, target, where), dtype=object)[:, None]
+        y = np.asarray(_labels_of(column, target, where, lines), dtype=object)[:, None]
     else:
-        y = _numbers(column, target, where, " (class labels? data.task=classification)")[:, None]
+        y = _numbers(column, target, where, lines,
+                     " (class labels? data.task=classification)")[:, None]
     integers = [name for name in chosen if pa.types.is_integer(table.column(name).type)]
     return CsvTable(x, y, chosen, integers)
 
 
-def _read_table(file: Path, where: str):
+def _chosen_columns(header: list[str], target: str, features: list[str] | None,
+                    path: str) -> list[str]:
+    """The feature columns, once the target and `features` are found in the (trimmed) header."""
+    if target not in header:
+        raise ConfigError(f"data.target={target}: no such column in {path} "
+                          f"(columns: {', '.join(header)}){_separator_hint(header, path)}")
+    for name in features or ():
+        if name not in header:
+            raise ConfigError(f"data.features: no such column {name!r} in {path} "
+                              f"(columns: {', '.join(header)}){_separator_hint(header, path)}")
+    chosen = list(features) if features else [name for name in header if name != target]
+    if target in chosen:
+        raise ConfigError(f"data.features: the target column '{target}' cannot be a feature")
+    if not chosen:
+        raise ConfigError(f"data.path={path}: no feature columns besides the target '{target}'")
+    _refuse_repeated_columns(header, [target, *chosen], path)
+    return chosen
+
+
+def _refuse_repeated_columns(header: list[str], used: list[str], path: str) -> None:
+    """Two columns of one name (after trimming: 'x' and 'x '), one of them used: which one is
+    meant cannot be known (pyarrow raised a KeyError traceback). Unused repeats are left be."""
+    repeated = sorted({name for name in used if header.count(name) > 1})
+    if repeated:
+        named = ", ".join(f"{header.count(name)} columns named '{name}'" for name in repeated)
+        raise ConfigError(f"data.path={path}: the header has {named} (columns: "
+                          f"{', '.join(header)}); give each column its own name")
+
+
+# Separators a csv file is often written with instead of commas (Excel in many locales, tsv
+# files): as written in the hint's Python, and as said.
+OTHER_SEPARATORS = {";": ("';'", "';'"), "\t": ("'\\t'", "tabs")}
+
+
+def _separator_hint(header: list[str], path: str, decimal_commas: bool = False) -> str:
+    """When the header is one column holding ';' or a tab: the file is separated by them (read
+    with commas, its header is one column named 'x1;x2;y'). Says how to convert it: pandas
+    comes with MLflow, and reads quoted cells and decimal commas right, where replacing the
+    separator by hand would not. `decimal_commas`: its rows hold commas (1,5), as a ';' file
+    written where the decimal mark is a comma does."""
+    if len(header) != 1:
+        return ""
+    decimal = ", decimal=','" if decimal_commas else ""
+    for separator, (written, said) in OTHER_SEPARATORS.items():
+        if separator in header[0]:
+            return (f"; the file seems separated by {said}, and gradexp reads commas: convert "
+                    f"it, e.g. pandas.read_csv({path!r}, sep={written}{decimal}).to_csv("
+                    f"'{Path(path).stem}_commas.csv', index=False)")
+    return ""
+
+
+def _read_table(file: Path, where: str, lines: FileLines):
     """The file as a pyarrow Table: only empty cells are missing ("nan" is a number, refused
-    later by name), and a row with the wrong number of fields names its line."""
+    later by name; "NA" is text, refused later as a missing value), and a row with the wrong
+    number of fields names its line."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
@@ -95,10 +141,7 @@ def _read_table(file: Path, where: str):
         if undecodable:  # the error's text would print the row's raw bytes
             raise ConfigError(f"{where}: {NOT_UTF8}") from None
         if ragged:
-            row = ragged[0]
-            line = f"line {row.number}" if row.number is not None else f"the row {row.text!r}"
-            raise ConfigError(f"{where}: {line} has {row.actual_columns} fields, the header has "
-                              f"{row.expected_columns}") from None
+            raise ConfigError(f"{where}: {_ragged(ragged[0], lines)}") from None
         if "Empty CSV file" in str(error):
             table = None
         else:
@@ -108,6 +151,80 @@ def _read_table(file: Path, where: str):
     if any(pa.types.is_binary(field.type) for field in table.schema):
         raise ConfigError(f"{where}: {NOT_UTF8}")
     return table
+
+
+def _ragged(row, lines: FileLines) -> str:
+    """A row of more or fewer fields than the header (pyarrow's InvalidRow): its line, and, when
+    the header is one field, whether the file is separated by something else than commas."""
+    # pyarrow numbers records (the header is 1, blank lines skipped), not the file's lines.
+    line = (f"line {lines.of_record(row.number)}" if row.number is not None
+            else f"the row {row.text!r}")
+    hint = ""
+    if row.expected_columns == 1:  # and its rows have commas: numbers written 1,5?
+        hint = _separator_hint([lines.header()], str(lines.file), decimal_commas=True)
+    return (f"{line} has {row.actual_columns} fields, the header has {row.expected_columns}"
+            f"{hint}")
+
+
+class FileLines:
+    """Where a csv's records start in its file, as an editor numbers lines (1 = the first).
+    pyarrow counts records: it skips blank lines, and a quoted cell may hold line breaks, so
+    neither a table's row nor pyarrow's row number is a line of the file. The file is scanned
+    only when an error names a line, and only up to that line."""
+
+    def __init__(self, file: Path) -> None:
+        self.file = file
+
+    def of_row(self, row: int) -> int:
+        """The line of the table's data row `row` (0 = the first after the header)."""
+        return self.of_record(row + 2)
+
+    def of_record(self, number: int) -> int:
+        """The line on which pyarrow's record `number` (1 = the header) starts."""
+        for counted, (line, _) in enumerate(self._records(), start=1):
+            if counted == number:
+                return line
+        return number  # past the end (cannot happen for a record pyarrow read): its count
+
+    def header(self) -> str:
+        """The header row's first line, as written."""
+        return next((text for _, text in self._records()), "").rstrip("\n")
+
+    def _records(self) -> Iterator[tuple[int, str]]:
+        """(line, text) of each line a record starts on. Quotes are read as pyarrow reads them:
+        a field that starts with '"' runs to the next lone '"', line breaks included."""
+        import io
+
+        import pyarrow as pa
+
+        # As pyarrow.csv.read_csv: a .gz (.bz2, ...) file is read decompressed; universal
+        # newlines count \r\n, \r and \n as one line break each, as pyarrow does.
+        with pa.input_stream(str(self.file), compression="detect") as raw, io.TextIOWrapper(
+                raw, encoding="utf-8", errors="replace", newline=None) as text:
+            quoted = False
+            for line, content in enumerate(text, start=1):
+                if not quoted and content != "\n":  # a blank line is no record
+                    yield line, content
+                if '"' in content:
+                    quoted = _still_quoted(content, quoted)
+
+
+def _still_quoted(content: str, quoted: bool) -> bool:
+    """Whether a quoted field is still open at the end of this line (`quoted`: open at its
+    start). '""' inside a quoted field is a quote; a '"' inside an unquoted field is text."""
+    at_field_start, i = not quoted, 0
+    while i < len(content):
+        char = content[i]
+        if quoted and char == '"':
+            if content.startswith('"', i + 1):
+                i += 1  # an escaped quote: the field goes on
+            else:
+                quoted = False
+        elif not quoted and char == '"' and at_field_start:
+            quoted = True
+        at_field_start = not quoted and char == ","
+        i += 1
+    return quoted
 
 
 NOT_UTF8 = "cannot read it (not UTF-8 text)"
@@ -161,8 +278,9 @@ def _undecodable_rows() -> Iterator[list]:
         sys.unraisablehook = before
 
 
-def _numbers(column, name: str, where: str, hint: str = "") -> np.ndarray:
-    """A column as float64; the first empty, non-numeric, NaN or infinite cell is one line."""
+def _numbers(column, name: str, where: str, lines: FileLines, hint: str = "") -> np.ndarray:
+    """A column as float64; the first empty, missing (NA), non-numeric, NaN or infinite cell is
+    one line."""
     import pyarrow as pa
 
     kind = column.type
@@ -172,15 +290,30 @@ def _numbers(column, name: str, where: str, hint: str = "") -> np.ndarray:
         cells = [None if cell is None else str(cell) for cell in column.to_pylist()]
     values = np.empty(len(cells), dtype=np.float64)
     for row, cell in enumerate(cells):
-        line = row + 2  # the header is line 1
         try:
             values[row] = float(cell.strip() if isinstance(cell, str) else cell)
         except (TypeError, ValueError):
-            empty = cell is None or not str(cell).strip()
-            shown = "empty" if empty else f"not a number: {cell!r}{hint}"
-            raise ConfigError(f"{where}: column '{name}' line {line} is {shown}") from None
-    refuse_non_finite(values, where, lambda index: f"column '{name}' line {index[0] + 2}")
+            raise ConfigError(f"{where}: column '{name}' line {lines.of_row(row)} is "
+                              f"{_not_a_number(cell, hint)}") from None
+    refuse_non_finite(values, where, lambda index: f"column '{name}' line {lines.of_row(index[0])}")
     return values
+
+
+# The cells pandas.read_csv (and so most tools that wrote or read the file) takes for a missing
+# value, but those that also name things: 'None' may well be a class. Case matters: 'Na' is
+# sodium. pyarrow reads them as text, so without this a missing grade became a class "NA".
+MISSING_MARKERS = frozenset({"NA", "N/A", "n/a", "NaN", "nan", "-NaN", "-nan", "null", "NULL",
+                             "#N/A", "#NA", "<NA>"})
+NOT_IMPUTED = "gradexp does not impute: fill or drop those rows"
+
+
+def _not_a_number(cell: str | None, hint: str) -> str:
+    """What a cell that float() refused is: empty, a missing value (NA), or text."""
+    if cell is None or not cell.strip():
+        return "empty"
+    if cell.strip() in MISSING_MARKERS:  # a gap in the data, not a text column to leave out
+        return f"{cell.strip()!r}, which reads as a missing value ({NOT_IMPUTED})"
+    return f"not a number: {cell!r}{hint}"
 
 
 NOT_FINITE = "NaN or infinite values cannot be trained on"
@@ -203,14 +336,27 @@ def refuse_non_finite(values: np.ndarray, where: str,
     raise ConfigError(f"{where}: {subject(first)} is {values[first]} ({NOT_FINITE}{count})")
 
 
-def _labels_of(column, name: str, where: str) -> list:
-    """A classification target's cells as labels: numbers, text (class names), true/false."""
-    cells = column.to_pylist()
+def _labels_of(column, name: str, where: str, lines: FileLines) -> list:
+    """A classification target's cells as labels: numbers, text (class names), true/false.
+    Text is trimmed as the header and numbers are (' cat' is the class 'cat', not a second
+    one); an empty cell, NaN or a missing-value marker (NA) is refused, not made a class."""
+    cells = [cell.strip() if isinstance(cell, str) else cell for cell in column.to_pylist()]
     for row, cell in enumerate(cells):
-        if cell is None or (isinstance(cell, float) and not math.isfinite(cell)):
-            shown = "empty" if cell is None else str(cell)
-            raise ConfigError(f"{where}: column '{name}' line {row + 2} is {shown} (every row "
-                              "needs a class label)")
+        missing = _missing_label(cell)
+        if missing:
+            raise ConfigError(f"{where}: column '{name}' line {lines.of_row(row)} is {missing} "
+                              "(every row needs a class label)")
     if not all(isinstance(cell, str | int | float | bool) for cell in cells):
         cells = [str(cell) for cell in cells]  # dates, say: their text is the label
     return cells
+
+
+def _missing_label(cell) -> str | None:
+    """How a (trimmed) label cell that holds no label reads, or None for a label."""
+    if cell is None or cell == "":
+        return "empty"
+    if isinstance(cell, float) and not math.isfinite(cell):
+        return str(cell)
+    if isinstance(cell, str) and cell in MISSING_MARKERS:
+        return f"{cell!r}, which reads as a missing value"
+    return None

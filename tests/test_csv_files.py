@@ -1,0 +1,183 @@
+"""A csv file as people write it (gradexp.csv_files): class labels written ' cat', missing values
+written NA, blank lines and quoted line breaks before a bad cell, a column name used twice, a
+file separated by ';' or tabs. Each is read right or refused in one line naming the file's own
+line; read_csv in-process (no TensorFlow), and a run where what it records is the point."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+
+import pytest
+
+import gradexp
+from conftest import run
+from gradexp.csv_files import read_csv
+from gradexp.schema import ConfigError
+
+
+def refusal(path, target: str, task: str = "regression", **kwargs) -> str:
+    """read_csv's one line for the file at `path`, without its `data.path=...: ` prefix."""
+    with pytest.raises(ConfigError) as refused:
+        read_csv(str(path), target, task, **kwargs)
+    message = str(refused.value)
+    return message.removeprefix(f"data.path={path}: ")
+
+
+def refused_run(tmp_path, *overrides: str) -> gradexp.GradexpError:
+    """What `python -m gradexp OVERRIDES` says in tmp_path (in-process): no store is made."""
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with pytest.raises(gradexp.GradexpError) as refused:
+        gradexp.run(f"tracking.uri={store}", *overrides, launch_dir=tmp_path)
+    assert not (tmp_path / "mlflow.db").exists()
+    return refused.value
+
+
+# ---------------------------------------------------------------- class labels
+LABELS = ("x,label\n0.1,cat\n0.2, cat\n0.9,dog\n1.0, dog\n0.15,cat\n0.95,dog\n0.12, cat\n"
+          "0.85, dog \n0.11,cat\n0.91,dog\n")
+
+
+def test_class_labels_are_trimmed_as_the_header_and_numbers_are(tmp_path):
+    # Before: ' cat' and 'cat' were two classes, silently (4 classes for 2).
+    (tmp_path / "labels.csv").write_text(LABELS)
+    table = read_csv(str(tmp_path / "labels.csv"), "label", "classification")
+    assert sorted(set(table.y[:, 0])) == ["cat", "dog"]
+    (tmp_path / "blank.csv").write_text("x,label\n1,cat\n2,   \n")
+    assert refusal(tmp_path / "blank.csv", "label", "classification") == (
+        "column 'label' line 3 is empty (every row needs a class label)")
+
+
+@pytest.mark.heavy  # a run, for what it records: 11.6 s under load, TensorFlow's import included
+def test_a_run_on_labels_written_with_spaces_records_their_classes_once(tmp_path, store, client):
+    (tmp_path / "labels.csv").write_text(LABELS)
+    result = run(store, "data=csv", "data.path=labels.csv", "data.target=label",
+                 "data.task=classification", "loss=categorical_crossentropy", "gradcheck=off",
+                 "trainer.epochs=3", launch_dir=tmp_path)
+    assert client.get_run(result.run_id).data.tags["gradexp.data.classes"] == "2"
+    with open(client.download_artifacts(result.run_id, "data/labels.json")) as handle:
+        assert json.load(handle)["labels"] == ["cat", "dog"]
+
+
+# ---------------------------------------------------------------- missing values (NA)
+GRADES = "x,grade\n1,1\n2,2\n10,10\n1.1,1\n2.1,{}\n10.1,10\n1.2,1\n"
+
+
+@pytest.mark.parametrize("marker", ["NA", "N/A", "NaN", "nan", "null", "NULL", "#N/A", "<NA>",
+                                    " NA"])
+def test_a_missing_value_marker_is_refused_as_a_class_label(tmp_path, marker):
+    # Before: NA became a class of its own (labels ["1", "10", "2", "NA"]).
+    (tmp_path / "grades.csv").write_text(GRADES.format(marker))
+    said = refusal(tmp_path / "grades.csv", "grade", "classification")
+    value = "nan" if marker in ("NaN", "nan") else repr(marker.strip())  # a float to pyarrow
+    reads = "" if marker in ("NaN", "nan") else ", which reads as a missing value"
+    assert said == f"column 'grade' line 6 is {value}{reads} (every row needs a class label)"
+
+
+def test_a_missing_class_label_ends_the_command_with_exit_2_and_no_run(tmp_path):
+    (tmp_path / "grades.csv").write_text(GRADES.format("NA"))
+    refused = refused_run(tmp_path, "data=csv", "data.path=grades.csv", "data.target=grade",
+                          "data.task=classification", "loss=categorical_crossentropy")
+    assert str(refused) == ("data.path=grades.csv: column 'grade' line 6 is 'NA', which reads as "
+                            "a missing value (every row needs a class label)")
+    assert refused.exit_code == 2
+
+
+def test_a_missing_feature_or_target_value_says_gradexp_does_not_impute(tmp_path):
+    # Before: a feature's NA was "not a number: 'NA' (features must be numbers: choose them
+    # with data.features=[...])", as if the column were text to leave out.
+    (tmp_path / "na.csv").write_text("x,y\n1,2\n2,4\n N/A ,6\n4,null\n")
+    missing = "which reads as a missing value (gradexp does not impute: fill or drop those rows)"
+    assert refusal(tmp_path / "na.csv", "y") == f"column 'x' line 4 is 'N/A', {missing}"
+    (tmp_path / "na_y.csv").write_text("x,y\n1,2\n2,NA\n")
+    assert refusal(tmp_path / "na_y.csv", "y") == f"column 'y' line 3 is 'NA', {missing}"
+    (tmp_path / "sodium.csv").write_text("x,element\n1,Na\n2,K\n")  # case matters: a label
+    assert sorted(read_csv(str(tmp_path / "sodium.csv"), "element", "classification").y[:, 0]) == [
+        "K", "Na"]
+
+
+# ---------------------------------------------------------------- the file's own line
+LINES = [  # (file's text, target, task, what is said): each bad cell is on line 6
+    ("x,y\n\n1,2\n\n3,4\n5,oops\n6,7\n", "y", "regression",
+     "column 'y' line 6 is not a number: 'oops' (class labels? data.task=classification)"),
+    ("x,y\n\n1,2\n\n3,4\n5,6,7\n6,7\n", "y", "regression", "line 6 has 3 fields, the header has 2"),
+    ("x,y\n1,\"two\nlines\"\n3,4\n\nNA,6\n", "y", "classification",
+     "column 'x' line 6 is 'NA', which reads as a missing value (gradexp does not impute: fill "
+     "or drop those rows)"),
+    ("x,y\n1,\"two\nlines\"\n3,4\n\n5,\n", "y", "classification",
+     "column 'y' line 6 is empty (every row needs a class label)"),
+    ("x,y\r\n\r\n1,2\r\n\r\n3,4\r\n5,inf\r\n", "y", "regression",
+     "column 'y' line 6 is inf (NaN or infinite values cannot be trained on)"),
+    ("\n\nx,y\n1,\"a \"\"quoted\"\" word\"\n3,4\n5,6,7\n", "x", "regression",
+     "line 6 has 3 fields, the header has 2"),
+    ("x,y\n1,ab\"c\n2,3\n4,5\n\nNA,6\n", "y", "regression",  # a '"' inside a field is text
+     "column 'x' line 6 is 'NA', which reads as a missing value (gradexp does not impute: fill "
+     "or drop those rows)"),
+]
+
+
+@pytest.mark.parametrize(("text", "target", "task", "said"), LINES,
+                         ids=["blank", "ragged", "quoted", "label", "crlf", "top", "inner"])
+def test_errors_name_the_files_line_past_blank_lines_and_quoted_line_breaks(tmp_path, text,
+                                                                           target, task, said):
+    # Before: the line was the row's count plus 2 (pyarrow skips blank lines, and a quoted cell
+    # may span lines), so "line 4" for a cell on line 6.
+    (tmp_path / "t.csv").write_bytes(text.encode())
+    assert refusal(tmp_path / "t.csv", target, task) == said
+
+
+def test_a_compressed_files_line_is_counted_in_its_text(tmp_path):
+    (tmp_path / "t.csv.gz").write_bytes(gzip.compress(b"x,y\n\n1,2\n\n3,4\n5,oops\n"))
+    assert refusal(tmp_path / "t.csv.gz", "x").startswith("column 'y' line 6 is not a number")
+
+
+# ---------------------------------------------------------------- the header
+@pytest.mark.parametrize("header", ["x,x,y", "x,x ,y"])
+def test_a_column_name_used_twice_is_one_line_and_exit_2(tmp_path, header):
+    # Before: KeyError: 'Field "x" exists 2 times in schema', a traceback and exit 1.
+    (tmp_path / "dup.csv").write_text(f"{header}\n1,2,3\n4,5,6\n7,8,9\n")
+    refused = refused_run(tmp_path, "data=csv", "data.path=dup.csv", "data.target=y")
+    assert str(refused) == ("data.path=dup.csv: the header has 2 columns named 'x' (columns: "
+                            "x, x, y); give each column its own name")
+    assert refused.exit_code == 2
+    (tmp_path / "unused.csv").write_text(f"{header},z\n1,2,3,4\n4,5,6,7\n")
+    assert read_csv(str(tmp_path / "unused.csv"), "y", features=["z"]).features == ["z"]
+
+
+@pytest.mark.parametrize(("text", "said", "sep"), [
+    ("x1;x2;y\n1;2;3\n4;5;6\n", "';'", "';'"),
+    ("x1\tx2\ty\n1\t2\t3\n4\t5\t6\n", "tabs", "'\\t'"),
+], ids=["semicolons", "tabs"])
+def test_a_file_separated_by_semicolons_or_tabs_says_how_to_convert_it(tmp_path, monkeypatch,
+                                                                       text, said, sep):
+    # Before: "no such column in semi.csv (columns: x1;x2;y)", and nothing more.
+    (tmp_path / "semi.csv").write_text(text)
+    with pytest.raises(ConfigError) as refused:
+        read_csv(str(tmp_path / "semi.csv"), "y")
+    hint = (f"; the file seems separated by {said}, and gradexp reads commas: convert it, e.g. "
+            f"pandas.read_csv('{tmp_path / 'semi.csv'}', sep={sep}).to_csv('semi_commas.csv', "
+            "index=False)")
+    assert str(refused.value).endswith(hint)
+    assert convert_as_said(str(refused.value), tmp_path, monkeypatch).x.tolist() == [[1, 2],
+                                                                                     [4, 5]]
+
+
+def test_a_semicolon_file_with_decimal_commas_says_decimal_too(tmp_path, monkeypatch):
+    # Its rows split at the decimal commas: a ragged row first, before any column is looked up.
+    (tmp_path / "semi.csv").write_text("x1;x2;y\n1,5;2;3\n4;5,25;6\n")
+    said = refusal(tmp_path / "semi.csv", "y")
+    assert said.startswith("line 2 has 2 fields, the header has 1; the file seems separated by "
+                           "';', and gradexp reads commas")
+    assert "sep=';', decimal=','" in said
+    assert convert_as_said(said, tmp_path, monkeypatch).x.tolist() == [[1.5, 2], [4, 5.25]]
+
+
+def convert_as_said(message: str, folder, monkeypatch):
+    """Run the conversion the hint says, in `folder`, and read what it wrote."""
+    import pandas
+
+    command = re.search(r"e\.g\. (pandas\..*)$", message).group(1)
+    monkeypatch.chdir(folder)
+    eval(command, {"pandas": pandas})  # the person's copy and paste
+    return read_csv("semi_commas.csv", "y")
