@@ -405,6 +405,75 @@ def test_the_built_in_metrics_give_the_values_gradexp_computed_itself(outputs, n
                     _reference(name, y, p), rel=1e-6), (split, name)
 
 
+def _sklearn_r2(y: np.ndarray, p: np.ndarray) -> float:
+    """scikit-learn's r2_score (force_finite, uniform average) on the exact values: float64,
+    since r2_score on float32 equal targets divides by its own rounding (-4.5e15 at 0.1 x 7).
+    By hand where scikit-learn is not installed (it is no dependency of gradexp)."""
+    y, p = np.asarray(y, np.float64), np.asarray(p, np.float64)
+    try:
+        from sklearn.metrics import r2_score
+    except ImportError:
+        residual = ((y - p) ** 2).sum(0)
+        total = ((y - y.mean(0)) ** 2).sum(0)
+        safe = np.where(total == 0, 1.0, total)
+        return float(np.where(total == 0, residual == 0, 1 - residual / safe).mean())
+    return float(r2_score(y, p))
+
+
+_RNG = np.random.default_rng(7)
+_Y3 = (_RNG.normal(size=(40, 3)) + 2).astype(np.float32)
+_P3 = (_Y3 + _RNG.normal(scale=0.5, size=_Y3.shape)).astype(np.float32)
+_TENTHS = np.full((7, 1), 0.1, np.float32)  # float32's mean of these is not 0.1: SS_tot ~4e-16
+
+
+@pytest.mark.parametrize(("y", "p"), [
+    pytest.param(_Y3[:, :1], _P3[:, :1], id="one output"),
+    pytest.param(_Y3, _P3, id="three outputs"),
+    pytest.param(_Y3[:2], _P3[:2], id="two rows"),
+    pytest.param(np.full((5, 1), 3.0), np.full((5, 1), 3.0), id="equal targets, exact"),
+    pytest.param(np.full((5, 1), 3.0), np.arange(5.0)[:, None], id="equal targets, off"),
+    pytest.param(_TENTHS, _TENTHS, id="equal tenths, exact"),
+    pytest.param(_TENTHS, _TENTHS + 0.5, id="equal tenths, off"),
+    pytest.param([[1.0, 2.0], [1.0, 3.0]], [[1.0, 2.0], [1.0, 2.0]], id="one column equal"),
+    pytest.param([[1.0, 2.0], [1.0, 3.0]], [[0.0, 2.0], [1.0, 3.0]], id="other column exact"),
+])
+def test_r2_is_scikit_learns_also_on_equal_targets(y, p):
+    """r2 as scikit-learn's r2_score gives it, to 1e-6, eager and compiled: a column of equal
+    targets scores 1.0 if predicted exactly, else 0.0 (it was -1e12 times the error)."""
+    import tensorflow as tf
+
+    from gradexp.data import Split
+    from gradexp.evaluation import Evaluator
+
+    y, p = np.asarray(y, np.float32), np.asarray(p, np.float32)
+    evaluator = Evaluator(tf.identity, ["r2"], {"val": Split(p, y)})
+    for value in (evaluator(["val"])["val/r2"],
+                  float(tf.function(evaluator.tensors)(("val",))["val/r2"])):
+        assert value == pytest.approx(_sklearn_r2(y, p), rel=1e-6, abs=1e-7)
+
+
+@pytest.mark.parametrize(("prediction", "r2"), [(5.0, 1.0), (4.0, 0.0)])
+def test_r2_of_one_row_is_that_of_equal_targets_not_nan(prediction, r2):
+    """One row: r2_score says NaN ("not well-defined"); gradexp counts it as equal targets, so
+    a sweep ranking by val/r2 gets a number."""
+    import tensorflow as tf
+
+    from gradexp.data import Split
+    from gradexp.evaluation import Evaluator
+
+    split = Split(np.array([[prediction]], np.float32), np.array([[5.0]], np.float32))
+    assert Evaluator(tf.identity, ["r2"], {"val": split})(["val"]) == {"val/r2": r2}
+
+
+def test_a_csv_with_one_validation_row_records_val_r2_0_not_minus_1e12(store, client, tmp_path):
+    (tmp_path / "five.csv").write_text("x,y\n0,1\n1,3\n2,5\n3,7\n4,9\n")
+    result = run(store, "data=csv", "data.path=five.csv", "data.target=y", "trainer.epochs=5",
+                 tmp_path=tmp_path)
+    assert client.get_run(result.run_id).data.tags["gradexp.data.rows.val"] == "1"
+    assert history(client, result.run_id, "val/r2") == [(5, 0.0)]  # not exact after 5 epochs
+    assert 0 < result.metrics["train/r2"] < 1  # four rows: an r2 as before
+
+
 def test_the_built_in_metrics_directions_are_the_ones_keras_declares():
     import keras
 

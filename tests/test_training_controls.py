@@ -36,7 +36,7 @@ def series(client, run_id: str, key: str) -> list[tuple[int, float]]:
       "optimizer.schedule.decay_rate=0.5"), lambda e: 0.1 * 0.5 ** (e / 10)),
     (("optimizer.schedule.name=piecewise", "optimizer.schedule.boundaries=[10,30]",
       "optimizer.schedule.factors=[1,0.1,0.01]"),
-     lambda e: 0.1 * (1 if e <= 10 else 0.1 if e <= 30 else 0.01)),
+     lambda e: 0.1 * (1 if e < 10 else 0.1 if e < 30 else 0.01)),  # after 10 and 30 epochs
     (("optimizer.schedule.name=warmup_cosine", "optimizer.schedule.warmup_epochs=10"),
      lambda e: 0.1 * e / 10 if e <= 10 else 0.1 * 0.5 * (1 + math.cos(math.pi * (e - 10) / 30))),
 ])
@@ -50,6 +50,40 @@ def test_each_schedule_draws_its_learning_rate_curve_in_epochs(store, client, tm
     # epoch k's rate is that of its first update, after k - 1 epochs of 4 steps
     np.testing.assert_allclose([value for _, value in logged],
                                [expected(k - 1) for k in range(1, 41)], rtol=1e-4, atol=1e-7)
+
+
+PIECEWISE = ("optimizer.schedule.name=piecewise", "optimizer.schedule.boundaries=[5,8]",
+             "optimizer.schedule.factors=[1,0.1,0.01]")
+
+
+def test_a_piecewise_boundary_of_b_epochs_changes_the_rate_from_epoch_b_plus_1(store, client,
+                                                                             tmp_path):
+    # Full batch, one step an epoch: boundaries [5, 8] train epochs 1-5 at 0.1, 6-8 at 0.01
+    # and 9-12 at 0.001 (each change used to land one epoch late).
+    result = run(store, "trainer.epochs=12", "trainer.log_every=1", *PIECEWISE,
+                 tmp_path=tmp_path)
+    np.testing.assert_allclose([value for _, value in series(client, result.run_id, "lr")],
+                               [0.1] * 5 + [0.01] * 3 + [0.001] * 4, rtol=1e-6)
+
+
+@pytest.mark.parametrize(("schedule", "first_new_step"), [
+    (PIECEWISE, (20, 32)),
+    ((*PIECEWISE, "optimizer.schedule.boundaries=[2.5]", "optimizer.schedule.factors=[1,0.1]"),
+     (10,))])
+def test_every_step_of_the_epoch_after_a_boundary_uses_the_new_rate(schedule, first_new_step):
+    # 4 steps an epoch (optimizer.iterations = the updates made so far): every step of epochs
+    # 6 and 9 at the new rate, not only those after their first; a fractional boundary at the
+    # nearest step (2.5 epochs: after 10 steps).
+    from gradexp.schedules import build_optimizer
+
+    cfg = conftest.compose_config(*schedule)
+    optimizer = build_optimizer(cfg.optimizer, 4, 12)
+    rates = []
+    for step in range(48):
+        optimizer.iterations.assign(step)
+        rates.append(float(optimizer.learning_rate))
+    stretch = [sum(step >= first for first in first_new_step) for step in range(48)]
+    np.testing.assert_allclose(rates, [0.1 * 0.1 ** k for k in stretch], rtol=1e-6)
 
 
 def test_no_schedule_logs_no_lr(store, client, tmp_path):

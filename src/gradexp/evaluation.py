@@ -30,10 +30,21 @@ def _r2(y: tf.Tensor, p: tf.Tensor) -> tf.Tensor:
     """1 - SS_res / SS_tot per output column, averaged (scikit-learn's r2_score). Not Keras'
     R2Score: it sums y and y² in one pass, and SS_tot = Σy² - (Σy)²/n loses float32 digits when
     the targets' mean is large beside their spread (1.6e-6 relative already at y = 2 ± 1.1,
-    tests/test_evaluation.py); this subtracts the mean first."""
+    tests/test_evaluation.py); this subtracts the mean first.
+
+    A column whose targets are all equal (one row, or equal values) has no variance to explain:
+    SS_tot is 0, and dividing by it (or by a small floor) gave -1e12 and the like. It scores as
+    r2_score's force_finite does, 1.0 if its predictions are exact, else 0.0. Equal targets are
+    told by max == min, not by SS_tot == 0: in float32 their mean can miss them by an ulp, which
+    leaves SS_tot at ~1e-15 instead of 0. (One row: r2_score gives NaN and a warning; a NaN
+    would poison a sweep's objective, so one row is counted as equal targets.)"""
     residual = tf.reduce_sum(tf.square(y - p), axis=0)
     total = tf.reduce_sum(tf.square(y - tf.reduce_mean(y, axis=0)), axis=0)
-    return tf.reduce_mean(1.0 - residual / tf.maximum(total, 1e-12))
+    constant = tf.logical_or(tf.equal(tf.reduce_max(y, axis=0), tf.reduce_min(y, axis=0)),
+                             tf.equal(total, 0.0))  # 0 also when float32 squares underflow
+    exact = tf.cast(tf.equal(residual, 0.0), residual.dtype)
+    explained = 1.0 - residual / tf.where(constant, tf.ones_like(total), total)
+    return tf.reduce_mean(tf.where(constant, exact, explained))
 
 
 def _keras_builtin(name: str, n_outputs: int) -> MetricFn:

@@ -31,11 +31,21 @@ def learning_rate(cfg: DictConfig, steps_per_epoch: int, epochs: int) -> Any:
     if name == "exponential":  # rate · decay_rate^(epoch / decay_epochs)
         return keras.optimizers.schedules.ExponentialDecay(
             rate, steps(schedule.decay_epochs), schedule.decay_rate)
-    if name == "piecewise":  # rate · factors[i] from boundaries[i-1] on
-        boundaries = [steps(epoch) for epoch in schedule.boundaries]
+    if name == "piecewise":  # rate · factors[i] after boundaries[i-1] epochs
         return keras.optimizers.schedules.PiecewiseConstantDecay(
-            boundaries, [rate * factor for factor in schedule.factors])
+            _last_steps(schedule.boundaries, steps_per_epoch),
+            [rate * factor for factor in schedule.factors])
     raise ValueError(f"unknown schedule {name}")  # the schema's enum stops this earlier
+
+
+def _last_steps(boundaries: list[float], steps_per_epoch: int) -> list[int]:
+    """A piecewise schedule's boundaries (epochs) as the 0-based index of each stretch's last
+    step. A boundary b means "after b epochs": epochs 1..b train at the old rate and every step
+    of epoch b+1 at the new one. Keras' PiecewiseConstantDecay keeps the old value while
+    step <= boundary, and the step it is given counts the updates made so far (b epochs' steps
+    at the first update of epoch b+1), so the boundary is the step before that: passing the
+    step count itself moved every change one step late, i.e. one epoch late on a full batch."""
+    return [int(round(epochs * steps_per_epoch)) - 1 for epochs in boundaries]
 
 
 def build_optimizer(cfg: DictConfig, steps_per_epoch: int, epochs: int) -> Any:

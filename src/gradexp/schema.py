@@ -327,7 +327,8 @@ class Schedule:
     decay_epochs: float = setting(10.0, "exponential: the rate is multiplied by decay_rate "
                                   "every decay_epochs", positive("a number of epochs"))
     decay_rate: float = setting(0.5, "exponential: the factor per decay_epochs", positive())
-    boundaries: list[float] = setting([50.0], "piecewise: epochs where the rate changes")
+    boundaries: list[float] = setting([50.0], "piecewise: epochs after which the rate changes "
+                                      "(b: epochs 1..b at the old rate, b+1 on at the next)")
     factors: list[float] = setting([1.0, 0.1], "piecewise: learning_rate times these, one more "
                                    "than boundaries (checked before the run)")
 
