@@ -297,7 +297,12 @@ def open_client(uri: str):
 
     from gradexp.tensorflow_import import freeze_imported_objects
 
-    with store_creation_lock(uri):  # a new sqlite store's tables are made here
+    # A new sqlite store's tables are made here, by ~50 alembic migrations that each commit on
+    # their own (sqlite DDL): a Ctrl-C or SIGTERM between two of them left a half-made store
+    # that no later run could open ("table _alembic_tmp_metrics already exists"). So the signal
+    # waits for the store to be whole and lands right after; waiting for the lock stays
+    # interruptible.
+    with store_creation_lock(uri), interrupts_deferred():
         client = MlflowClient(tracking_uri=uri)
     freeze_imported_objects("the MLflow store")  # SQLAlchemy's and alembic's modules
     return client
