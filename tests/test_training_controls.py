@@ -247,3 +247,41 @@ def test_a_sweep_job_that_was_killed_resumes_from_its_checkpoint(tmp_path):
     # the killed job continued as its own run; only the job that never ran made a new one
     assert sorted(r.data.params["loss.name"] for r in children) == ["mae", "mse"]
     assert all(r.info.status == "FINISHED" for r in children)
+
+
+INTERRUPT_AT = '''
+class InterruptAt:
+    """Ctrl-C at the stretch end of `epoch` (a resume, which starts there, is not cut again)."""
+
+    def __init__(self, epoch):
+        self.epoch = epoch
+
+    def stops(self, epochs):
+        return {self.epoch}
+
+    def on_stretch_end(self, run, stretch, logs):
+        if run.trainer.epoch == self.epoch:
+            raise KeyboardInterrupt
+'''
+
+
+def interrupted_run(store: str, tmp_path: Path, epochs: int) -> str:
+    """A run of `epochs` KILLED by Ctrl-C at epoch 10, with its interrupt checkpoint there."""
+    (tmp_path / "interrupt_at.py").write_text(INTERRUPT_AT)
+    with pytest.raises(KeyboardInterrupt) as interrupted:
+        run(store, f"trainer.epochs={epochs}", "trainer.checkpoint_every=20",
+            "tracking.log_model=false", "+callbacks.cut._target_=interrupt_at.InterruptAt",
+            "+callbacks.cut.epoch=10", tmp_path=tmp_path)
+    return interrupted.value.run_id
+
+
+def test_a_resumed_run_that_finishes_drops_the_reason_it_was_killed(store, client, tmp_path):
+    from gradexp.tag_keys import REASON_TAG
+
+    run_id = interrupted_run(store, tmp_path, epochs=30)
+    assert client.get_run(run_id).data.tags[REASON_TAG] == "interrupted (Ctrl-C or SIGTERM)"
+    run(store, f"trainer.resume={run_id}", "trainer.epochs=30", tmp_path=tmp_path)
+    resumed = client.get_run(run_id)
+    assert resumed.info.status == "FINISHED"
+    assert REASON_TAG not in resumed.data.tags
+
