@@ -285,3 +285,23 @@ def test_a_resumed_run_that_finishes_drops_the_reason_it_was_killed(store, clien
     assert resumed.info.status == "FINISHED"
     assert REASON_TAG not in resumed.data.tags
 
+
+def test_a_resume_that_raises_the_epochs_records_them_for_the_next_resume(store, client,
+                                                                           tmp_path):
+    import yaml
+
+    from gradexp.tag_keys import RESUMED_TO_EPOCH_TAG
+
+    run_id = interrupted_run(store, tmp_path, epochs=30)
+    result = run(store, f"trainer.resume={run_id}", "trainer.epochs=45", tmp_path=tmp_path)
+    assert result.epochs == 45
+    resumed = client.get_run(run_id)
+    assert resumed.data.params["trainer.epochs"] == "30"  # MLflow params cannot change
+    assert resumed.data.tags[RESUMED_TO_EPOCH_TAG] == "45"
+    config = yaml.safe_load(Path(client.download_artifacts(run_id, "config.yaml",
+                                                           str(tmp_path))).read_text())
+    assert config["trainer"]["epochs"] == 45 and config["trainer"]["resume"] is None
+    # a later resume sees the 45 epochs it reached, not the 30 the run started with
+    with pytest.raises(ConfigError, match="its checkpoint is at epoch 45 of 45; raise "
+                                          "trainer.epochs above 45"):
+        run(store, f"trainer.resume={run_id}", "trainer.epochs=30", tmp_path=tmp_path)
