@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
-from conftest import run
+from conftest import cli_env, compose_config, run
+from gradexp.app import job_failure
 from gradexp.endings import Terminated
 from gradexp.interrupts import interrupts_deferred, sigterm_as_interrupt
 
@@ -60,7 +63,7 @@ def test_an_ignored_ctrl_c_stays_ignored_through_a_deferred_block():
 def test_sigterm_during_a_stretch_ends_the_run_killed_after_that_stretch(store, client,
                                                                          tmp_path):
     (tmp_path / "term_at.py").write_text(SELF_TERMINATING)
-    with pytest.raises(Terminated):
+    with pytest.raises(Terminated) as error:
         run(store, "trainer.epochs=40", "trainer.checkpoint_every=0", "gradcheck=off",
             "tracking.log_model=false", "+callbacks.term._target_=term_at.TermAt",
             "+callbacks.term.epoch=10", launch_dir=tmp_path)
@@ -73,3 +76,76 @@ def test_sigterm_during_a_stretch_ends_the_run_killed_after_that_stretch(store, 
                                                        "mine/after_signal")] == [sent_at]
     loss = client.get_metric_history(killed.info.run_id, "loss")
     assert max(m.step for m in loss) == sent_at >= 10
+    assert "the run is recorded as KILLED" in job_failure(error.value, compose_config()).line
+
+
+INTERRUPTED_AT_START = '''
+class InterruptAtStart:
+    """Ctrl-C before the recorder (after every callback of yours) has opened the run."""
+
+    def on_run_begin(self, run):
+        raise KeyboardInterrupt
+'''
+
+
+def test_an_interrupt_before_the_run_opens_says_nothing_was_recorded(store, client, tmp_path):
+    (tmp_path / "interrupt_at_start.py").write_text(INTERRUPTED_AT_START)
+    overrides = ("gradcheck=off", "+callbacks.early._target_=interrupt_at_start.InterruptAtStart")
+    with pytest.raises(KeyboardInterrupt) as error:
+        run(store, *overrides, launch_dir=tmp_path)
+    assert client.search_runs([e.experiment_id for e in client.search_experiments()]) == []
+    failure = job_failure(error.value, compose_config(*overrides))
+    assert failure.line == "interrupted (Ctrl-C): nothing was recorded (no run had opened)"
+    assert failure.exit_code == 130
+
+
+# A child that makes a new store and signals itself in the middle of MLflow's migrations: right
+# after alembic has made the temporary table of a batch migration, where a signal that lands at
+# once leaves the store half-migrated (no later process could open it).
+SIGNALLED_WHILE_THE_STORE_IS_MADE = '''
+import os
+import signal
+import sys
+
+import sqlalchemy
+from sqlalchemy import event
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # not ignored, even under nohup
+sent = []
+
+
+@event.listens_for(sqlalchemy.engine.Engine, "after_cursor_execute")
+def signal_mid_migration(conn, cursor, statement, parameters, context, executemany):
+    if not sent and statement.lstrip().upper().startswith("CREATE TABLE _ALEMBIC_TMP_"):
+        sent.append(statement)
+        print("signalled", flush=True)
+        os.kill(os.getpid(), getattr(signal, sys.argv[2]))
+
+
+from gradexp.mlflow_store import open_client
+
+try:
+    open_client("sqlite:///" + sys.argv[1])
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(130)
+print("opened, not interrupted", flush=True)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "code", "said"), [("SIGINT", 130, "signalled\ninterrupted\n"),
+                                                   ("SIGTERM", -signal.SIGTERM, "signalled\n")])
+def test_an_interrupt_while_a_store_is_made_lands_after_it_and_leaves_it_whole(tmp_path, sig,
+                                                                             code, said):
+    from mlflow import MlflowClient
+
+    database = tmp_path / "mlflow.db"
+    child = subprocess.run([sys.executable, "-c", SIGNALLED_WHILE_THE_STORE_IS_MADE,
+                            str(database), sig], cwd=tmp_path, env=cli_env(), text=True,
+                           capture_output=True, timeout=300, check=False)
+    # the signal arrived inside the migrations and still ended the process (SIGTERM: its own
+    # default action, as with no handler)
+    assert (child.returncode, child.stdout) == (code, said), child.stderr[-3000:]
+    experiments = MlflowClient(f"sqlite:///{database}").search_experiments()
+    assert [experiment.name for experiment in experiments] == ["Default"]

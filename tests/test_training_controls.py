@@ -281,3 +281,61 @@ def test_a_sweep_job_that_was_killed_resumes_from_its_checkpoint(tmp_path):
     # the killed job continued as its own run; only the job that never ran made a new one
     assert sorted(r.data.params["loss.name"] for r in children) == ["mae", "mse"]
     assert all(r.info.status == "FINISHED" for r in children)
+
+
+INTERRUPT_AT = '''
+class InterruptAt:
+    """Ctrl-C at the stretch end of `epoch` (a resume, which starts there, is not cut again)."""
+
+    def __init__(self, epoch):
+        self.epoch = epoch
+
+    def stops(self, epochs):
+        return {self.epoch}
+
+    def on_stretch_end(self, run, stretch, logs):
+        if run.trainer.epoch == self.epoch:
+            raise KeyboardInterrupt
+'''
+
+
+def interrupted_run(store: str, tmp_path: Path, epochs: int) -> str:
+    """A run of `epochs` KILLED by Ctrl-C at epoch 10, with its interrupt checkpoint there."""
+    (tmp_path / "interrupt_at.py").write_text(INTERRUPT_AT)
+    with pytest.raises(KeyboardInterrupt) as interrupted:
+        run(store, f"trainer.epochs={epochs}", "trainer.checkpoint_every=20",
+            "tracking.log_model=false", "+callbacks.cut._target_=interrupt_at.InterruptAt",
+            "+callbacks.cut.epoch=10", tmp_path=tmp_path)
+    return interrupted.value.run_id
+
+
+def test_a_resumed_run_that_finishes_drops_the_reason_it_was_killed(store, client, tmp_path):
+    from gradexp.tag_keys import REASON_TAG
+
+    run_id = interrupted_run(store, tmp_path, epochs=30)
+    assert client.get_run(run_id).data.tags[REASON_TAG] == "interrupted (Ctrl-C or SIGTERM)"
+    run(store, f"trainer.resume={run_id}", "trainer.epochs=30", tmp_path=tmp_path)
+    resumed = client.get_run(run_id)
+    assert resumed.info.status == "FINISHED"
+    assert REASON_TAG not in resumed.data.tags
+
+
+def test_a_resume_that_raises_the_epochs_records_them_for_the_next_resume(store, client,
+                                                                           tmp_path):
+    import yaml
+
+    from gradexp.tag_keys import RESUMED_TO_EPOCH_TAG
+
+    run_id = interrupted_run(store, tmp_path, epochs=30)
+    result = run(store, f"trainer.resume={run_id}", "trainer.epochs=45", tmp_path=tmp_path)
+    assert result.epochs == 45
+    resumed = client.get_run(run_id)
+    assert resumed.data.params["trainer.epochs"] == "30"  # MLflow params cannot change
+    assert resumed.data.tags[RESUMED_TO_EPOCH_TAG] == "45"
+    config = yaml.safe_load(Path(client.download_artifacts(run_id, "config.yaml",
+                                                           str(tmp_path))).read_text())
+    assert config["trainer"]["epochs"] == 45 and config["trainer"]["resume"] is None
+    # a later resume sees the 45 epochs it reached, not the 30 the run started with
+    with pytest.raises(ConfigError, match="its checkpoint is at epoch 45 of 45; raise "
+                                          "trainer.epochs above 45"):
+        run(store, f"trainer.resume={run_id}", "trainer.epochs=30", tmp_path=tmp_path)

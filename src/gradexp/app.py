@@ -68,12 +68,25 @@ def job_failure(error: BaseException, cfg: DictConfig) -> Failure | None:
         message = target_error(error, cfg)
         return None if message is None else Failure(message, EXIT_BAD_INPUT)
     if isinstance(error, Terminated):
-        return Failure("terminated (SIGTERM): the run is recorded as KILLED", EXIT_TERMINATED,
+        return Failure(interrupt_line("terminated (SIGTERM)", error, cfg), EXIT_TERMINATED,
                        sweep_goes_on=False)
     if isinstance(error, KeyboardInterrupt):
-        return Failure("interrupted (Ctrl-C): the run is recorded as KILLED", EXIT_INTERRUPTED,
+        return Failure(interrupt_line("interrupted (Ctrl-C)", error, cfg), EXIT_INTERRUPTED,
                        sweep_goes_on=False)
     return None
+
+
+def interrupt_line(what: str, error: BaseException, cfg: DictConfig) -> str:
+    """What an interrupt left recorded: the run KILLED only if one had opened (run_experiment
+    puts its id on the error); an interrupt while the data loads or the store is made has none."""
+    if getattr(error, "run_id", None) is not None:
+        return f"{what}: the run is recorded as KILLED"
+    tracking = OmegaConf.select(cfg, "tracking.name", default=None)
+    if getattr(tracking, "value", tracking) == "none":
+        return f"{what}: nothing is recorded (tracking=none)"
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        return f"{what}: this job's run had not opened; the sweep's parent is recorded as KILLED"
+    return f"{what}: nothing was recorded (no run had opened)"
 
 
 def launch_failure(error: BaseException, overrides: Sequence[str] = ()) -> Failure | None:

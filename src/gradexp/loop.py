@@ -46,6 +46,7 @@ from gradexp.tag_keys import (
     PACKED_DRIFT_TAG,
     REPLICAS_TAG,
     RESUMED_FROM_EPOCH_TAG,
+    RESUMED_TO_EPOCH_TAG,
     TASK_TAG,
 )
 from gradexp.user_code import check_modules_exist, importable, label_by_target, locate
@@ -270,7 +271,8 @@ class Loop:
                 evaluator=run.evaluator, eval_epochs=eval_epochs(cfg))
             if run.resume is not None:
                 run.resume.restore(run.trainer)
-                run.set_tags({RESUMED_FROM_EPOCH_TAG: run.trainer.epoch})
+                run.set_tags({RESUMED_FROM_EPOCH_TAG: run.trainer.epoch,
+                              RESUMED_TO_EPOCH_TAG: epochs})
                 if not run.quiet:
                     console.console().print(
                         f"resuming run {run.resume.run_id} from epoch {run.trainer.epoch} "

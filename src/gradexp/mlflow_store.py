@@ -30,10 +30,18 @@ from typing import Any, TypeVar
 from gradexp.interrupts import interrupts_deferred
 from gradexp.liveness import HEARTBEAT_SECONDS, HEARTBEAT_TAG, now_utc, process_tags
 from gradexp.schema import ConfigError
-from gradexp.tag_keys import DATASET_SOURCE_TAG, PARENT_TAG
+from gradexp.tag_keys import (
+    DATASET_SOURCE_TAG,
+    FAILURE_EPOCH_TAG,
+    FAILURE_TAG,
+    PARENT_TAG,
+    REASON_TAG,
+)
 
 T = TypeVar("T")
 
+# Tags that say why a run ended as it did: a resumed run drops them when it reopens.
+ENDING_TAGS = frozenset({REASON_TAG, FAILURE_TAG, FAILURE_EPOCH_TAG})
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
 MAX_PARAM_LENGTH = 6000
@@ -297,7 +305,12 @@ def open_client(uri: str):
 
     from gradexp.tensorflow_import import freeze_imported_objects
 
-    with store_creation_lock(uri):  # a new sqlite store's tables are made here
+    # A new sqlite store's tables are made here, by ~50 alembic migrations that each commit on
+    # their own (sqlite DDL): a Ctrl-C or SIGTERM between two of them left a half-made store
+    # that no later run could open ("table _alembic_tmp_metrics already exists"). So the signal
+    # waits for the store to be whole and lands right after; waiting for the lock stays
+    # interruptible.
+    with store_creation_lock(uri), interrupts_deferred():
         client = MlflowClient(tracking_uri=uri)
     freeze_imported_objects("the MLflow store")  # SQLAlchemy's and alembic's modules
     return client
@@ -331,8 +344,6 @@ def tag_run(client, run_id: str, tags: Mapping[str, Any]) -> None:
 
 def mark_killed(client, run_id: str, reason: str, end_time_ms: int) -> None:
     """End a dead run (its process is gone, gradexp.liveness) KILLED, saying why."""
-    from gradexp.tag_keys import REASON_TAG
-
     retry_locked(lambda: client.set_tag(run_id, REASON_TAG, reason))
     retry_locked(lambda: client.set_terminated(run_id, "KILLED", end_time=end_time_ms))
 
@@ -455,6 +466,10 @@ class MlflowTracker(NullTracker):
             tracker._logged_through[key] = max(m.step for m in history)
         retry_locked(lambda: tracker.client.update_run(run_id, "RUNNING"))
         tracker.set_tags(process_tags())  # its new process now beats for it
+        # Why it ended before ("interrupted ...", "marked KILLED: its process ... is gone") is
+        # no longer so: this end's reason, if it has one, is written when it ends.
+        for key in ENDING_TAGS & set(run.data.tags):
+            retry_locked(lambda key=key: tracker.client.delete_tag(run_id, key))
         return tracker
 
     def _start(self, run_id: str) -> None:

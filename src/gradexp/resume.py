@@ -1,7 +1,8 @@
 """`trainer.resume=RUN_ID`: continue a run from its last checkpoint, as the same MLflow run.
 
 The run's recorded config (its config.yaml artifact, written when the run started) is what runs
-again; from the command line only a larger `trainer.epochs` is taken, to train on. The
+again; from the command line only a larger `trainer.epochs` is taken, to train on (then written
+into config.yaml and tag gradexp.resumed_to_epoch: the param keeps the first value). The
 checkpoint (model, optimizer state, epoch, shuffling generator) is in checkpoints/RUN_ID/ in the
 launch folder; metrics already recorded are not written twice (gradexp.mlflow_store). A run KILLED
 before its first checkpoint (kill -9: gradexp.liveness marks it) starts again from epoch 0 as a
@@ -33,6 +34,9 @@ class Resume:
     earlier_checks: int = 0  # gradient checks the run made up to its checkpoint
     restart: bool = False  # KILLED before its first checkpoint: a new run from epoch 0
     run_name: str | None = None  # the killed run's name, which its restart takes
+    # The recorded config.yaml with trainer.epochs raised (None: not raised), which replaces
+    # the run's: its param trainer.epochs cannot change, and a later resume reads this file.
+    raised_config: str | None = None
 
     def restore(self, trainer) -> None:
         """Put the trainer back where the checkpoint left it."""
@@ -88,13 +92,18 @@ def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
     if done >= epochs:
         raise ConfigError(f"{key}: its checkpoint is at epoch {done} of {epochs}; raise "
                           f"trainer.epochs above {done} to train on")
+    raised = epochs > recorded.trainer.epochs
     recorded.trainer.epochs = epochs
+    # As recorded but for the epochs: trainer.resume stays null there (a restart of this run
+    # would otherwise record it as a param).
+    raised_config = OmegaConf.to_yaml(recorded) if raised else None
     recorded.trainer.resume = run_id
     # The checks made up to the checkpoint (gradcheck/passed, step = epoch) count in the run's
     # summary; those after it are made again.
     checks = metric_history(client, run_id, "gradcheck/passed")
     return Resume(run_id, recorded, folder, latest,
-                  earlier_checks=sum(1 for check in checks if check.step <= done))
+                  earlier_checks=sum(1 for check in checks if check.step <= done),
+                  raised_config=raised_config)
 
 
 def _killed(client, run, stale_after: float) -> bool:

@@ -18,6 +18,9 @@ TASK_TAG = "gradexp.task"  # regression | classification
 REPLICAS_TAG = "gradexp.replicas"  # devices the run trained on
 RESTART_OF_TAG = "gradexp.restart_of"  # the KILLED run a restart continues
 RESUMED_FROM_EPOCH_TAG = "gradexp.resumed_from_epoch"
+# trainer.epochs of the run's last resume: its param keeps the first run's (MLflow params
+# cannot change); config.yaml has it too
+RESUMED_TO_EPOCH_TAG = "gradexp.resumed_to_epoch"
 STOPPED_EARLY_TAG = "gradexp.stopped_early"  # why early stopping stopped the run
 MODEL_LOGGED_TAG = "gradexp.model_logged"  # "false" when tracking.log_model is off
 CHECKPOINTS_TAG = "gradexp.checkpoints"  # the run's checkpoint folder

@@ -52,6 +52,8 @@ class MlflowRecorder(Callback):
                                 say=note_line, parent_run_id=run.parent_run_id)
         if run.resume is not None:
             self.tracker = MlflowTracker.reopen(uri, run.resume.run_id)
+            if run.resume.raised_config is not None:  # what a later resume reads
+                self.tracker.log_text(run.resume.raised_config, "config.yaml")
         else:
             # What happened to the data (gradexp.data) goes in with the run's start tags:
             # one write fewer a run (each costs a sqlite commit).
