@@ -76,3 +76,12 @@ def test_a_band_is_shaded_around_its_line_in_its_colour():
     assert (box.y0, box.y1) == (1.0, 3.0) and (box.x0, box.x1) == (0.0, 3.0)
     adam = next(line for line in axes.get_lines() if line.get_label() == "adam (n=3)")
     assert to_rgba(shade.get_facecolor()[0], 1.0) == to_rgba(adam.get_color(), 1.0)
+
+
+def test_a_curve_of_one_point_is_drawn_as_a_marker():
+    # a sweep of runs evaluated once (10 epochs or fewer): its objective's curves are points
+    from gradexp.plots import loss_curves
+
+    curves = {"sgd": (np.array([8]), np.array([0.5])), "adam": (np.array([8]), np.array([0.2]))}
+    lines = loss_curves(curves, "val/mse of every job").axes[0].get_lines()
+    assert [line.get_marker() for line in lines] == ["o", "o"]

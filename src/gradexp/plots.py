@@ -53,7 +53,9 @@ def loss_curves(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], title: str 
                            bottom=0.12)
     axes = figure.subplots()
     for (name, (epochs, losses)), (colour, style) in zip(curves.items(), _styles(len(curves))):
-        axes.plot(epochs, losses, label=name, linewidth=1.5, color=colour, linestyle=style)
+        # A curve of one point (a run evaluated once) is no line at all: a marker shows it.
+        axes.plot(epochs, losses, label=name, linewidth=1.5, color=colour, linestyle=style,
+                  marker="o" if len(epochs) == 1 else None)
         if bands and name in bands:
             axes.fill_between(epochs, *bands[name], color=colour, alpha=0.2, linewidth=0)
     values = np.concatenate([losses for _, losses in curves.values()]) if curves else np.ones(1)
