@@ -386,3 +386,159 @@ def test_http_tracking_uri_reads_a_real_mlflow_server(capsys, server, runs):
     children = list(runs["children"].values())
     assert [row[0] for row in table(out)[1]] == ids(ranked(children, "val/mse"))
     assert f"in the MLflow UI: {server['url']}/#/experiments/" in out
+
+
+# ---------------------------------------------------------------- hand-made records
+# Runs written straight into a store as gradexp tags them (no training: each case's few params,
+# metrics and tags are what compare reads), one experiment a case.
+def record(client, experiment_id: str, name: str, params: dict, metrics: dict, *,
+           parent=None, status: str = "FINISHED", tags: dict | None = None,
+           start: int = 0) -> str:
+    tags = {"gradexp.objective": "val/mse", "gradexp.direction": "minimize", **(tags or {})}
+    if parent is not None:
+        tags["mlflow.parentRunId"] = parent
+    run = client.create_run(experiment_id, start_time=1_700_000_000_000 + start, tags=tags,
+                            run_name=name)
+    run_id = run.info.run_id
+    for key, value in params.items():
+        client.log_param(run_id, key, value)
+    for key, value in metrics.items():
+        client.log_metric(run_id, key, value)
+    client.set_terminated(run_id, status)
+    return run_id
+
+
+def sweep_parent(client, experiment_id: str, overrides: str, swept: str, start: int,
+                 tags: dict | None = None) -> str:
+    return record(client, experiment_id, f"sweep: {overrides}", {"sweep.overrides": overrides},
+                  {}, tags={"gradexp.sweep": "true", "gradexp.swept": swept, **(tags or {})},
+                  start=start)
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> dict:
+    from mlflow import MlflowClient
+
+    folder = tmp_path_factory.mktemp("made")
+    uri = conftest.empty_store(folder)
+    client = MlflowClient(uri)
+    ids_: dict = {"uri": uri}
+
+    # "twice": the same replicate sweep run twice in one folder (same params, same values)
+    twice = client.create_experiment("twice")
+    for sweep in range(2):
+        parent = sweep_parent(client, twice, "optimizer=sgd,adam seed=0,1,2", "optimizer,seed",
+                              start=100 * sweep)
+        for job, (optimizer, seed) in enumerate((o, s) for o in ("sgd", "adam")
+                                                for s in range(3)):
+            record(client, twice, f"optimizer={optimizer},seed={seed}",
+                   {"optimizer.name": optimizer, "seed": str(seed),
+                    "sweep.skip_finished": "false"},
+                   {"val/mse": (1.0 if optimizer == "sgd" else 1.3) + 0.2 * seed},
+                   parent=parent, start=100 * sweep + job + 1)
+
+    # "fit": a sweep objective that is best largest, by sweep.direction=maximize
+    fit = client.create_experiment("fit")
+    for start, (rate, value) in enumerate([("0.3", 0.2), ("0.01", 0.9), ("0.1", 0.5)]):
+        record(client, fit, f"lr={rate}", {"optimizer.learning_rate": rate},
+               {"val/fit": value, "val/mse": 1 - value},
+               tags={"gradexp.objective": "val/fit", "gradexp.direction": "maximize"},
+               start=start)
+    ids_["fit"] = {value: rate for rate, value in [("0.3", 0.2), ("0.01", 0.9), ("0.1", 0.5)]}
+
+    # "reused": a sweep rerun with sweep.skip_finished reusing the first sweep's sgd job
+    reused = client.create_experiment("reused")
+    first = sweep_parent(client, reused, "optimizer=sgd", "optimizer", start=0)
+    ids_["reused_run"] = record(client, reused, "optimizer=sgd", {"optimizer.name": "sgd"},
+                                {"val/mse": 0.5}, parent=first, start=1)
+    ids_["second"] = sweep_parent(client, reused, "optimizer=sgd,adam", "optimizer", start=10,
+                                  tags={"gradexp.reused.0": ids_["reused_run"]})
+    ids_["new_run"] = record(client, reused, "optimizer=adam", {"optimizer.name": "adam"},
+                             {"val/mse": 0.7}, parent=ids_["second"], start=11)
+
+    # "brackets": a sweep whose overrides hold brackets
+    brackets = client.create_experiment("brackets")
+    parent = sweep_parent(client, brackets, "optimizer=sgd,adam sweep.best_per=[optimizer.name]",
+                          "optimizer", start=0)
+    for start, optimizer in enumerate(("sgd", "adam")):
+        record(client, brackets, f"optimizer={optimizer}", {"optimizer.name": optimizer},
+               {"val/mse": 1.0 + start}, parent=parent, start=start + 1)
+
+    # "pruned": replicates of three rates; sweep.pruner stopped 0.0001's, 1000's all failed
+    pruned = client.create_experiment("pruned")
+    parent = sweep_parent(client, pruned, "optimizer.learning_rate=0.3,0.0001,1000 seed=0,1",
+                          "optimizer.learning_rate,seed", start=0)
+    start = 0
+    for rate, value, outcome in [("0.3", 0.01, "FINISHED"), ("0.0001", 30.0, "pruned"),
+                                 ("1000", 1e30, "FAILED")]:
+        for seed in range(2):
+            start += 1
+            record(client, pruned, f"optimizer.learning_rate={rate},seed={seed}",
+                   {"optimizer.learning_rate": rate, "seed": str(seed)},
+                   {"val/mse": value + 0.001 * seed}, parent=parent, start=start,
+                   status="FAILED" if outcome == "FAILED" else "FINISHED",
+                   tags={"gradexp.pruned_at_epoch": "10"} if outcome == "pruned" else None)
+    return ids_
+
+
+def group_rows(out: str) -> dict[str, list[str]]:
+    """The --aggregate table's rows by group label (its first cell)."""
+    title = out.index("groups over")
+    rows = [[cell.strip() for cell in line.strip("│").split("│")]
+            for line in out[title:].splitlines() if line.startswith("│")]
+    return {row[0]: row for row in rows}
+
+
+def test_aggregate_counts_a_job_run_twice_once_and_says_so(capsys, made):
+    code, out, err = compare(capsys, "--tracking-uri", made["uri"], "--experiment", "twice",
+                             "--aggregate")
+    assert code == 0, err
+    rows = group_rows(out)
+    assert rows["optimizer.name=sgd"][1] == "3" and rows["optimizer.name=adam"][1] == "3"
+    assert rows["optimizer.name=sgd"][2] == f"{1.2:.6g}"  # the mean of seeds 0, 1, 2
+    assert "left out 6 duplicate runs" in out
+    # n=3 a side: the intervals overlap, as the sweep itself said at n=3
+    assert "95% intervals overlap, not distinguishable at this n (n=3, 3)" in out
+
+
+def test_the_direction_the_runs_recorded_ranks_them(capsys, made):
+    code, out, err = compare(capsys, "--tracking-uri", made["uri"], "--experiment", "fit")
+    assert code == 0, err
+    header, rows = table(out)
+    assert "val/fit ↓" in header
+    column = header.index("optimizer.learning_rate")
+    assert [row[column] for row in rows] == [made["fit"][0.9], made["fit"][0.5],
+                                             made["fit"][0.2]]
+
+
+def test_a_sweep_lists_the_runs_it_reused_marked(capsys, made):
+    code, out, err = compare(capsys, "--tracking-uri", made["uri"], "--experiment", "reused",
+                             "--sweep", made["second"][:8])
+    assert code == 0, err
+    assert "· 2 runs" in out
+    header, rows = table(out)
+    status = {row[0]: row[header.index("status")] for row in rows}
+    assert status == {made["reused_run"][:8]: "FINISHED (reused)",
+                      made["new_run"][:8]: "FINISHED"}
+
+
+def test_brackets_in_overrides_and_params_are_shown_as_typed(capsys, made):
+    code, out, err = compare(capsys, "--tracking-uri", made["uri"], "--experiment", "brackets",
+                             "--sweep", "latest")
+    assert code == 0, err
+    assert "optimizer=sgd,adam sweep.best_per=[optimizer.name] · 2 runs" in out
+
+
+def test_aggregate_leaves_pruned_and_failed_replicates_out_and_counts_them(capsys, made):
+    code, out, err = compare(capsys, "--tracking-uri", made["uri"], "--experiment", "pruned",
+                             "--sweep", "latest", "--aggregate")
+    assert code == 0, err
+    rows = group_rows(out)
+    assert list(rows) == ["optimizer.learning_rate=0.3", "optimizer.learning_rate=0.0001",
+                          "optimizer.learning_rate=1000"]
+    assert rows["optimizer.learning_rate=0.3"][1] == "2"
+    assert rows["optimizer.learning_rate=0.3"][-1] == "-"
+    assert rows["optimizer.learning_rate=0.0001"][1:3] == ["0", "-"]
+    assert rows["optimizer.learning_rate=0.0001"][-1] == "2 pruned"
+    assert rows["optimizer.learning_rate=1000"][1:3] == ["0", "-"]
+    assert rows["optimizer.learning_rate=1000"][-1] == "2 failed"

@@ -236,3 +236,32 @@ def test_a_packed_group_prunes_the_bad_rate_as_a_sequential_sweep_does(pruner, t
                if "#2 : optimizer.learning_rate=0.0001 " in line]
     assert line.endswith("(packed; sweep.pruner stopped it at epoch 10 while its group "
                          "trained on)" if pruner == "asha" else "(packed)")
+
+
+@pytest.mark.heavy  # 4 short jobs
+def test_pruned_replicates_are_left_out_of_their_configurations_mean(tmp_path, capsys):
+    """Replicates under asha: a pruned job's objective is an early epoch's, so its group counts
+    it as pruned instead of averaging it; the bad rate, every replicate pruned, is n=0."""
+    empty_store(tmp_path)
+    gradexp.sweep("optimizer.learning_rate=0.3,0.0001", "seed=0,1", "sweep.pruner=asha",
+                  "eval.every=10", "trainer.epochs=20", *TINY, launch_dir=tmp_path)
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("gradexp").experiment_id])
+    (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    summary = json.loads(Path(client.download_artifacts(parent.info.run_id,
+                                                        "sweep_summary.json")).read_text())
+    groups = {g["params"]["optimizer.learning_rate"]: g for g in summary["groups"]}
+    for rate, group in groups.items():
+        mine = [c for c in children if c.data.params["optimizer.learning_rate"] == rate]
+        whole = [c for c in mine if PRUNED_TAG not in c.data.tags]
+        assert group["n"] == len(whole)
+        assert sorted(group["runs"]) == sorted(c.info.run_id for c in whole)  # only those
+        assert group["pruned"] == len(mine) - len(whole)
+    assert groups["0.0001"]["n"] == 0 and groups["0.0001"]["pruned"] == 2
+    assert groups["0.0001"]["mean"] is None
+    assert groups["0.3"]["n"] >= 1 and [g["params"] for g in summary["groups"]][0] == {
+        "optimizer.learning_rate": "0.3"}
+    assert "2 pruned" in capsys.readouterr().out

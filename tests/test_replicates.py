@@ -214,3 +214,60 @@ def test_compare_aggregate_shows_the_same_groups(replicated, capsys):
         row = next(line for line in out.splitlines()
                    if f"optimizer={group['params']['optimizer']} " in line and "│ 3 " in line)
         assert f"{group['mean']:.6g}" in row and f"{group['std']:.6g}" in row
+
+
+# ---------------------------------------------------------------- what a group leaves out
+def test_pruned_and_failed_replicates_are_counted_not_averaged():
+    from gradexp.replicates import group_runs
+
+    runs = [("a", {"optimizer.name": "sgd", "seed": "0"}, 1.0),
+            ("b", {"optimizer.name": "sgd", "seed": "1"}, 0.001),  # pruned: an early epoch's
+            ("c", {"optimizer.name": "adam", "seed": "0"}, 0.5),  # failed: its last value
+            ("d", {"optimizer.name": "adam", "seed": "1"}, math.nan)]
+    groups = group_runs(runs, ["optimizer", "seed"], ["seed"], "minimize", pruned={"b"},
+                        failed={"c", "d"})
+    sgd, adam = groups  # the group with no value left ranks last
+    assert (sgd.n, sgd.values, sgd.pruned, sgd.failed) == (1, [1.0], 1, 0)
+    assert (adam.n, adam.pruned, adam.failed) == (0, 0, 2)
+    assert adam.record()["n"] == 0 and adam.record()["mean"] is None
+    assert adam.record()["failed"] == 2 and sgd.record()["pruned"] == 1
+
+
+def test_the_groups_table_shows_brackets_and_what_was_left_out():
+    from rich.console import Console
+
+    from gradexp.replicates import groups_table
+
+    groups = [Group({"model.act": "[relu]"}, [1.0, 1.2], ["a", "b"], pruned=1),
+              Group({"model.act": "[tanh]"}, [], [], failed=2)]
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(groups_table(groups, "val/mse", "↑", "groups over [seed]"))
+    text = console.export_text()
+    assert "groups over [seed]" in text and "model.act=[relu]" in text
+    rows = {line.split("│")[1].strip(): line for line in text.splitlines() if "│" in line}
+    assert "1 pruned" in rows["model.act=[relu]"]
+    assert "│ 0 " in rows["model.act=[tanh]"] and "2 failed" in rows["model.act=[tanh]"]
+
+
+@pytest.mark.heavy  # ~7 s (4 jobs of 20 epochs)
+def test_a_configuration_whose_replicates_all_failed_is_a_group_of_n_0(tmp_path):
+    store = conftest.empty_store(tmp_path)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), pytest.raises(gradexp.GradexpError):
+        gradexp.sweep(f"tracking.uri={store}", "optimizer.learning_rate=0.1,1000", "seed=0,1",
+                      "trainer.epochs=20", "gradcheck=off", "tracking.log_model=false",
+                      launch_dir=tmp_path)  # the two lr=1000 jobs diverge: the sweep fails
+    client = MlflowClient(store)
+    experiment = client.get_experiment_by_name("gradexp").experiment_id
+    (parent,) = [run for run in client.search_runs([experiment])
+                 if run.data.tags.get("gradexp.sweep") == "true"]
+    summary = json.load(open(client.download_artifacts(parent.info.run_id,
+                                                       "sweep_summary.json")))
+    good, bad = summary["groups"]
+    assert good["params"] == {"optimizer.learning_rate": "0.1"} and good["n"] == 2
+    assert bad["params"] == {"optimizer.learning_rate": "1000.0"}
+    assert (bad["n"], bad["failed"], bad["mean"]) == (0, 2, None)
+    table = printed.getvalue().split("replicates: each configuration's mean")[1]
+    rows = [line for line in table.splitlines() if line.startswith("│")]
+    (row,) = [line for line in rows if "2 failed" in line]  # the lr=1000 row (json above)
+    assert "│ 0 │ -" in row and rows.index(row) > 0  # ranked after lr=0.1's (folded) row

@@ -313,3 +313,32 @@ def test_skip_finished_resumes_a_crashed_sweep_where_it_stopped(tmp_path):
     rows = json.loads(Path(summary).read_text())["children"]
     assert len(rows) == 4 and sum(row["reused"] for row in rows) == len(done_before)
     assert resumed.data.metrics["children_reused"] == len(done_before)
+
+
+def test_skip_finished_reuses_a_pruned_run_only_under_the_same_pruner(tmp_path):
+    """A pruned run stopped at an early epoch: a sweep without that pruner must train the job
+    to the end, not reuse it as finished; the same pruner settings may reuse it."""
+    from mlflow import MlflowClient
+
+    from conftest import empty_store
+    from gradexp.sweeps import find_finished_run
+
+    client = MlflowClient(empty_store(tmp_path))
+    experiment = client.create_experiment("gradexp")
+    job = {"optimizer.learning_rate": "0.0001", "sweep.pruner": "asha",
+           "sweep.pruner_warmup_epochs": "0"}
+
+    def child(params: dict, tags: dict) -> str:
+        run = client.create_run(experiment, tags={"mlflow.parentRunId": "p", **tags})
+        for key, value in params.items():
+            client.log_param(run.info.run_id, key, value)
+        client.log_metric(run.info.run_id, "final_loss", 30.0)
+        client.set_terminated(run.info.run_id, "FINISHED")
+        return run.info.run_id
+
+    pruned = child(job, {"gradexp.pruned_at_epoch": "10"})
+    assert find_finished_run(client, "gradexp", {**job, "sweep.pruner": "none"}) is None
+    assert find_finished_run(client, "gradexp", {**job, "sweep.pruner": "median"}) is None
+    assert find_finished_run(client, "gradexp", job).info.run_id == pruned
+    whole = child({**job, "sweep.pruner": "none"}, {})  # trained to the end: reused by any
+    assert find_finished_run(client, "gradexp", job).info.run_id == whole

@@ -24,7 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from gradexp.metrics import direction_of
-from gradexp.tag_keys import OBJECTIVE_TAG, PARENT_TAG, SWEEP_TAG, SWEPT_TAG
+from gradexp.tag_keys import (
+    DIRECTION_TAG,
+    OBJECTIVE_TAG,
+    PARENT_TAG,
+    PRUNED_TAG,
+    REUSED_TAG,
+    SWEEP_TAG,
+    SWEPT_TAG,
+)
 
 DEFAULT_EXPERIMENT = "gradexp"
 DEFAULT_SORT = "final_loss"
@@ -49,6 +57,7 @@ class Selection:
     more: bool = False  # --limit left some out
     hint: str | None = None
     swept: list[str] | None = None  # a sweep's swept keys or groups (its gradexp.swept tag)
+    reused: set[str] = field(default_factory=set)  # ids of the earlier runs a sweep reused
 
 
 # ---------------------------------------------------------------- command line
@@ -104,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         mark_dead(client)
         selection = select(client, args)
         metric = args.sort or shared_objective(selection.runs) or DEFAULT_SORT
-        desc = args.desc or (metric != DEFAULT_SORT and direction_of(metric) == "maximize")
+        desc = args.desc or ranks_largest_first(selection.runs, metric)
         sort_runs(selection.runs, metric, desc, asked=bool(args.sort))
         print_table(selection, metric, desc, uri)
         if args.aggregate:
@@ -205,11 +214,14 @@ def select(client, args: argparse.Namespace) -> Selection:
         runs = find_runs(client, [parent.info.experiment_id],
                          f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'",
                          order_by=NEWEST_FIRST, max_results=args.limit + 1)
+        reused = reused_runs(client, parent, {run.info.run_id for run in runs})
+        runs = [*runs, *reused]
         swept = parent.data.tags.get(SWEPT_TAG)
         return Selection(f"sweep {parent.info.run_id[:SHORT]}: {sweep_label(parent)}",
-                         parent.info.experiment_id, list(runs)[:args.limit], in_sweep=True,
+                         parent.info.experiment_id, runs[:args.limit], in_sweep=True,
                          more=len(runs) > args.limit,
-                         swept=None if swept is None else [k for k in swept.split(",") if k])
+                         swept=None if swept is None else [k for k in swept.split(",") if k],
+                         reused={run.info.run_id for run in reused})
     runs, token = [], None
     while len(runs) <= args.limit:  # sweep parents only hold the summary: skip them
         page = find_runs(client, [experiment.experiment_id], order_by=NEWEST_FIRST,
@@ -226,6 +238,24 @@ def select(client, args: argparse.Namespace) -> Selection:
     which = "" if args.experiment else " (the newest run's; --experiment NAME for another)"
     return Selection(f"experiment {experiment.name}{which}", experiment.experiment_id,
                      runs[:args.limit], more=len(runs) > args.limit, hint=hint)
+
+
+def reused_runs(client, parent, children: set[str]) -> list:
+    """The earlier runs the sweep's jobs reused (sweep.skip_finished, sweep.resume_killed: the
+    parent's gradexp.reused.<job> tags), which are children of another sweep: the sweep's own
+    table lists them, so compare does too. A reused run since deleted is left out."""
+    from mlflow.exceptions import MlflowException
+
+    from gradexp.mlflow_store import read_run
+
+    found = []
+    for run_id in sorted({value for key, value in parent.data.tags.items()
+                          if key.startswith(REUSED_TAG)} - children):
+        try:
+            found.append(read_run(client, run_id))
+        except MlflowException:
+            continue
+    return found
 
 
 def newest_sweeps(client, experiment_id: str, count: int) -> list:
@@ -288,6 +318,19 @@ def shared_objective(runs: list) -> str | None:
         if name and any(name in run.data.metrics for run in runs):
             return name
     return None
+
+
+def ranks_largest_first(runs: list, metric: str) -> bool:
+    """Whether `metric` is best when largest: the direction the runs recorded for it (tag
+    gradexp.direction beside gradexp.objective; sweep.direction=maximize on val/fit) when they
+    agree, else a guess from its name (accuracy, r2: largest; errors, losses: smallest)."""
+    if metric == DEFAULT_SORT:
+        return False
+    recorded = {run.data.tags.get(DIRECTION_TAG) for run in runs
+                if run.data.tags.get(OBJECTIVE_TAG) == metric}
+    if len(recorded) == 1 and (direction := recorded.pop()) in ("minimize", "maximize"):
+        return direction == "maximize"
+    return direction_of(metric) == "maximize"
 
 
 def sort_runs(runs: list, name: str, desc: bool, asked: bool = True) -> None:
@@ -374,12 +417,14 @@ def columns(selection: Selection, params: list[str], sort: str, desc: bool) -> d
             table[key + (arrow if key == sort else "")] = [
                 number(run.data.metrics.get(key)) for run in runs]
     table["gradcheck"] = [verdict(run) for run in runs]
-    table["status"] = [run.info.status for run in runs]
+    table["status"] = [f"{run.info.status} (reused)" if run.info.run_id in selection.reused
+                       else run.info.status for run in runs]
     return table
 
 
 def build_table(title: str, cols: dict[str, list], params: list[str], width: int):
     """A rich table that fits `width`: the run name gives way first, then params fold."""
+    from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
@@ -390,22 +435,24 @@ def build_table(title: str, cols: dict[str, list], params: list[str], width: int
     others = 1 + sum(natural(header) for header in cols if header != "run")
     show_name = others + 3 + MIN_NAME_WIDTH <= width
     whole = others <= width
-    table = Table(title=title, title_justify="left")
+    # A title or header is override text (`sweep.best_per=[optimizer.name]`): rich would read
+    # the brackets as markup and drop them.
+    table = Table(title=escape(title), title_justify="left")
     for header in cols:
         if header == "run":
             if show_name:
                 table.add_column(header, overflow="ellipsis", max_width=48)
         elif header in params:
-            table.add_column(header, style="bold cyan", no_wrap=whole,
+            table.add_column(escape(header), style="bold cyan", no_wrap=whole,
                              overflow="ellipsis" if whole else "fold",
                              max_width=max(MAX_PARAM_WIDTH, len(header)) if whole else None)
         else:  # metrics (numbers) right-aligned
-            table.add_column(header, no_wrap=True, justify="left" if header in TEXT_COLUMNS
+            table.add_column(escape(header), no_wrap=True, justify="left" if header in TEXT_COLUMNS
                              else "right")
     shown = [header for header in cols if header != "run" or show_name]
     for row in zip(*(cols[header] for header in shown)):
-        table.add_row(*(Text(text, style=CELL_STYLE.get(text, "") if header in STYLED else "")
-                        for header, text in zip(shown, row)))
+        table.add_row(*(Text(text, style=CELL_STYLE.get(text.split(" ")[0], "")
+                             if header in STYLED else "") for header, text in zip(shown, row)))
     return table
 
 
@@ -418,7 +465,8 @@ def print_table(selection: Selection, sort: str, desc: bool, uri: str) -> None:
     if not out.is_terminal and "COLUMNS" not in os.environ:
         out.width = 200  # into a file or pipe: no terminal to fit, so keep rows whole
     if not selection.runs:
-        out.print(f"{selection.title}: no runs yet ({redact_uri(uri)})", highlight=False)
+        out.print(f"{selection.title}: no runs yet ({redact_uri(uri)})", highlight=False,
+                  markup=False)
         return
     params, implied, same = differing_params(selection.runs)
     cols = columns(selection, params, sort, desc)
@@ -430,7 +478,7 @@ def print_table(selection: Selection, sort: str, desc: bool, uri: str) -> None:
               + (f", {len(implied)} that follow from {' and '.join(groups)} "
                  f"({', '.join(implied[:3])}{', ...' if len(implied) > 3 else ''})"
                  if implied else "")
-              + ("" if params else "; no param differs"), highlight=False)
+              + ("" if params else "; no param differs"), highlight=False, markup=False)
     if selection.swept is not None:
         from gradexp.replicates import derived_keys  # model.seed, ... from a swept master seed
 
@@ -438,41 +486,53 @@ def print_table(selection: Selection, sort: str, desc: bool, uri: str) -> None:
                   and key not in derived_keys(selection.swept)]
         out.print(f"besides the swept keys ({', '.join(selection.swept) or 'none'}), "
                   + (f"these differ: {', '.join(others)}" if others else "no param differs"),
-                  highlight=False)
+                  highlight=False, markup=False)
     if selection.hint:
-        out.print(selection.hint, highlight=False)
+        out.print(selection.hint, highlight=False, markup=False)
     where = ("" if uri.startswith("http") else
              f"mlflow ui --backend-store-uri {redact_uri(uri)}, then ")
     out.print(f"in the MLflow UI: {where}{runs_view_link(uri, selection.experiment_id)}",
-              highlight=False)
+              highlight=False, markup=False)
 
 
 def print_groups(selection: Selection, metric: str, desc: bool, over: list[str]) -> None:
-    """--aggregate: the FINISHED runs grouped by what they differ in besides `over` (a sweep's
-    swept keys, else every differing param; a master seed's derived seeds aside), as the sweep's
-    parent groups its replicates (gradexp.replicates)."""
+    """--aggregate: the runs grouped by what they differ in besides `over` (a sweep's swept
+    keys, else every differing param; a master seed's derived seeds aside), as the sweep's parent
+    groups its replicates (gradexp.replicates): pruned and failed replicates counted, not
+    averaged; a job run more than once counted once (its newest run)."""
     from gradexp.console import console
-    from gradexp.replicates import derived_keys, group_runs, groups_table, overlap_note
+    from gradexp.replicates import (
+        derived_keys,
+        distinct_runs,
+        duplicates_note,
+        group_runs,
+        groups_table,
+        overlap_note,
+    )
 
     out = console()
-    runs = [run for run in selection.runs if run.info.status == "FINISHED"]
+    ended = [run for run in selection.runs if run.info.status != "RUNNING"]  # still training
+    runs, duplicates = distinct_runs(ended)
     swept = selection.swept if selection.swept is not None else (
         differing_params(runs)[0] if len(runs) > 1 else [])
     swept = [key for key in swept if key not in derived_keys(swept)]
     if not any(key in over for key in swept):
         out.print(f"--aggregate: the runs shown do not differ in {', '.join(over)}; "
-                  "no replicates to group", highlight=False)
+                  "no replicates to group", highlight=False, markup=False)
         return
     groups = group_runs([(run.info.run_id, run.data.params, run.data.metrics.get(metric, math.nan))
-                         for run in runs], swept, over, "maximize" if desc else "minimize")
+                         for run in runs], swept, over, "maximize" if desc else "minimize",
+                        pruned={run.info.run_id for run in runs if PRUNED_TAG in run.data.tags},
+                        failed={run.info.run_id for run in runs
+                                if run.info.status != "FINISHED"})
     out.print(groups_table(groups, metric, "↓" if desc else "↑",
                            f"groups over {', '.join(over)}: mean, best first"))
+    for line in (duplicates_note(duplicates), overlap_note(groups)):
+        if line:
+            out.print(line, highlight=False, markup=False)
     if selection.more:
         out.print(f"grouped the newest {len(selection.runs)} runs only: --limit N for every "
-                  "replicate", highlight=False)
-    note = overlap_note(groups)
-    if note:
-        out.print(note, highlight=False)
+                  "replicate", highlight=False, markup=False)
 
 
 def write_plot(client, selection: Selection, path: Path) -> None:
@@ -500,7 +560,8 @@ def write_plot(client, selection: Selection, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     plt.close(figure)
-    console().print(f"wrote the loss curves of {len(curves)} runs: {path}", highlight=False)
+    console().print(f"wrote the loss curves of {len(curves)} runs: {path}", highlight=False,
+                    markup=False)
 
 
 if __name__ == "__main__":

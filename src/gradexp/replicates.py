@@ -4,6 +4,12 @@ std (ddof 1) and a 95% interval for the mean by Student's t with n - 1 degrees o
 are ranked by the mean, and one line says when the best group's interval overlaps the next one's
 (the two cannot be told apart at this n).
 
+Only replicates that trained to the end count: a pruned job's objective is an early epoch's and a
+failed job has none worth averaging, so both are left out of their group's values and counted
+(`pruned`, `failed`); a configuration whose every replicate was left out is still a group, n=0,
+ranked last. Runs of the same job (every param equal, sweep.* aside: a sweep run twice in one
+folder) are one replicate, not two (distinct_runs).
+
 Used by the sweep's parent (gradexp.sweeps: table, sweep_summary.json `groups`, the tag
 gradexp.best_group, the error-bar plot) and by `gradexp compare --aggregate`.
 """
@@ -11,7 +17,7 @@ gradexp.best_group, the error-bar plot) and by `gradexp compare --aggregate`.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +32,8 @@ class Group:
     params: dict[str, str]  # the other swept keys' values: what the replicates share
     values: list[float]  # the objective of each FINISHED replicate with a finite value
     run_ids: list[str]
+    pruned: int = 0  # replicates sweep.pruner stopped early: left out of values
+    failed: int = 0  # replicates that did not finish (FAILED, KILLED): left out of values
 
     @property
     def n(self) -> int:
@@ -55,9 +63,17 @@ class Group:
         else is swept."""
         return ",".join(f"{key}={value}" for key, value in sorted(self.params.items())) or "all"
 
+    @property
+    def left_out(self) -> str:
+        """What was left out of the values, e.g. `1 pruned, 2 failed`; "" when nothing."""
+        return ", ".join(f"{count} {what}" for what, count in
+                         (("pruned", self.pruned), ("failed", self.failed)) if count)
+
     def record(self) -> dict[str, Any]:
-        return {"params": dict(sorted(self.params.items())), "n": self.n, "mean": self.mean,
+        return {"params": dict(sorted(self.params.items())), "n": self.n,
+                "mean": self.mean if self.n else None,  # JSON has no NaN
                 "std": self.std, "ci95": self.ci95, "runs": self.run_ids,
+                "pruned": self.pruned, "failed": self.failed,
                 **({"note": SINGLE_NOTE} if self.n == 1 else {})}
 
 
@@ -70,21 +86,52 @@ def swept_value(params: Mapping[str, str], key: str) -> str:
 
 
 def group_runs(runs: Iterable[tuple[str, Mapping[str, str], float]], swept: Sequence[str],
-               aggregate_over: Sequence[str], direction: str) -> list[Group]:
+               aggregate_over: Sequence[str], direction: str, *,
+               pruned: Collection[str] = (), failed: Collection[str] = ()) -> list[Group]:
     """Group (run_id, params, objective) by the swept keys outside aggregate_over, best mean
-    first (`direction` minimize | maximize); a NaN objective (failed, diverged) is left out of
-    its group's values, a group with none ranks last."""
+    first (`direction` minimize | maximize). The runs whose ids are in `pruned` or `failed` are
+    counted in their group, not averaged; a NaN objective (diverged) is left out of its group's
+    values too; a group with no value left (n=0) ranks last."""
     others = [key for key in swept if key not in aggregate_over]
     groups: dict[tuple[str, ...], Group] = {}
     for run_id, params, value in runs:
         values = tuple(swept_value(params, key) for key in others)
         group = groups.setdefault(values, Group(dict(zip(others, values)), [], []))
-        if math.isfinite(value):
+        if run_id in failed:
+            group.failed += 1
+        elif run_id in pruned:
+            group.pruned += 1
+        elif math.isfinite(value):
             group.values.append(float(value))
             group.run_ids.append(run_id)
     sign = -1.0 if direction == "maximize" else 1.0
     return sorted(groups.values(),
                   key=lambda g: sign * g.mean if g.n else math.inf)
+
+
+def job_params(params: Mapping[str, str]) -> dict[str, str]:
+    """A run's params without sweep.* (those steer the sweep, e.g. skip_finished, not the job):
+    what makes two runs the same job."""
+    return {key: value for key, value in params.items() if not key.startswith("sweep.")}
+
+
+def distinct_runs(runs: Sequence[Any]) -> tuple[list[Any], int]:
+    """(the newest MLflow run of each distinct job, how many older runs of the same jobs were
+    left out). A sweep run twice in one folder records each job twice: same seed, same params,
+    same values; counted twice they would double n and narrow the interval for nothing."""
+    newest: dict[tuple, Any] = {}
+    for run in sorted(runs, key=lambda run: run.info.start_time or 0, reverse=True):
+        newest.setdefault(tuple(sorted(job_params(run.data.params).items())), run)
+    kept = set(map(id, newest.values()))
+    return [run for run in runs if id(run) in kept], len(runs) - len(newest)
+
+
+def duplicates_note(count: int) -> str | None:
+    """One line saying how many re-runs of a job distinct_runs left out; None for none."""
+    if not count:
+        return None
+    return (f"left out {count} duplicate run{'s' if count > 1 else ''} (the same params as a "
+            "newer run: a job run again is one replicate, its newest run counts)")
 
 
 def aggregates(swept: Sequence[str], aggregate_over: Sequence[str]) -> bool:
@@ -125,14 +172,18 @@ def interval(group: Group) -> str:
 
 def groups_table(groups: Sequence[Group], metric: str, arrow: str, title: str):
     """A rich Table: one row a group, best mean first."""
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=title, title_justify="left")
-    for column in ("group", "n", f"mean {metric} {arrow}", "std", "95% interval"):
-        table.add_column(column, overflow="fold")
+    table = Table(title=escape(title), title_justify="left")
+    left_out = any(group.left_out for group in groups)  # the column only when it says something
+    for column in ("group", "n", f"mean {metric} {arrow}", "std", "95% interval",
+                   *(["left out"] if left_out else [])):
+        table.add_column(escape(column), overflow="fold")
     for group in groups:
-        table.add_row(group.label, str(group.n), number(group.mean), number(group.std),
-                      interval(group))
+        # A label is override text: `model.hidden=[64,64]` or a `[name]` must not read as markup.
+        table.add_row(escape(group.label), str(group.n), number(group.mean), number(group.std),
+                      interval(group), *([group.left_out or "-"] if left_out else []))
     return table
 
 

@@ -14,7 +14,9 @@ callback only needs the jobs to share the tracking store and the sweep folder.
 
 `sweep.skip_finished=true`: a job whose resolved config already has a FINISHED child run in the
 experiment is not run again; it returns that run's objective, and the new parent lists the run as
-reused. So re-running a sweep that crashed resumes it where it stopped.
+reused. So re-running a sweep that crashed resumes it where it stopped. A pruned run
+(sweep.pruner) is reused only by a sweep with the same sweep.pruner settings: it did not train
+to the end, which a sweep without that pruner asks of the job.
 """
 
 from __future__ import annotations
@@ -308,9 +310,16 @@ def summarize_sweep(tracker, best_per: list[str] | None = None,
               "children": rows}
     over = ["seed"] if aggregate_over is None else list(aggregate_over)
     if replicates.aggregates(swept, over):
+        # Every job with a run is in its group: a pruned one (its objective is an early
+        # epoch's) and a failed one are counted there, not averaged, so a configuration whose
+        # every replicate failed still shows, n=0. A job that failed before its run opened has
+        # no params to place it by.
+        opened = [row for row in rows if row["run_id"] is not None]
         summary.groups = replicates.group_runs(
-            [(row["run_id"], params[row["run_id"]], row["objective"]) for row in rows
-             if row["status"] == "FINISHED"], swept, over, direction)
+            [(row["run_id"], params[row["run_id"]], row["objective"]) for row in opened],
+            swept, over, direction,
+            pruned={row["run_id"] for row in opened if row["pruned_at_epoch"] is not None},
+            failed={row["run_id"] for row in opened if row["status"] != "FINISHED"})
         summary.overlap = replicates.overlap_note(summary.groups)
         record["groups"] = [group.record() for group in summary.groups]
         record["groups_note"] = summary.overlap
@@ -526,6 +535,19 @@ def _what_a_job_computes(params: Mapping[str, str]) -> dict[str, str]:
     return {key: value for key, value in params.items() if not key.startswith("sweep.")}
 
 
+def _pruner_settings(params: Mapping[str, str]) -> dict[str, str]:
+    """sweep.pruner and its settings (sweep.pruner_*), as a run recorded them."""
+    return {key: value for key, value in params.items() if key.startswith("sweep.pruner")}
+
+
+def _reusable(run, params: Mapping[str, str]) -> bool:
+    """A pruned run (tag gradexp.pruned_at_epoch) stopped before its last epoch: it stands for
+    its job only in a sweep that would prune it the same way (the same sweep.pruner settings).
+    A sweep without that pruner, or another, trains the job to the end instead."""
+    return (PRUNED_TAG not in run.data.tags
+            or _pruner_settings(run.data.params) == _pruner_settings(params))
+
+
 def reuse_finished_run(cfg: DictConfig, hydra_cfg: DictConfig) -> float | None:
     """With sweep.skip_finished=true: the objective (else the final loss) of a FINISHED child run
     with this job's resolved config in the experiment (the newest), after noting it on the
@@ -594,7 +616,8 @@ def _note_reused(client, launch_dir: Path, hydra_cfg: DictConfig, run_id: str) -
 def find_finished_run(client, experiment: str, params: Mapping[str, str],
                       status: str = "FINISHED"):
     """The newest child run of `experiment` in `status` whose params are `params` (sweep.*
-    aside) and, when FINISHED, which has a finite final loss; None if there is none."""
+    aside) and, when FINISHED, which has a finite final loss and, when pruned, `params`'
+    sweep.pruner settings (_reusable); None if there is none."""
     from gradexp.mlflow_store import retry_locked
 
     found = retry_locked(lambda: client.get_experiment_by_name(experiment))
@@ -609,7 +632,8 @@ def find_finished_run(client, experiment: str, params: Mapping[str, str],
         for run in page:
             loss = run.data.metrics.get("final_loss", math.nan if status == "FINISHED" else 0.0)
             if (PARENT_TAG in run.data.tags and math.isfinite(loss)
-                    and _what_a_job_computes(run.data.params) == wanted):
+                    and _what_a_job_computes(run.data.params) == wanted
+                    and _reusable(run, params)):
                 return run
         page_token = page.token
         if not page_token:
