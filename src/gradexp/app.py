@@ -60,20 +60,42 @@ def job_failure(error: BaseException, cfg: DictConfig) -> Failure | None:
     """What a job says for an exception it raised; None for a bug (it stays a traceback).
 
     The one mapping of the command line and of gradexp.run / gradexp.sweep (gradexp.api)."""
-    from gradexp.endings import RunFailed, Terminated
+    from gradexp.endings import RunFailed
 
     if isinstance(error, (ConfigError, RunFailed)):
         return Failure(str(error), getattr(error, "exit_code", EXIT_BAD_INPUT))
     if isinstance(error, USER_ERRORS):  # e.g. a _target_ that cannot be imported (one line)
         message = target_error(error, cfg)
         return None if message is None else Failure(message, EXIT_BAD_INPUT)
-    if isinstance(error, Terminated):
-        return Failure("terminated (SIGTERM): the run is recorded as KILLED", EXIT_TERMINATED,
-                       sweep_goes_on=False)
     if isinstance(error, KeyboardInterrupt):
-        return Failure("interrupted (Ctrl-C): the run is recorded as KILLED", EXIT_INTERRUPTED,
-                       sweep_goes_on=False)
+        return interrupt_failure(error, "the run is recorded as KILLED")
     return None
+
+
+def interrupt_failure(error: KeyboardInterrupt, recorded: str, during: str = "") -> Failure:
+    """Ctrl-C or SIGTERM (gradexp.endings.Terminated), `during` what if not a run: its line,
+    saying what was `recorded`, and its exit code. It stops a sweep: the person asked for
+    everything to stop."""
+    from gradexp.endings import Terminated
+
+    during = f" during {during}" if during else ""
+    if isinstance(error, Terminated):
+        return Failure(f"terminated (SIGTERM){during}: {recorded}", EXIT_TERMINATED,
+                       sweep_goes_on=False)
+    return Failure(f"interrupted (Ctrl-C){during}: {recorded}", EXIT_INTERRUPTED,
+                   sweep_goes_on=False)
+
+
+class Stop(BaseException):
+    """A failure on its way out of Hydra, said once where the process or the call ends: the
+    command line's main says its line and exits with its code, gradexp.run / gradexp.sweep
+    raise it (gradexp.api). A BaseException, as the command line's sys.exit is: Hydra catches
+    an Exception a job raises and goes on to the next jobs of a batch. Raised inside the
+    `except` of the error it stands for, which stays its __context__."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.line)
+        self.failure = failure
 
 
 def launch_failure(error: BaseException, overrides: Sequence[str] = ()) -> Failure | None:
@@ -260,6 +282,8 @@ def _main() -> None:
             return
         with _mode_known(arguments):
             run()
+    except Stop as stop:  # e.g. Ctrl-C while hydra/launcher=packed trains, outside any job
+        _exit(stop.failure)
     except USER_ERRORS as error:
         if wants_traceback:
             raise
