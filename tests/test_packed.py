@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import signal
+import subprocess
 import time
 
 import pytest
@@ -174,6 +175,66 @@ def test_an_interrupted_packed_sweep_leaves_no_child_running(tmp_path):
     statuses = [run.info.status for run in runs if "mlflow.parentRunId" in run.data.tags]
     assert "KILLED" in statuses and "RUNNING" not in statuses
     assert len(statuses) < 16  # it stopped the sweep
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "code", "said"), [
+    (signal.SIGINT, 130, "interrupted (Ctrl-C)"), (signal.SIGTERM, 143, "terminated (SIGTERM)")])
+def test_a_signal_while_the_groups_train_ends_the_sweep_as_a_sequential_one(tmp_path, sig,
+                                                                             code, said):
+    # The groups train before any job runs, outside every job's handling of Ctrl-C and SIGTERM:
+    # SIGTERM used to end the process on the spot, the parent left RUNNING; Ctrl-C printed a
+    # traceback. The child starts with default signals (conftest.spawn_cli), so Ctrl-C reaches
+    # it even when this suite runs with SIGINT ignored (nohup ... &).
+    store = empty_store(tmp_path)
+    err = tmp_path / "stderr.txt"
+    with err.open("w") as stderr:
+        # eval.every=1000: stretches of 1000 epochs, so the signal lands within one (~0.1 s),
+        # far before the million epochs end
+        process = spawn_cli("-m", "hydra/launcher=packed", f"tracking.uri={store}",
+                            "optimizer=sgd,adam", "trainer.epochs=1000000", "eval.every=1000",
+                            "gradcheck=off", cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=stderr)
+        try:
+            deadline = time.monotonic() + 240  # TensorFlow's import alone, under load
+            while "packed 2 of 2 jobs in 1 program" not in err.read_text():  # now it trains
+                assert process.poll() is None, err.read_text()[-3000:]
+                assert time.monotonic() < deadline, "the packed training never began"
+                time.sleep(0.1)  # polling for the line, not waiting for a fixed time
+            process.send_signal(sig)
+            done = finish(process, timeout=120)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    said_lines = err.read_text().splitlines()
+    assert done.returncode == code, said_lines[-40:]
+    assert "Traceback" not in err.read_text()
+    assert said_lines[-1] == (f"error: {said} during the packed training: the sweep's parent "
+                              "run is recorded as KILLED; no job had opened its run yet, so "
+                              "none is recorded")
+    runs = MlflowClient(store).search_runs(["1"])
+    assert [(run.data.tags.get("gradexp.sweep"), run.info.status) for run in runs] == \
+        [("true", "KILLED")]  # the parent, ended now; no child run was opened
+
+
+@pytest.mark.heavy  # ~4 s
+def test_gradexp_sweep_says_a_ctrl_c_during_the_packed_training_and_stays_an_interrupt(
+        tmp_path, store, capsys, monkeypatch):
+    # in a notebook, as a sequential sweep's Ctrl-C: the one line, then the KeyboardInterrupt
+    from gradexp.packed import plan
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt  # as Python's SIGINT handler raises it, while the groups train
+
+    monkeypatch.setattr(plan, "train_groups", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        gradexp.sweep(f"tracking.uri={store}", "hydra/launcher=packed", "optimizer=sgd,adam",
+                      "trainer.epochs=5", "gradcheck=off", launch_dir=tmp_path)
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "error: interrupted (Ctrl-C) during the packed training: the sweep's parent run is "
+        "recorded as KILLED; no job had opened its run yet, so none is recorded")
+    assert children(store) == {}
 
 
 @pytest.mark.heavy  # ~3 s

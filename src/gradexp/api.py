@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from gradexp.app import (
     VERSION_BASE,
     Failure,
+    Stop,
     launch_failure,
     mode_is_known,
     register_configs,
@@ -60,17 +61,9 @@ class GradexpError(Exception):
         self.exit_code = exit_code  # what `python -m gradexp` would have exited with
 
 
-class _Stop(BaseException):
-    """A job's failure, carried out of Hydra the way the command line's sys.exit leaves it: Hydra
-    catches an Exception raised by a job (and goes on to the next jobs of a batch), not this."""
-
-    def __init__(self, failure: Failure) -> None:
-        super().__init__(failure.line)
-        self.failure = failure
-
-
 def _stop(failure: Failure) -> None:
-    raise _Stop(failure)
+    """A job's failure, carried out of Hydra the way the command line's sys.exit leaves it."""
+    raise Stop(failure)
 
 
 def run(*overrides: str, launch_dir: str | Path | None = None) -> RunResult:
@@ -160,7 +153,7 @@ def _launch(overrides: list[str], job: Callable[[Any], Any], launch_dir: str | P
             if multirun:
                 return hydra.multirun("config", job, overrides)
             return hydra.run("config", job, overrides)
-    except _Stop as stop:
+    except Stop as stop:  # a job's, or the launcher's (app.Stop)
         error = stop.__context__
         if isinstance(error, KeyboardInterrupt):  # Ctrl-C in a notebook stays an interrupt
             error_line(stop.failure.line)

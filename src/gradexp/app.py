@@ -60,33 +60,55 @@ def job_failure(error: BaseException, cfg: DictConfig) -> Failure | None:
     """What a job says for an exception it raised; None for a bug (it stays a traceback).
 
     The one mapping of the command line and of gradexp.run / gradexp.sweep (gradexp.api)."""
-    from gradexp.endings import RunFailed, Terminated
+    from gradexp.endings import RunFailed
 
     if isinstance(error, (ConfigError, RunFailed)):
         return Failure(str(error), getattr(error, "exit_code", EXIT_BAD_INPUT))
     if isinstance(error, USER_ERRORS):  # e.g. a _target_ that cannot be imported (one line)
         message = target_error(error, cfg)
         return None if message is None else Failure(message, EXIT_BAD_INPUT)
-    if isinstance(error, Terminated):
-        return Failure(interrupt_line("terminated (SIGTERM)", error, cfg), EXIT_TERMINATED,
-                       sweep_goes_on=False)
-    if isinstance(error, KeyboardInterrupt):
-        return Failure(interrupt_line("interrupted (Ctrl-C)", error, cfg), EXIT_INTERRUPTED,
-                       sweep_goes_on=False)
+    if isinstance(error, KeyboardInterrupt):  # SIGTERM's Terminated too
+        return interrupt_failure(error, what_was_recorded(error, cfg))
     return None
 
 
-def interrupt_line(what: str, error: BaseException, cfg: DictConfig) -> str:
+def what_was_recorded(error: BaseException, cfg: DictConfig) -> str:
     """What an interrupt left recorded: the run KILLED only if one had opened (run_experiment
     puts its id on the error); an interrupt while the data loads or the store is made has none."""
     if getattr(error, "run_id", None) is not None:
-        return f"{what}: the run is recorded as KILLED"
+        return "the run is recorded as KILLED"
     tracking = OmegaConf.select(cfg, "tracking.name", default=None)
     if getattr(tracking, "value", tracking) == "none":
-        return f"{what}: nothing is recorded (tracking=none)"
+        return "nothing is recorded (tracking=none)"
     if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
-        return f"{what}: this job's run had not opened; the sweep's parent is recorded as KILLED"
-    return f"{what}: nothing was recorded (no run had opened)"
+        return "this job's run had not opened; the sweep's parent is recorded as KILLED"
+    return "nothing was recorded (no run had opened)"
+
+
+def interrupt_failure(error: KeyboardInterrupt, recorded: str, during: str = "") -> Failure:
+    """Ctrl-C or SIGTERM (gradexp.endings.Terminated), `during` what if not a run: its line,
+    saying what was `recorded`, and its exit code. It stops a sweep: the person asked for
+    everything to stop."""
+    from gradexp.endings import Terminated
+
+    during = f" during {during}" if during else ""
+    if isinstance(error, Terminated):
+        return Failure(f"terminated (SIGTERM){during}: {recorded}", EXIT_TERMINATED,
+                       sweep_goes_on=False)
+    return Failure(f"interrupted (Ctrl-C){during}: {recorded}", EXIT_INTERRUPTED,
+                   sweep_goes_on=False)
+
+
+class Stop(BaseException):
+    """A failure on its way out of Hydra, said once where the process or the call ends: the
+    command line's main says its line and exits with its code, gradexp.run / gradexp.sweep
+    raise it (gradexp.api). A BaseException, as the command line's sys.exit is: Hydra catches
+    an Exception a job raises and goes on to the next jobs of a batch. Raised inside the
+    `except` of the error it stands for, which stays its __context__."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.line)
+        self.failure = failure
 
 
 def launch_failure(error: BaseException, overrides: Sequence[str] = ()) -> Failure | None:
@@ -273,6 +295,8 @@ def _main() -> None:
             return
         with _mode_known(arguments):
             run()
+    except Stop as stop:  # e.g. Ctrl-C while hydra/launcher=packed trains, outside any job
+        _exit(stop.failure)
     except USER_ERRORS as error:
         if wants_traceback:
             raise

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from gradexp.interrupts import interrupts_deferred
+
 # The optimizers with a stateless update here (keras class name -> kinds below)
 SGD, MOMENTUM, NESTEROV, ADAGRAD, ADAM = range(5)
 PACKABLE_OPTIMIZERS = ("SGD", "Adagrad", "Adam")
@@ -162,33 +164,36 @@ class PackedProgram:
         parts: list[dict[int, dict[str, np.ndarray]]] = []  # each stretch: job -> its values
         done = 0
         for end in sorted({e for e in keep if 0 < e <= epochs} | {epochs}):
-            orders = (np.stack([job.orders[done:end] for job in program.jobs]).astype(np.int32)
-                      if self.n_batches > 1 else np.zeros((len(rows), end - done, 1), np.int32))
-            params, first, second, iteration, values = program._run(
-                params, first, second, iteration, tf.constant(orders), tf.constant(end - done),
-                tf.constant(active))
-            values = {key: value.numpy() for key, value in values.items()}
-            parts.append({j: {key: value[:, r] for key, value in values.items()}
-                          for r, j in enumerate(rows) if active[r]})
-            done = end
-            for r, j in enumerate(rows):
-                if active[r]:
-                    trained[j].weights[end] = [p[r].numpy() for p in params]
-            if judge is None:
-                continue
-            for j in judge(end, trained):  # at the last epoch too: it reports, as it would
-                active[rows.index(j)] = 0.0
-                trained[j].pruned_at = end
-            if not active.any():
-                break
-            if end < epochs and len(rows) - active.sum() >= DROP_FRACTION * len(rows):
-                going = np.flatnonzero(active).tolist()
-                params, first, second = ([tf.gather(t, going) for t in state]
-                                         for state in (params, first, second))
-                rows = [rows[r] for r in going]
-                program = PackedProgram(self.model, self.loss, [self.jobs[j] for j in rows],
-                                        self.batch_size)
-                active = np.ones(len(rows), np.float32)
+            # A Ctrl-C or SIGTERM lands between stretches, never inside TensorFlow's Python
+            # code around the compiled call (gradexp.interrupts), as in a sequential run.
+            with interrupts_deferred():
+                orders = (np.stack([job.orders[done:end] for job in program.jobs])
+                          if self.n_batches > 1 else np.zeros((len(rows), end - done, 1)))
+                params, first, second, iteration, values = program._run(
+                    params, first, second, iteration, tf.constant(orders.astype(np.int32)),
+                    tf.constant(end - done), tf.constant(active))
+                values = {key: value.numpy() for key, value in values.items()}
+                parts.append({j: {key: value[:, r] for key, value in values.items()}
+                              for r, j in enumerate(rows) if active[r]})
+                done = end
+                for r, j in enumerate(rows):
+                    if active[r]:
+                        trained[j].weights[end] = [p[r].numpy() for p in params]
+                if judge is None:
+                    continue
+                for j in judge(end, trained):  # at the last epoch too: it reports, as it would
+                    active[rows.index(j)] = 0.0
+                    trained[j].pruned_at = end
+                if not active.any():
+                    break
+                if end < epochs and len(rows) - active.sum() >= DROP_FRACTION * len(rows):
+                    going = np.flatnonzero(active).tolist()
+                    params, first, second = ([tf.gather(t, going) for t in state]
+                                             for state in (params, first, second))
+                    rows = [rows[r] for r in going]
+                    program = PackedProgram(self.model, self.loss, [self.jobs[j] for j in rows],
+                                            self.batch_size)
+                    active = np.ones(len(rows), np.float32)
         for j in range(count):
             mine = [part[j] for part in parts if j in part]
             trained[j].values = {key: np.concatenate([part[key] for part in mine])

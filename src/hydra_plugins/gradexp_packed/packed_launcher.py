@@ -9,10 +9,11 @@ training (gradexp.packed.replay) instead of training again; a sequential job tra
 
 # No `from __future__ import annotations`: Hydra loads plugins without registering the module,
 # and dataclasses then cannot resolve string annotations.
+import contextlib
 import copy
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,11 +81,12 @@ class PackedLauncher(Launcher):
                 sweep_config.hydra.job.id = idx
                 sweep_config.hydra.job.num = idx
             configs[idx] = sweep_config
-        plan = plan_sweep({idx: self._task_config(cfg) for idx, cfg in configs.items()},
-                          Path(self.config.hydra.runtime.cwd))
-        self._say(plan, len(job_overrides))
-        started = time.perf_counter()
-        trained = train_groups(plan, self._group_trials(plan, configs))
+        with self._interrupts_end_the_sweep():
+            plan = plan_sweep({idx: self._task_config(cfg) for idx, cfg in configs.items()},
+                              Path(self.config.hydra.runtime.cwd))
+            self._say(plan, len(job_overrides))
+            started = time.perf_counter()
+            trained = train_groups(plan, self._group_trials(plan, configs))
         if trained:  # the packed training alone (benchmarks/bench_packed.py reads this line)
             log.info(f"trained {len(trained)} packed jobs in {len(plan.groups)} "
                      f"program{'s' * (len(plan.groups) != 1)}: "
@@ -106,6 +108,28 @@ class PackedLauncher(Launcher):
                                     job_subdir_key="hydra.sweep.subdir"))
             configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         return runs
+
+    @contextlib.contextmanager
+    def _interrupts_end_the_sweep(self) -> Iterator[None]:
+        """Ctrl-C and SIGTERM while the groups are planned and trained, outside any job (whose
+        run would say them): the sweep stops as a sequential one does, with its one line and
+        exit code (130/143) and no traceback, and the sweep callback's exit hook ends the parent
+        run KILLED (gradexp.sweeps). Without this, SIGTERM ended the process where it stood and
+        left the parent RUNNING, and Ctrl-C printed a traceback."""
+        from gradexp.app import Stop, interrupt_failure
+        from gradexp.interrupts import sigterm_as_interrupt
+        from gradexp.sweeps import parent_run_file
+
+        try:
+            with sigterm_as_interrupt():
+                yield
+        except KeyboardInterrupt as error:
+            assert self.config is not None
+            sweep_dir = Path(self.config.hydra.runtime.cwd) / self.config.hydra.sweep.dir
+            recorded = ("the sweep's parent run is recorded as KILLED; no job had opened its "
+                        "run yet, so none is recorded" if parent_run_file(sweep_dir).exists()
+                        else "no job had opened its run yet, so nothing is recorded")
+            raise Stop(interrupt_failure(error, recorded, "the packed training")) from error
 
     def _say(self, plan, jobs: int) -> None:
         """The plan's one line; under the Optuna sweeper launching one trial a batch
