@@ -219,7 +219,7 @@ def run_cli(*args: str, cwd: Path, timeout: float = 300, env: dict | None = None
 # an audit hook fails any process start, so an unmarked spawning test cannot hide. Let through:
 # two tiny commands that the code under test runs itself, not a test.
 _ALLOWED = {
-    ("git", "rev-parse", "HEAD"),  # each run's source commit (gradexp.mlflow_store.git_commit)
+    ("git", "rev-parse", "HEAD"),  # each run's source commit (gradexp.source_tags.git_commit)
     ("uname", "-p"),  # platform.processor(): `import mlflow` asks it once a process
 }
 _PROCESS_EVENTS = {"subprocess.Popen", "os.posix_spawn", "os.fork", "os.forkpty", "os.exec",

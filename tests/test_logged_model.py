@@ -143,14 +143,14 @@ def test_the_model_is_a_logged_model_of_the_run_beside_its_data_and_source(tmp_p
     tags = stored.data.tags
     assert tags["mlflow.source.git.commit"] == commit
     assert tags["mlflow.source.type"] == "LOCAL"
-    assert tags["mlflow.source.name"] == gradexp.mlflow_store.entry_point()
+    assert tags["mlflow.source.name"] == gradexp.source_tags.entry_point()
 
 
 @pytest.mark.parametrize(("argv0", "shown"), [
     ("/venv/lib/python3.11/site-packages/gradexp/__main__.py", "gradexp"),  # python -m gradexp
     ("/venv/bin/gradexp", "gradexp"), ("train.py", "train.py")])
 def test_the_source_names_the_entry_point(monkeypatch, argv0, shown):
-    from gradexp.mlflow_store import entry_point
+    from gradexp.source_tags import entry_point
 
     monkeypatch.setattr(sys, "argv", [argv0])
     assert entry_point() == shown

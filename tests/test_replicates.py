@@ -177,14 +177,14 @@ def test_the_parents_curves_are_each_configurations_mean_and_range(replicated):
     # One line a configuration (not one a seed): at each epoch its replicates' mean, shaded
     # from their lowest to their highest value.
     from gradexp.history import run_curves
-    from gradexp.sweeps import _group_curves
+    from gradexp.sweep_plots import group_curves
 
     client = replicated["client"]
     groups = [Group(g["params"], [g["mean"]] * g["n"], g["runs"])
               for g in replicated["summary"]["groups"]]
     found = {child.info.run_id: run_curves(client, child.info.run_id, ["loss"])
              for child in replicated["children"]}
-    curves, bands = _group_curves(groups, found, "loss")
+    curves, bands = group_curves(groups, found, "loss")
     assert list(curves) == [f"optimizer={g.params['optimizer']} (n=3)" for g in groups]
     for group, (name, (epochs, mean)) in zip(groups, curves.items()):
         losses = np.array([found[run_id]["loss"][1] for run_id in group.run_ids], float)
@@ -194,11 +194,11 @@ def test_the_parents_curves_are_each_configurations_mean_and_range(replicated):
 
 
 def test_a_shorter_replicate_shortens_its_configurations_curve():
-    from gradexp.sweeps import _group_curves
+    from gradexp.sweep_plots import group_curves
 
     found = {"a": {"loss": (np.array([1, 2, 3]), np.array([4.0, 2.0, 1.0]))},
              "b": {"loss": (np.array([1, 2]), np.array([6.0, 4.0]))}}  # stopped early
-    curves, bands = _group_curves([Group({"optimizer": "sgd"}, [1.0, 2.0], ["a", "b"])],
+    curves, bands = group_curves([Group({"optimizer": "sgd"}, [1.0, 2.0], ["a", "b"])],
                                   found, "loss")
     epochs, mean = curves["optimizer=sgd (n=2)"]
     assert list(epochs) == [1, 2] and list(mean) == [5.0, 3.0]

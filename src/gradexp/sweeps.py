@@ -120,7 +120,8 @@ class MlflowSweepCallback(Callback):
             self._close_parent(config)
 
     def _open_parent(self, config: DictConfig) -> None:
-        from gradexp.mlflow_store import MlflowTracker, git_commit, resolve_uri
+        from gradexp.mlflow_store import MlflowTracker, resolve_uri
+        from gradexp.source_tags import git_commit
 
         launch_dir = Path.cwd()
         overrides = " ".join(config.hydra.overrides.task) or "defaults"
@@ -274,6 +275,7 @@ def summarize_sweep(tracker, best_per: list[str] | None = None,
     from gradexp import replicates
     from gradexp.compare import differing_params, is_swept
     from gradexp.mlflow_store import retry_locked, tag_run
+    from gradexp.sweep_plots import overlay_curves
 
     client, parent_id = tracker.client, tracker.run_id
     children = retry_locked(lambda: client.search_runs(
@@ -347,7 +349,7 @@ def summarize_sweep(tracker, best_per: list[str] | None = None,
             run_id = best.run_ids[0] if summary.groups else best["run_id"]
             best_of.setdefault(params[run_id].get(key, "-"), best)
         summary.best_per[key] = best_of
-    _overlay_curves(tracker, rows, metric, summary.groups)
+    overlay_curves(tracker, rows, metric, summary.groups)
     tracker.log_metric("children", len(rows), 0)
     tracker.log_metric("children_failed", sum(r["status"] != "FINISHED" for r in rows), 0)
     tracker.log_metric("children_reused", sum(r["reused"] for r in rows), 0)
@@ -355,58 +357,6 @@ def summarize_sweep(tracker, best_per: list[str] | None = None,
         tracker.log_metric("children_pruned",
                            sum(row["pruned_at_epoch"] is not None for row in rows), 0)
     return summary
-
-
-def _overlay_curves(tracker, rows: list[dict[str, Any]], metric: str,
-                    groups: list | None = None) -> None:
-    """The parent's plots: every job's training loss, and its objective's validation curve.
-    With replicates (`groups`), one line a configuration instead: its replicates' mean at each
-    epoch they all reached, shaded from their lowest to their highest value (64 seed-level
-    curves in one legend can be told apart by no one)."""
-    from gradexp.history import run_curves
-    from gradexp.plots import loss_curves, short_labels
-
-    wanted = {"loss": ("plots/sweep_loss_curves.png", "loss of every job")}
-    if metric != FALLBACK:
-        safe = metric.replace("/", "_")
-        wanted[metric] = (f"plots/sweep_{safe}_curves.png", f"{metric} of every job")
-    rows = [row for row in rows if row["run_id"] is not None]  # a job that never opened a run
-    found = {row["run_id"]: run_curves(tracker.client, row["run_id"], list(wanted))
-             for row in rows}
-    shown = [group for group in groups or [] if group.n]
-    for key, (path, title) in wanted.items():
-        bands = None
-        if shown:
-            curves, bands = _group_curves(shown, found, key)
-            title = title.replace("every job", "every configuration") + " (mean, band: min-max)"
-        else:
-            labels = short_labels([row["run_name"] or row["run_id"] for row in rows])  # 0.06461
-            curves = {label: found[row["run_id"]][key] for label, row in zip(labels, rows)
-                      if key in found[row["run_id"]]}
-        if curves:
-            tracker.log_figure(loss_curves(curves, title, ylabel=key, bands=bands), path)
-
-
-def _group_curves(groups: list, found: dict[str, dict], key: str) -> tuple[dict, dict]:
-    """Each group's mean curve of `key` over its replicates, at the epochs every one of them
-    reached (an early-stopped replicate shortens its group's curve), and their (min, max)."""
-    import numpy as np
-
-    from gradexp.plots import short_labels
-
-    curves, bands = {}, {}
-    for label, group in zip(short_labels([group.label for group in groups]), groups):
-        # epoch -> value a replicate (a resumed run may repeat an epoch: its last value)
-        series = [dict(zip(np.asarray(found[run_id][key][0]).tolist(),
-                           np.asarray(found[run_id][key][1]).tolist()))
-                  for run_id in group.run_ids if key in found[run_id]]
-        epochs = sorted(set.intersection(*map(set, series))) if series else []
-        if epochs:
-            values = np.array([[replicate[epoch] for epoch in epochs] for replicate in series])
-            name = f"{label} (n={len(series)})"
-            curves[name] = (np.array(epochs), values.mean(axis=0))
-            bands[name] = (values.min(axis=0), values.max(axis=0))
-    return curves, bands
 
 
 def _best_per_table(key: str, best_of: dict[str, Any], metric: str, arrow: str,
