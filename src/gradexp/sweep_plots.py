@@ -9,9 +9,10 @@ from typing import Any
 from gradexp.metrics import FALLBACK
 
 
-def overlay_curves(tracker, rows: list[dict[str, Any]], metric: str,
-                   groups: list | None = None) -> None:
-    """The parent's plots: every job's training loss, and its objective's validation curve.
+def overlay_figures(client, rows: list[dict[str, Any]], metric: str,
+                    groups: list | None = None) -> dict[str, Any]:
+    """The parent's plots, by artifact path (gradexp.sweeps logs them: one writer): every job's
+    training loss, and its objective's validation curve, read from the store through `client`.
     With replicates (`groups`), one line a configuration instead: its replicates' mean at each
     epoch they all reached, shaded from their lowest to their highest value (64 seed-level
     curves in one legend can be told apart by no one)."""
@@ -23,9 +24,10 @@ def overlay_curves(tracker, rows: list[dict[str, Any]], metric: str,
         safe = metric.replace("/", "_")
         wanted[metric] = (f"plots/sweep_{safe}_curves.png", f"{metric} of every job")
     rows = [row for row in rows if row["run_id"] is not None]  # a job that never opened a run
-    found = {row["run_id"]: run_curves(tracker.client, row["run_id"], list(wanted))
+    found = {row["run_id"]: run_curves(client, row["run_id"], list(wanted))
              for row in rows}
     shown = [group for group in groups or [] if group.n]
+    figures = {}
     for key, (path, title) in wanted.items():
         bands = None
         if shown:
@@ -36,7 +38,8 @@ def overlay_curves(tracker, rows: list[dict[str, Any]], metric: str,
             curves = {label: found[row["run_id"]][key] for label, row in zip(labels, rows)
                       if key in found[row["run_id"]]}
         if curves:
-            tracker.log_figure(loss_curves(curves, title, ylabel=key, bands=bands), path)
+            figures[path] = loss_curves(curves, title, ylabel=key, bands=bands)
+    return figures
 
 
 def group_curves(groups: list, found: dict[str, dict], key: str) -> tuple[dict, dict]:

@@ -275,7 +275,7 @@ def summarize_sweep(tracker, best_per: list[str] | None = None,
     from gradexp import replicates
     from gradexp.compare import differing_params, is_swept
     from gradexp.mlflow_store import retry_locked, tag_run
-    from gradexp.sweep_plots import overlay_curves
+    from gradexp.sweep_plots import overlay_figures
 
     client, parent_id = tracker.client, tracker.run_id
     children = retry_locked(lambda: client.search_runs(
@@ -349,7 +349,9 @@ def summarize_sweep(tracker, best_per: list[str] | None = None,
             run_id = best.run_ids[0] if summary.groups else best["run_id"]
             best_of.setdefault(params[run_id].get(key, "-"), best)
         summary.best_per[key] = best_of
-    overlay_curves(tracker, rows, metric, summary.groups)
+    for path, figure in overlay_figures(tracker.client, rows, metric,
+                                        summary.groups).items():
+        tracker.log_figure(figure, path)
     tracker.log_metric("children", len(rows), 0)
     tracker.log_metric("children_failed", sum(r["status"] != "FINISHED" for r in rows), 0)
     tracker.log_metric("children_reused", sum(r["reused"] for r in rows), 0)
