@@ -15,7 +15,8 @@ import pytest
 
 from conftest import compose_config, run_cli
 from gradexp.loop import run_experiment
-from gradexp.mlflow_store import MlflowTracker, mask_secrets, open_client, redact_uri, resolve_uri
+from gradexp.mlflow_store import MlflowTracker, open_client, redact_uri, resolve_uri
+from gradexp.run_params import mask_secrets
 from gradexp.schema import ConfigError
 
 

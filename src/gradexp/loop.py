@@ -33,10 +33,10 @@ from gradexp.mlflow_store import (
     check_server,
     check_store_folder,
     check_store_kind,
-    config_params,
     resolve_uri,
 )
 from gradexp.resume import prepare_resume
+from gradexp.run_params import config_params
 from gradexp.run_view import RunResult, RunView
 from gradexp.seeds import derive_seeds, seed_tensorflow
 from gradexp.setup_checks import check_against_data, check_config

@@ -14,7 +14,6 @@ import base64
 import contextlib
 import json
 import os
-import re
 import time
 import urllib.error
 import urllib.parse
@@ -47,53 +46,10 @@ MAX_PARAM_LENGTH = 6000
 FLUSH_SECONDS = 1.0
 # Stores MLflow names by a bare word, not a URI (tracking.uri=databricks): not folders.
 BARE_SCHEMES = ("databricks", "databricks-uc", "uc")
-SECRET_KEY = re.compile(r"password|passwd|token|secret|(^|[._])(api_?)?key$", re.IGNORECASE)
 MASK = "***"
 
 
 # ---------------------------------------------------------------- plain helpers
-def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": 1}} -> {"a.b": 1}; lists stay whole values."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, dotted + "."))
-        else:
-            flat[dotted] = value
-    return flat
-
-
-def mask_secrets(params: Mapping[str, Any]) -> dict[str, Any]:
-    """Values whose key looks like a secret (password, token, secret, key) become ***, and
-    credentials inside URIs (http://user:pw@host) are cut out."""
-    masked = {}
-    for key, value in params.items():
-        if value is not None and SECRET_KEY.search(key.rsplit(".", 1)[-1]):
-            value = MASK
-        elif isinstance(value, str) and "://" in value and "@" in value:
-            value = redact_uri(value)
-        masked[key] = value
-    return masked
-
-
-def config_params(cfg) -> dict[str, str]:
-    """The resolved config as a run's MLflow params hold it: dotted keys, secrets masked, text.
-    Runs log exactly this, and sweep.skip_finished matches on it."""
-    from gradexp.console import to_plain
-
-    plain = to_plain(cfg)
-    # The built-in callbacks (gradexp.callbacks.*) take their settings from the groups'
-    # keys, recorded there; a person's own callback and its arguments are recorded.
-    callbacks = plain.get("callbacks")
-    if isinstance(callbacks, Mapping):
-        plain["callbacks"] = {name: node for name, node in callbacks.items()
-                              if not (isinstance(node, Mapping) and str(
-                                  node.get("_target_", "")).startswith("gradexp."))}
-    return {key: str(value)[:MAX_PARAM_LENGTH]
-            for key, value in mask_secrets(flatten(plain)).items()}
-
-
 def redact_uri(uri: str) -> str:
     """The URI without credentials: http://user:pw@host -> http://***@host."""
     parts = urllib.parse.urlsplit(uri)

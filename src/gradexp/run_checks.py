@@ -35,6 +35,7 @@ from omegaconf import DictConfig
 from tensorflow.python.eager import context  # per-thread options of function calls
 
 from gradexp import shared_programs
+from gradexp.checked_loss import evaluation_dtype, first_line, own_dtype, training_loss
 from gradexp.data import Dataset
 from gradexp.gradcheck import GradCheckReport, check_gradients
 from gradexp.gradcheck.connected import unconnected_names
@@ -204,7 +205,7 @@ def _name_culprits(result: CheckResult, cfg: DictConfig, model: Model, data: Dat
                                         order=order)
         result.culprits_searched = True
     except Exception as error:  # noqa: BLE001 - the search is a diagnosis, never the run's end
-        result.notes.append(f"the wrong layer could not be searched for: {_first_line(error)}")
+        result.notes.append(f"the wrong layer could not be searched for: {first_line(error)}")
 
 
 def disconnected_variables(cfg: DictConfig, model: Model, loss_cfg: DictConfig,
@@ -456,7 +457,7 @@ def _losses(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset,
             return training_loss(model, loss, list(params), xs, y, training)
 
         kept[key] = _Losses(dtype, note, x, _Compiled(of_params), _Compiled(of_inputs), data,
-                            verified=trial or dtype == _own_dtype(model), owner=model)
+                            verified=trial or dtype == own_dtype(model), owner=model)
         shared_programs.keep_check_functions(model, key, kept[key])
     losses = kept[key]
     if losses.owner is not model:  # another job's functions: this model's masks, statistics
@@ -464,15 +465,6 @@ def _losses(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset,
         if twin is not None:
             model._copy_state(twin)
     return losses
-
-
-def training_loss(model: Model, loss: Callable, params: list[tf.Tensor], x: tf.Tensor,
-                  y: tf.Tensor, training: bool) -> tf.Tensor:
-    """The loss a training step minimizes (the data loss plus the model's own losses), of the
-    parameter values `params`, the model in training mode or not; nothing of it changes."""
-    outputs, own = model.apply(params, x, training=training, with_losses=True)
-    data_loss = loss(y, outputs)
-    return data_loss if own is None else data_loss + own
 
 
 # A check evaluates the float64 loss ~14 times (4 probes at +-h, two VJPs); each evaluation costs
@@ -529,68 +521,6 @@ class _Compiled:
             except Exception:  # noqa: BLE001 - whatever fails to trace is checked eagerly
                 self.resolved = self.function
         return self.resolved
-
-
-def evaluation_dtype(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset,
-                     values: list[np.ndarray] | None = None, training: bool = False
-                     ) -> tuple[str, str | None]:
-    """The dtype to check in, and a note if it is not the requested one.
-
-    The requested dtype if the model and the loss run there, forward and backward (a float32
-    constant in a custom backward only fails in the backward); otherwise the dtype the model's
-    variables train in, with a note naming the part that failed (the model alone is tried only
-    then) and how. Tried eagerly on a few rows: whether code runs in a dtype does not depend on
-    how many rows it is given, and all of them cost ~0.1 s once per run in float64.
-    """
-    own = _own_dtype(model)
-    if requested == own:
-        return requested, None
-    x = tf.constant(data.x[:_DTYPE_ROWS], requested)
-    y = tf.constant(data.y[:_DTYPE_ROWS], requested)
-    values = [v.numpy() for v in model.params] if values is None else values
-    params = [tf.constant(v, requested) for v in values]
-    try:
-        loss = build_loss(loss_cfg, dtype=requested)
-        _forward_backward(lambda: training_loss(model, loss, params, x, y, training), params,
-                          requested)
-    except Exception as loss_error:  # noqa: BLE001 - whatever it raises means: not in dtype
-        part, why = f"the loss (loss._target_={loss_cfg['_target_']})", _first_line(loss_error)
-        try:
-            _forward_backward(lambda: model.apply(params, x, training=training), params,
-                              requested)
-        except Exception as model_error:  # noqa: BLE001 - the model's own failure, then
-            part, why = "the model", _first_line(model_error)
-        return own, (f"gradcheck.dtype={requested} requested, but {part} cannot run in "
-                     f"{requested} ({why}); checked in {own}, the dtype it trains "
-                     f"in, with {own} steps and tolerances")
-    return requested, None
-
-
-def _own_dtype(model: Model) -> str:
-    """The dtype the model's variables train in."""
-    return tf.as_dtype(model.params[0].dtype).name if model.params else "float32"
-
-
-# Rows evaluation_dtype tries the model and loss on.
-_DTYPE_ROWS = 16
-
-
-def _forward_backward(function: Callable[[], tf.Tensor], params: list[tf.Tensor], dtype: str
-                      ) -> None:
-    """Evaluate `function` and its gradient; raise TypeError if either leaves `dtype`."""
-    with tf.GradientTape() as tape:
-        tape.watch(params)
-        out = function()
-    gradients = tape.gradient(out, params, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-    for value in [out, *gradients]:
-        if tf.convert_to_tensor(value).dtype != dtype:
-            raise TypeError(f"it returned {tf.convert_to_tensor(value).dtype.name} for "
-                            f"{dtype} inputs")
-
-
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0] if lines else ''}"[:200]
 
 
 def _only(function: Callable, xs: list[tf.Tensor], varying: list[int]) -> Callable:

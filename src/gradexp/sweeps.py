@@ -508,7 +508,8 @@ def reuse_finished_run(cfg: DictConfig, hydra_cfg: DictConfig) -> float | None:
     if not cfg.sweep.skip_finished or _tracking_off(cfg):
         return None
     from gradexp.console import console
-    from gradexp.mlflow_store import config_params, open_client, resolve_uri
+    from gradexp.mlflow_store import open_client, resolve_uri
+    from gradexp.run_params import config_params
     from gradexp.seeds import derive_seeds
     from gradexp.user_code import label_by_target
 
@@ -534,8 +535,9 @@ def resume_killed_run(cfg: DictConfig, hydra_cfg: DictConfig) -> DictConfig:
     unchanged otherwise. The run it continues is noted on the new parent, as a reused one."""
     from omegaconf import open_dict
 
-    from gradexp.mlflow_store import config_params, open_client, resolve_uri
+    from gradexp.mlflow_store import open_client, resolve_uri
     from gradexp.resume import checkpoint_folder
+    from gradexp.run_params import config_params
     from gradexp.seeds import derive_seeds
     from gradexp.user_code import label_by_target
 

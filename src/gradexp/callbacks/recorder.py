@@ -40,7 +40,8 @@ class MlflowRecorder(Callback):
 
         from gradexp.console import note_line
         from gradexp.liveness import mark_dead_in_experiment
-        from gradexp.mlflow_store import MlflowTracker, config_params, resolve_uri
+        from gradexp.mlflow_store import MlflowTracker, resolve_uri
+        from gradexp.run_params import config_params
         from gradexp.source_tags import source_tags
 
         cfg = run.cfg

@@ -1,0 +1,86 @@
+"""The loss a gradient check differentiates, and the dtype it can run in: the loss a training
+step minimizes (the data loss plus the model's own losses), and whether the model and the loss
+run forward and backward in the requested dtype (gradcheck.dtype) or only in their own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import tensorflow as tf
+from omegaconf import DictConfig
+
+from gradexp.data import Dataset
+from gradexp.losses import build_loss
+from gradexp.models import Model
+
+
+def training_loss(model: Model, loss: Callable, params: list[tf.Tensor], x: tf.Tensor,
+                  y: tf.Tensor, training: bool) -> tf.Tensor:
+    """The loss a training step minimizes (the data loss plus the model's own losses), of the
+    parameter values `params`, the model in training mode or not; nothing of it changes."""
+    outputs, own = model.apply(params, x, training=training, with_losses=True)
+    data_loss = loss(y, outputs)
+    return data_loss if own is None else data_loss + own
+
+
+def evaluation_dtype(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset,
+                     values: list[np.ndarray] | None = None, training: bool = False
+                     ) -> tuple[str, str | None]:
+    """The dtype to check in, and a note if it is not the requested one.
+
+    The requested dtype if the model and the loss run there, forward and backward (a float32
+    constant in a custom backward only fails in the backward); otherwise the dtype the model's
+    variables train in, with a note naming the part that failed (the model alone is tried only
+    then) and how. Tried eagerly on a few rows: whether code runs in a dtype does not depend on
+    how many rows it is given, and all of them cost ~0.1 s once per run in float64.
+    """
+    own = own_dtype(model)
+    if requested == own:
+        return requested, None
+    x = tf.constant(data.x[:_DTYPE_ROWS], requested)
+    y = tf.constant(data.y[:_DTYPE_ROWS], requested)
+    values = [v.numpy() for v in model.params] if values is None else values
+    params = [tf.constant(v, requested) for v in values]
+    try:
+        loss = build_loss(loss_cfg, dtype=requested)
+        _forward_backward(lambda: training_loss(model, loss, params, x, y, training), params,
+                          requested)
+    except Exception as loss_error:  # noqa: BLE001 - whatever it raises means: not in dtype
+        part, why = f"the loss (loss._target_={loss_cfg['_target_']})", first_line(loss_error)
+        try:
+            _forward_backward(lambda: model.apply(params, x, training=training), params,
+                              requested)
+        except Exception as model_error:  # noqa: BLE001 - the model's own failure, then
+            part, why = "the model", first_line(model_error)
+        return own, (f"gradcheck.dtype={requested} requested, but {part} cannot run in "
+                     f"{requested} ({why}); checked in {own}, the dtype it trains "
+                     f"in, with {own} steps and tolerances")
+    return requested, None
+
+
+def own_dtype(model: Model) -> str:
+    """The dtype the model's variables train in."""
+    return tf.as_dtype(model.params[0].dtype).name if model.params else "float32"
+
+
+# Rows evaluation_dtype tries the model and loss on.
+_DTYPE_ROWS = 16
+
+
+def _forward_backward(function: Callable[[], tf.Tensor], params: list[tf.Tensor], dtype: str
+                      ) -> None:
+    """Evaluate `function` and its gradient; raise TypeError if either leaves `dtype`."""
+    with tf.GradientTape() as tape:
+        tape.watch(params)
+        out = function()
+    gradients = tape.gradient(out, params, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    for value in [out, *gradients]:
+        if tf.convert_to_tensor(value).dtype != dtype:
+            raise TypeError(f"it returned {tf.convert_to_tensor(value).dtype.name} for "
+                            f"{dtype} inputs")
+
+
+def first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"[:200]
