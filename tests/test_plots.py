@@ -85,3 +85,22 @@ def test_a_curve_of_one_point_is_drawn_as_a_marker():
     curves = {"sgd": (np.array([8]), np.array([0.5])), "adam": (np.array([8]), np.array([0.2]))}
     lines = loss_curves(curves, "val/mse of every job").axes[0].get_lines()
     assert [line.get_marker() for line in lines] == ["o", "o"]
+
+
+def test_a_loss_falling_over_decades_is_read_on_a_log_axis_in_plain_numbers():
+    # Plain labels (0.01, not mathtext's 10^-2) and two minor ticks a decade: the picture reads
+    # the same, at about half the drawing time a run (benchmarks/bench_figures.py).
+    from gradexp.plots import loss_curves
+
+    epochs = np.arange(1, 101)
+    figure = loss_curves({"train/loss": (epochs, 10 * np.exp(-epochs / 10) + 1e-3),
+                          "val/loss": (epochs, 12 * np.exp(-epochs / 10) + 2e-3)})
+    figure.savefig(io.BytesIO(), format="png")
+    axes = figure.axes[0]
+    assert axes.get_yscale() == "log"
+    low, high = axes.get_ylim()
+    shown = [label.get_text() for label, tick in zip(axes.get_yticklabels(), axes.get_yticks())
+             if low <= tick <= high]
+    assert shown == ["0.001", "0.01", "0.1", "1", "10"]
+    minor = [tick for tick in axes.yaxis.get_minorticklocs() if 0.01 <= tick < 0.1]
+    assert np.allclose(minor, [0.02, 0.05])

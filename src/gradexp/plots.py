@@ -61,7 +61,7 @@ def loss_curves(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], title: str 
     values = np.concatenate([losses for _, losses in curves.values()]) if curves else np.ones(1)
     positive = values[np.isfinite(values) & (values > 0)]
     if positive.size and positive.max() / positive.min() > 100:
-        axes.set_yscale("log")
+        _log_scale(axes)
     axes.set_xlabel("epoch")
     axes.set_ylabel(ylabel)
     axes.set_title(title, fontsize=12 if "\n" not in title else 10)
@@ -69,6 +69,19 @@ def loss_curves(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], title: str 
     if len(curves) > 1:
         _legend_outside(figure, axes)
     return figure
+
+
+def _log_scale(axes) -> None:
+    """A log y axis labelled 10, 1, 0.1, 0.01, ... (`:g`), with unlabelled minor ticks at 2 and 5.
+    Matplotlib's default (10^k in mathtext, eight minor ticks a decade) made each run's loss-curve
+    PNG cost about twice as much, mostly parsing mathtext and laying out ticks, and a sweep draws
+    one a job (benchmarks/bench_figures.py)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axes.set_yscale("log")
+    axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axes.yaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
+    axes.yaxis.set_minor_formatter(NullFormatter())
 
 
 def _styles(count: int) -> list[tuple[str, str]]:
