@@ -149,3 +149,95 @@ def test_an_interrupt_while_a_store_is_made_lands_after_it_and_leaves_it_whole(t
     assert (child.returncode, child.stdout) == (code, said), child.stderr[-3000:]
     experiments = MlflowClient(f"sqlite:///{database}").search_experiments()
     assert [experiment.name for experiment in experiments] == ["Default"]
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_signal_right_after_the_run_is_created_ends_it_killed(store, client, sig):
+    # The run's row is committed, but the recorder has not yet been handed its id: a signal
+    # landing there once left the run RUNNING until a later run found its process gone.
+    import sqlalchemy.orm
+    from sqlalchemy import event
+
+    created: list[bool] = []
+
+    def note_insert(conn, cursor, statement, *args):
+        if statement.lstrip().upper().startswith("INSERT INTO RUNS"):
+            created.append(True)
+
+    def signal_after_commit(session):
+        if created and created.pop():
+            os.kill(os.getpid(), getattr(signal, sig))
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # even under nohup
+    event.listen(sqlalchemy.engine.Engine, "after_cursor_execute", note_insert)
+    event.listen(sqlalchemy.orm.Session, "after_commit", signal_after_commit)
+    try:
+        with pytest.raises(KeyboardInterrupt) as error:
+            run(store, "gradcheck=off", "tracking.log_model=false")
+    finally:
+        event.remove(sqlalchemy.orm.Session, "after_commit", signal_after_commit)
+        event.remove(sqlalchemy.engine.Engine, "after_cursor_execute", note_insert)
+        signal.signal(signal.SIGINT, previous)
+    (killed,) = client.search_runs([client.get_experiment_by_name("gradexp").experiment_id])
+    assert killed.info.status == "KILLED"
+    assert "the run is recorded as KILLED" in job_failure(error.value, compose_config()).line
+
+
+# A sweep that signals itself right after its parent run's row is committed, before the exit
+# hook that ends an interrupted parent KILLED is in place.
+SIGNALLED_AS_THE_PARENT_OPENS = '''
+import os
+import signal
+import sys
+
+import sqlalchemy
+import sqlalchemy.orm
+from sqlalchemy import event
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # not ignored, even under nohup
+created = []
+
+
+@event.listens_for(sqlalchemy.engine.Engine, "after_cursor_execute")
+def note_insert(conn, cursor, statement, *args):
+    if statement.lstrip().upper().startswith("INSERT INTO RUNS"):
+        created.append(True)
+
+
+@event.listens_for(sqlalchemy.orm.Session, "after_commit")
+def signal_after_commit(session):
+    if created and created.pop():
+        os.kill(os.getpid(), getattr(signal, SIGNAL))
+
+
+from gradexp.app import main
+
+SIGNAL = sys.argv[1]
+sys.argv = ["gradexp", *sys.argv[2:]]
+main()
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "code", "said"), [("SIGINT", 130, "interrupted (Ctrl-C)"),
+                                                   ("SIGTERM", 143, "terminated (SIGTERM)")])
+def test_a_signal_right_after_a_sweeps_parent_is_created_ends_it_killed(tmp_path, sig, code,
+                                                                        said):
+    from mlflow import MlflowClient
+
+    from conftest import empty_store
+
+    store = empty_store(tmp_path)
+    child = subprocess.run([sys.executable, "-c", SIGNALLED_AS_THE_PARENT_OPENS, sig, "-m",
+                            f"tracking.uri={store}", "gradcheck=off", "trainer.epochs=2",
+                            "optimizer=sgd,adam"], cwd=tmp_path, env=cli_env(), text=True,
+                           capture_output=True, timeout=300, check=False)
+    assert child.returncode == code, child.stderr[-3000:]
+    assert "Traceback" not in child.stderr
+    assert child.stderr.strip().splitlines()[-1] == (
+        f"error: {said}: the sweep's parent run is recorded as KILLED; the jobs "
+        "that ended keep their runs")
+    client = MlflowClient(store)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert [(r.data.tags.get("gradexp.sweep"), r.info.status) for r in runs] == [
+        ("true", "KILLED")]  # the parent alone: no job had started

@@ -159,3 +159,43 @@ def test_one_trial_a_batch_says_once_that_nothing_packs(tmp_path, capsys):
     assert len(lines) == 1 and lines[0].endswith(
         "packed nothing: hydra.sweeper.n_jobs=1 launches one trial at a time, and a job alone "
         "runs sequentially (raise n_jobs to pack a batch)")
+
+
+INTERRUPTED_AT_START = '''
+class InterruptAtStart:
+    """Ctrl-C as a job's run is about to open."""
+
+    def on_run_begin(self, run):
+        raise KeyboardInterrupt
+'''
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("launcher", ["basic", "packed"])
+def test_an_interrupted_search_leaves_no_trial_running(tmp_path, launcher):
+    # A trial left RUNNING stays so in the study forever, and a rerun of the search continues it.
+    import gradexp
+
+    (tmp_path / "interrupt_at_start.py").write_text(INTERRUPTED_AT_START)
+    with pytest.raises(KeyboardInterrupt):
+        gradexp.sweep("hydra/sweeper=optuna", f"hydra/launcher={launcher}",
+                      "hydra.sweeper.n_jobs=2", "hydra.sweeper.n_trials=2",
+                      "optimizer.learning_rate=interval(0.01,0.5)", *TINY,
+                      f"tracking.uri={empty_store(tmp_path)}",
+                      "+callbacks.stop._target_=interrupt_at_start.InterruptAtStart",
+                      launch_dir=tmp_path)
+    assert [trial.state.name for trial in study_in(tmp_path).trials] == ["FAIL", "FAIL"]
+
+
+@pytest.mark.heavy
+def test_a_packed_grid_sweep_stopped_by_a_failure_leaves_no_trial_running(tmp_path):
+    # The diverging first job fails and stops the sweep (sweep.continue_on_failure=false)
+    # before the second job's run: the trial its group asked for is told FAIL, not left RUNNING.
+    import gradexp
+    from gradexp.api import GradexpError
+
+    with pytest.raises(GradexpError):
+        gradexp.sweep("hydra/launcher=packed", "sweep.pruner=asha",
+                      "sweep.continue_on_failure=false", "optimizer.learning_rate=1e6,0.01",
+                      *TINY, f"tracking.uri={empty_store(tmp_path)}", launch_dir=tmp_path)
+    assert [trial.state.name for trial in study_in(tmp_path).trials] == ["FAIL", "FAIL"]

@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from gradexp.config_errors import USER_ERRORS, one_line, target_error
 from gradexp.console import error_line, note_line, quiet_libraries
 from gradexp.endings import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED
+from gradexp.interrupts import sigterm_as_interrupt
 from gradexp.metrics import register_resolver
 from gradexp.resources import resource_dir
 from gradexp.schema import ConfigError, register_schemas
@@ -125,6 +126,16 @@ def error_message(error: BaseException, cfg: DictConfig | None = None,
     its `cfg`) or, without it, Hydra's composition of `overrides`."""
     failure = job_failure(error, cfg) if cfg is not None else launch_failure(error, overrides)
     return None if failure is None else failure.line
+
+
+def _recorded_outside_jobs() -> str:
+    """What an interrupt outside any job left: a sweep's parent, which its exit hook ends KILLED
+    (the jobs that ended keep their runs), or nothing."""
+    from gradexp.sweeps import parent_left_open
+
+    if parent_left_open():
+        return "the sweep's parent run is recorded as KILLED; the jobs that ended keep their runs"
+    return "nothing was recorded (no run had opened)"
 
 
 def _exit(failure: Failure) -> NoReturn:
@@ -293,10 +304,12 @@ def _main() -> None:
 
             print_help([a for a in arguments if a not in ("--help", "-h", "-m", "--multirun")])
             return
-        with _mode_known(arguments):
+        with _mode_known(arguments), sigterm_as_interrupt():
             run()
     except Stop as stop:  # e.g. Ctrl-C while hydra/launcher=packed trains, outside any job
         _exit(stop.failure)
+    except KeyboardInterrupt as error:  # outside any job (a job says its own): Hydra's set-up,
+        _exit(interrupt_failure(error, _recorded_outside_jobs()))  # a sweep's, between jobs
     except USER_ERRORS as error:
         if wants_traceback:
             raise

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -205,6 +206,13 @@ class JobTrial:
             study.tell(self.trial, value, skip_if_finished=True)
         else:
             study.tell(self.trial, state=states[state], skip_if_finished=True)
+
+
+def fail_unfinished(trials: Iterable[JobTrial]) -> None:
+    """FAIL to each of `trials` not yet told how it ended (a sweep stopped before their jobs
+    did); trials our Optuna sweeper asked for are its to tell."""
+    for trial in trials:
+        trial.tell("FAIL")
 
 
 class DecidedTrial(JobTrial):

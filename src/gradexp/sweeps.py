@@ -70,6 +70,15 @@ SUMMARY_FILE = "sweep_summary.json"
 OPTUNA_RESULTS_FILE = "optimization_results.yaml"  # what hydra/sweeper=optuna writes at the end
 
 
+_OPENED: list[MlflowSweepCallback] = []  # the sweep callbacks of this process that opened a parent
+
+
+def parent_left_open() -> bool:
+    """Whether a sweep of this process has a parent run not yet ended (an interrupt outside
+    any job: its exit hook ends it KILLED)."""
+    return any(callback.tracker is not None and not callback.ended for callback in _OPENED)
+
+
 class MlflowSweepCallback(Callback):
     """Hydra callback (hydra.callbacks.mlflow_sweep in conf/config.yaml)."""
 
@@ -120,17 +129,23 @@ class MlflowSweepCallback(Callback):
             self._close_parent(config)
 
     def _open_parent(self, config: DictConfig) -> None:
+        from gradexp.interrupts import interrupts_deferred
         from gradexp.mlflow_store import MlflowTracker, resolve_uri
         from gradexp.source_tags import git_commit
 
         launch_dir = Path.cwd()
         overrides = " ".join(config.hydra.overrides.task) or "defaults"
-        self.tracker = MlflowTracker(
-            resolve_uri(config.tracking.uri, launch_dir), config.tracking.experiment,
-            f"sweep: {overrides}",
-            tags={SWEEP_TAG: "true", "mlflow.source.git.commit": git_commit(launch_dir),
-                  SWEEPER_TAG: plugin_name(config.hydra.sweeper),
-                  LAUNCHER_TAG: plugin_name(config.hydra.launcher)})
+        tags = {SWEEP_TAG: "true", "mlflow.source.git.commit": git_commit(launch_dir),
+                SWEEPER_TAG: plugin_name(config.hydra.sweeper),
+                LAUNCHER_TAG: plugin_name(config.hydra.launcher)}
+        # A signal between the parent's creation and the exit hook that ends it KILLED would
+        # leave it RUNNING: it lands once the hook is in place.
+        with interrupts_deferred():
+            self.tracker = MlflowTracker(resolve_uri(config.tracking.uri, launch_dir),
+                                         config.tracking.experiment, f"sweep: {overrides}",
+                                         tags=tags)
+            atexit.register(self._end_if_interrupted)
+            _OPENED.append(self)
         metric, direction = objective(config)
         self.tracker.set_tags({OBJECTIVE_TAG: metric, DIRECTION_TAG: direction,
                                SWEPT_TAG: ",".join(swept_keys(config))})
@@ -144,7 +159,6 @@ class MlflowSweepCallback(Callback):
         shutil.rmtree(failed_jobs_dir(sweep_dir), ignore_errors=True)
         parent_run_file(sweep_dir).write_text(self.tracker.run_id)
         swept_keys_file(sweep_dir).write_text("\n".join(swept_keys(config)))  # the children's names
-        atexit.register(self._end_if_interrupted)
 
     def _close_parent(self, config: DictConfig) -> None:
         if plugin_name(config.hydra.sweeper) == "OptunaSweeper":

@@ -127,7 +127,14 @@ class OptunaSweeper(Sweeper):
                                    journal=None if self.storage else where,
                                    trials={self.job_idx + i: trial._trial_id
                                            for i, trial in enumerate(batch)})
-            returns = self.launcher.launch(overrides, initial_job_idx=self.job_idx)
+            try:
+                returns = self.launcher.launch(overrides, initial_job_idx=self.job_idx)
+            except BaseException:
+                # Ctrl-C, SIGTERM, a job that stops the sweep: the batch's trials are not left
+                # RUNNING in the study forever (a rerun of the search continues it).
+                for trial in batch:
+                    study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+                raise
             self.job_idx += len(returns)
             for trial, ret in zip(batch, returns):
                 value = _objective(ret)

@@ -63,9 +63,8 @@ class PackedLauncher(Launcher):
 
     def _launch(self, job_overrides: Sequence[Sequence[str]],
                 initial_job_idx: int) -> Sequence[JobReturn]:
-        from gradexp.console import note_line
-        from gradexp.packed.plan import drift_line, plan_sweep, train_groups
-        from gradexp.packed.replay import handed_over
+        from gradexp.packed.plan import plan_sweep
+        from gradexp.pruning import fail_unfinished
 
         setup_globals()
         assert self.hydra_context is not None and self.config is not None
@@ -85,8 +84,25 @@ class PackedLauncher(Launcher):
             plan = plan_sweep({idx: self._task_config(cfg) for idx, cfg in configs.items()},
                               Path(self.config.hydra.runtime.cwd))
             self._say(plan, len(job_overrides))
+            trials = self._group_trials(plan, configs)
+        try:
+            return self._train_and_run(job_overrides, initial_job_idx, configs, plan, trials)
+        except BaseException:
+            # Ctrl-C, SIGTERM, a job that stops the sweep: the trials the groups asked for are not
+            # left RUNNING in the study (a job that ended told its own).
+            fail_unfinished(trials.values())
+            raise
+
+    def _train_and_run(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
+                       configs: dict[int, DictConfig], plan, trials: dict) -> list[JobReturn]:
+        """Train the packed groups, then run every job (a packed one replays its training)."""
+        from gradexp.console import note_line
+        from gradexp.packed.plan import drift_line, train_groups
+        from gradexp.packed.replay import handed_over
+
+        with self._interrupts_end_the_sweep():
             started = time.perf_counter()
-            trained = train_groups(plan, self._group_trials(plan, configs))
+            trained = train_groups(plan, trials)
         if trained:  # the packed training alone (benchmarks/bench_packed.py reads this line)
             log.info(f"trained {len(trained)} packed jobs in {len(plan.groups)} "
                      f"program{'s' * (len(plan.groups) != 1)}: "
