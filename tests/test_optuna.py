@@ -170,7 +170,6 @@ class InterruptAtStart:
 '''
 
 
-@pytest.mark.heavy
 @pytest.mark.parametrize("launcher", ["basic", "packed"])
 def test_an_interrupted_search_leaves_no_trial_running(tmp_path, launcher):
     # A trial left RUNNING stays so in the study forever, and a rerun of the search continues it.
@@ -187,7 +186,7 @@ def test_an_interrupted_search_leaves_no_trial_running(tmp_path, launcher):
     assert [trial.state.name for trial in study_in(tmp_path).trials] == ["FAIL", "FAIL"]
 
 
-@pytest.mark.heavy
+@pytest.mark.heavy  # ~3 s at a load of 4
 def test_a_packed_grid_sweep_stopped_by_a_failure_leaves_no_trial_running(tmp_path):
     # The diverging first job fails and stops the sweep (sweep.continue_on_failure=false)
     # before the second job's run: the trial its group asked for is told FAIL, not left RUNNING.
