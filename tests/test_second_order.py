@@ -262,6 +262,25 @@ def test_a_run_with_order_2_fails_a_stop_gradient_layer_and_passes_the_right_one
     assert client.get_run(first.run_id).data.metrics["gradcheck/order"] == 1.0
 
 
+@pytest.mark.heavy  # ~4 s
+def test_the_console_says_it_was_the_second_order_check_that_failed(store, launch, capsys):
+    # A person reading the console must tell "the gradients are wrong" from "the gradients
+    # are right but their own derivatives are not": the warning, its culprit line and the
+    # summary row all name the second-order check.
+    run(store, launch, "model=custom", "model._target_=order2_models.build",
+        "+model.kwargs.kind=stop_gradient", "gradcheck.order=2", "gradcheck.at_end=false",
+        quiet=False)
+    out = capsys.readouterr().out
+    lines = out[out.index("warning:"):].splitlines()
+    assert lines[0].startswith("warning: second-order gradient check failed at epoch 0 "
+                               "(Hessian-vector products; first order passed): relative error")
+    assert lines[1].startswith("  wrong layer: softplus_block, its second derivatives checked "
+                               "alone in float64")
+    assert "gradient check failed" not in out.replace("second-order gradient check failed", "")
+    summary = " ".join(out[out.rindex("gradient check"):].replace("│", " ").split())  # its row
+    assert "FAILED (second order) at epoch 0 (1 check;" in summary
+
+
 @pytest.mark.filterwarnings("ignore:Gradients do not exist")  # Keras says it too, in training
 def test_a_run_names_a_variable_that_gets_no_gradient(store, client, launch, capsys):
     result = run(store, launch, "model=custom", "model._target_=order2_models.build_idle",
