@@ -10,7 +10,6 @@ import io
 import json
 import math
 import statistics
-import sys
 
 import numpy as np
 import pytest
@@ -106,11 +105,8 @@ def build(n_features, n_outputs):
 
 @pytest.fixture
 def launch(tmp_path, monkeypatch):
-    (tmp_path / "seeded_models.py").write_text(MY_MODELS)
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    sys.modules.pop("seeded_models", None)
-    yield tmp_path
-    sys.modules.pop("seeded_models", None)
+    with conftest.user_modules(tmp_path, monkeypatch, seeded_models=MY_MODELS) as folder:
+        yield folder
 
 
 @pytest.mark.heavy  # ~3 s

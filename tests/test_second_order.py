@@ -4,8 +4,6 @@ variable that gets no gradient is named, and modes=("rev", "fwd") compares forwa
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -227,11 +225,8 @@ FAST = ("trainer.epochs=3", "data.n_samples=32", "gradcheck.plots=false",
 
 @pytest.fixture
 def launch(tmp_path, monkeypatch):
-    (tmp_path / "order2_models.py").write_text(MODELS)
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    sys.modules.pop("order2_models", None)
-    yield tmp_path
-    sys.modules.pop("order2_models", None)
+    with conftest.user_modules(tmp_path, monkeypatch, order2_models=MODELS) as folder:
+        yield folder
 
 
 def run(store, launch, *overrides, quiet=True):
