@@ -10,6 +10,7 @@ is assumed: not a TTY, not the terminal's width or TERM, not the locale or a por
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -18,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -122,6 +124,22 @@ def client(store: str):
     from mlflow import MlflowClient
 
     return MlflowClient(store)
+
+
+@contextlib.contextmanager
+def user_modules(folder: Path, monkeypatch, **sources: str) -> Iterator[Path]:
+    """`folder` as a launch folder holding a person's modules (name=source), importable only
+    inside: sys.path is restored afterwards (a run puts its launch folder first), and the
+    modules are forgotten before and after (another test's folder has its own of that name)."""
+    for name, source in sources.items():
+        (folder / f"{name}.py").write_text(source)
+        sys.modules.pop(name, None)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    try:
+        yield folder
+    finally:
+        for name in sources:
+            sys.modules.pop(name, None)
 
 
 def read_report(client, run_id: str, epoch: int) -> dict:

@@ -91,6 +91,40 @@ def test_derived_seeds_differ_between_purposes_and_masters():
     assert all(0 <= seed < 2**32 for seed in seeds)
 
 
+# A person's builder with Keras' default initializers, none seeded: Keras draws their seeds
+# from Python's global random state, which only the master seed can make repeatable.
+MY_MODELS = """
+import keras
+
+def build(n_features, n_outputs):
+    inputs = keras.Input((n_features,))
+    hidden = keras.layers.Dense(8, activation="tanh")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(n_outputs)(hidden))
+"""
+
+
+@pytest.fixture
+def launch(tmp_path, monkeypatch):
+    with conftest.user_modules(tmp_path, monkeypatch, seeded_models=MY_MODELS) as folder:
+        yield folder
+
+
+@pytest.mark.heavy  # ~3 s
+def test_a_master_seed_repeats_a_custom_builders_weights(store, client, launch):
+    # The data held fixed and every batch the full set: the runs differ only by their weights.
+    def losses(seed: int) -> list[float]:
+        result = run(store, f"seed={seed}", "data.resample=false", "model=custom",
+                     "model._target_=seeded_models.build", *QUICK, launch_dir=launch)
+        # Each epoch's loss is measured before its update: epoch 1's is the first weights'.
+        history = client.get_metric_history(result.run_id, "loss")
+        return [m.value for m in sorted(history, key=lambda m: m.step)] + [result.final_loss]
+
+    first, again, other = losses(0), losses(0), losses(1)
+    assert len(first) == 4
+    assert first == again  # the same first weights, the same training: bit for bit
+    assert first[0] != other[0] and first[-1] != other[-1]
+
+
 # ---------------------------------------------------------------- the statistics
 def test_t_quantile_matches_the_tables():
     assert t_quantile(0.975, 2) == pytest.approx(T_975_DOF_2, rel=1e-9)

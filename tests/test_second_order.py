@@ -4,8 +4,6 @@ variable that gets no gradient is named, and modes=("rev", "fwd") compares forwa
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -227,11 +225,8 @@ FAST = ("trainer.epochs=3", "data.n_samples=32", "gradcheck.plots=false",
 
 @pytest.fixture
 def launch(tmp_path, monkeypatch):
-    (tmp_path / "order2_models.py").write_text(MODELS)
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    sys.modules.pop("order2_models", None)
-    yield tmp_path
-    sys.modules.pop("order2_models", None)
+    with conftest.user_modules(tmp_path, monkeypatch, order2_models=MODELS) as folder:
+        yield folder
 
 
 def run(store, launch, *overrides, quiet=True):
@@ -260,6 +255,25 @@ def test_a_run_with_order_2_fails_a_stop_gradient_layer_and_passes_the_right_one
                 f"+model.kwargs.kind={kind}")
     assert first.gradcheck_passed is True
     assert client.get_run(first.run_id).data.metrics["gradcheck/order"] == 1.0
+
+
+@pytest.mark.heavy  # ~4 s
+def test_the_console_says_it_was_the_second_order_check_that_failed(store, launch, capsys):
+    # A person reading the console must tell "the gradients are wrong" from "the gradients
+    # are right but their own derivatives are not": the warning, its culprit line and the
+    # summary row all name the second-order check.
+    run(store, launch, "model=custom", "model._target_=order2_models.build",
+        "+model.kwargs.kind=stop_gradient", "gradcheck.order=2", "gradcheck.at_end=false",
+        quiet=False)
+    out = capsys.readouterr().out
+    lines = out[out.index("warning:"):].splitlines()
+    assert lines[0].startswith("warning: second-order gradient check failed at epoch 0 "
+                               "(Hessian-vector products; first order passed): relative error")
+    assert lines[1].startswith("  wrong layer: softplus_block, its second derivatives checked "
+                               "alone in float64")
+    assert "gradient check failed" not in out.replace("second-order gradient check failed", "")
+    summary = " ".join(out[out.rindex("gradient check"):].replace("│", " ").split())  # its row
+    assert "FAILED (second order) at epoch 0 (1 check;" in summary
 
 
 @pytest.mark.filterwarnings("ignore:Gradients do not exist")  # Keras says it too, in training

@@ -39,7 +39,50 @@ def three_outputs(n_features, n_outputs):
     return keras.Model(inputs, keras.layers.Dense(3)(inputs))
 
 def one_argument_loss(y_true):
-    return y_true'''
+    return y_true
+
+
+import tensorflow as tf
+
+
+class Scale(keras.layers.Layer):
+    """x * w with a hand-written gradient whose grad_fn forgets the `variables` keyword."""
+
+    def build(self, shape):
+        self.w = self.add_weight(shape=(shape[-1],), initializer="ones", name="w")
+
+    def call(self, x):
+        @tf.custom_gradient
+        def scale(x):
+            return x * self.w, lambda upstream: upstream * self.w
+        return scale(x)
+
+
+class ScaleWithShape(Scale):  # Keras then builds the model without calling it
+    def compute_output_shape(self, shape):
+        return shape
+
+
+class Net(keras.Model):  # a subclassed model: its variables are made at its first call
+    def __init__(self, n_outputs):
+        super().__init__(name="net")
+        self.scale, self.head = Scale(name="scale"), keras.layers.Dense(n_outputs)
+
+    def call(self, x):
+        return self.head(self.scale(x))
+
+
+def forgets_variables(n_features, n_outputs, layer=Scale):
+    inputs = keras.Input((n_features,))
+    return keras.Model(inputs, keras.layers.Dense(n_outputs)(layer(name="scale")(inputs)))
+
+
+def forgets_variables_shaped(n_features, n_outputs):
+    return forgets_variables(n_features, n_outputs, ScaleWithShape)
+
+
+def forgets_variables_subclassed(n_features, n_outputs):
+    return Net(n_outputs)'''
 MY_DATA = '''
 import numpy as np
 
@@ -98,6 +141,22 @@ MISTAKES = [
     (["model=custom", "model._target_=wrong_models.build", "+model.kwargs.width=-4"],
      "model.kwargs.width=-4: wrong_models.build raised ValueError: Received an invalid value "
      "for `units`"),
+    # a tf.custom_gradient reading a variable, whose grad_fn takes no `variables` keyword:
+    # TensorFlow's rule, not the builder's arguments or the data's shapes, whether Keras meets
+    # it while building (functional), at the first call (compute_output_shape, subclassed) or
+    # while a YAML Sequential is made
+    *[(["model=custom", f"model._target_=wrong_models.{builder}"],
+       f"model._target_=wrong_models.{builder}: a tf.custom_gradient function reads variables "
+       f"it is not given as inputs ({variable}), so TensorFlow requires its grad_fn to accept "
+       "a keyword argument 'variables': define grad_fn(upstream, variables=None) returning "
+       "(input gradients, [one gradient per variable])")
+      for builder, variable in (("forgets_variables", "scale/w"),
+                                ("forgets_variables_shaped", "scale/w"),
+                                ("forgets_variables_subclassed", "net/w"))],
+    (["model=keras", "model.layers=[{_target_:wrong_models.Scale,name:scale}]"],
+     "model=keras: a tf.custom_gradient function reads variables it is not given as inputs "
+     "(keras/scale/w), so TensorFlow requires its grad_fn to accept a keyword argument "
+     "'variables'"),
     # a built-in model whose layers are written for other data (64 pixels, not 1 feature)
     (["model=digits_cnn"],
      "model=digits_cnn: its layers do not take data=linear's rows of 1 feature (Reshape: The "

@@ -18,6 +18,7 @@ statistics) is read, never written (`sync_twins` copies it into the twins before
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import keras
@@ -325,13 +326,36 @@ def _uncallable(target: str, n_features: int, n_outputs: int, kwargs: dict,
                        + "".join(f", {k}={v!r}" for k, v in kwargs.items()) + f" ({error})")
 
 
+# TensorFlow's refusal of a tf.custom_gradient whose function reads variables that are not its
+# inputs while its grad_fn takes no `variables` keyword ("... grad_fn must accept keyword
+# argument 'variables', since function uses variables: [<tf.Variable 'scale/w:0' ...>]"; older
+# versions: "... must accept a keyword argument 'variables'").
+_NEEDS_VARIABLES = re.compile(r"grad_fn must accept (?:a )?keyword argument 'variables'")
+_VARIABLE_NAME = re.compile(r"<tf\.Variable '([^':]+)(?::\d+)?'")
+
+
+def custom_gradient_refusal(where: str, error: BaseException) -> ConfigError | None:
+    """That refusal as one line naming TensorFlow's rule and the fix (None for any other error).
+
+    It is raised wherever Keras first runs the layer (building a functional model or a YAML
+    Sequential, a subclassed model's first call, the set-up check's call on two rows), where
+    gradexp would otherwise blame the builder's arguments or the data's shapes."""
+    text = str(error)
+    if not _NEEDS_VARIABLES.search(text):
+        return None
+    names = ", ".join(dict.fromkeys(_VARIABLE_NAME.findall(text)))
+    return ConfigError(
+        f"{where}: a tf.custom_gradient function reads variables it is not given as inputs"
+        + (f" ({names})" if names else "") + ", so TensorFlow requires its grad_fn to accept a "
+        "keyword argument 'variables': define grad_fn(upstream, variables=None) returning "
+        "(input gradients, [one gradient per variable])")
+
+
 def _rejected(target: str, kwargs: dict, error: Exception) -> ConfigError | None:
     """A person's builder refused a value (Keras' ValueError for Dense(-4)): one line naming
     the model.kwargs the message mentions, as model=keras names the layer. A value is only
     ever passed on, so the builder's words say which; a ValueError that names none of them is
     a bug in the builder (None: it keeps its traceback)."""
-    import re
-
     from gradexp.endings import reason_of
 
     reason = reason_of(error)
@@ -358,12 +382,16 @@ def build_model(cfg: DictConfig, n_features: int, n_outputs: int) -> Model:
     # gradexp's own builders take the option's keys; a person's, the sizes and model.kwargs
     kwargs = options.get("kwargs", {})
     spec = options if own else {"_target_": target, **kwargs}
+    where = f"model={options.get('name', target)}" if own else f"model._target_={target}"
     try:
         network = instantiate("model._target_", spec, **sizes)
     except InstantiationException as error:  # the builder raised: say what it raised
         cause = error.__cause__
         if cause is None:
             raise
+        refused = custom_gradient_refusal(where, cause)  # a TypeError, not about the arguments
+        if refused is not None:
+            raise refused from None
         if not own and isinstance(cause, TypeError):
             raise _uncallable(target, n_features, n_outputs, kwargs, cause) from None
         refused = _rejected(target, kwargs, cause) \
@@ -375,5 +403,11 @@ def build_model(cfg: DictConfig, n_features: int, n_outputs: int) -> Model:
         raise ConfigError(f"model._target_={target}: returned a {type(network).__name__}, "
                           "not a keras.Model")
     if not network.built:  # a subclassed model makes its variables at its first call
-        network(np.zeros((1, n_features), np.float32))
+        try:
+            network(np.zeros((1, n_features), np.float32))
+        except TypeError as error:
+            refused = custom_gradient_refusal(where, error)
+            if refused is not None:
+                raise refused from None
+            raise
     return Model(network, n_features)

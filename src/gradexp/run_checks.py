@@ -95,6 +95,15 @@ class CheckResult:
                 for entry in report.entries if entry.checked]
 
     @property
+    def only_second_order_failed(self) -> bool:
+        """Whether every failing report is a second-order one (gradcheck.order=2): the
+        gradients are right but their own derivatives are not. The console says so, since
+        "gradient check failed" alone reads as wrong gradients, and the culprit search then
+        checks the layers' second derivatives."""
+        failed = [report for report in self.reports.values() if not report.passed]
+        return bool(failed) and all(report.order == 2 for report in failed)
+
+    @property
     def affected(self) -> list[str]:
         """Failing variables (or inputs) that are no culprit's own: wrong only because a wrong
         backward's error flows into them."""
@@ -197,8 +206,7 @@ def _name_culprits(result: CheckResult, cfg: DictConfig, model: Model, data: Dat
         report.passed for key, report in result.reports.items()
         if not key.startswith("inference/")))
     # Second order only if only the second-order check failed (a wrong first order shows there).
-    failed = [key for key, report in result.reports.items() if not report.passed]
-    order = 2 if all("/order2/" in key for key in failed) else 1
+    order = 2 if result.only_second_order_failed else 1
     try:
         result.culprits = find_culprits(model.network, data.x[rows], training,
                                         dtype=cfg.dtype, probes=cfg.probes, names=model.names,

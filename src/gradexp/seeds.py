@@ -12,6 +12,11 @@ the weights' seed and the batch order's never coincide, and seed=1's are not see
 
 The derived values are written into the run's config, so they are recorded as the run's params
 (model.seed=...) beside `seed` itself: a run is reproduced from its params alone.
+
+A person's builder (model=custom) has no model.seed: with `seed=N`, the global random state its
+unseeded Keras initializers (and numpy) draw from is seeded from N's "weights" stream right
+before it is called (seed_builder), as keras.utils.set_random_seed does, so its first weights
+repeat too.
 """
 
 from __future__ import annotations
@@ -59,6 +64,23 @@ def derive_seeds(cfg: DictConfig) -> dict[str, int]:
         with open_dict(node):
             node[name] = derived[key]
     return derived
+
+
+def seed_builder(cfg: DictConfig) -> None:
+    """With `seed` set and a builder that is not gradexp's own (those take model.seed), seed the
+    global state a builder draws from, just before it is called: Python's `random` (Keras'
+    unseeded initializers and layers take their seeds from it), numpy's and Keras' global
+    SeedGenerator, through keras.utils.set_random_seed, from the master seed's weights stream.
+    TensorFlow's global seed stays trainer.seed (it is the batches' and training's, and
+    set_random_seed sets it too). Without `seed`, nothing changes: an unseeded builder stays
+    as random as the person wrote it."""
+    master = cfg.get("seed")
+    if master is None or str(cfg.model["_target_"]).startswith("gradexp."):
+        return
+    import keras
+
+    keras.utils.set_random_seed(derived_seed(int(master), "weights"))
+    seed_tensorflow(cfg.trainer.seed, cfg)  # TensorFlow's global seed back to trainer.seed
 
 
 # Packages whose random ops are stateless (Keras 3 draws from seed variables, gradexp's batch order

@@ -208,7 +208,12 @@ def _check_built(cfg: DictConfig, data: Any, where: str, model: Any) -> None:
     rows = np.zeros((2, data.n_features), np.float32)
     try:
         out = model(rows)
-    except Exception as error:  # noqa: BLE001 - any failure here is the shapes' mismatch
+    except Exception as error:  # noqa: BLE001 - the shapes' mismatch, unless TensorFlow's rule
+        from gradexp.models import custom_gradient_refusal
+
+        refused = custom_gradient_refusal(where, error)
+        if refused is not None:
+            raise refused from None
         raise ConfigError(
             f"{where}: does not take data={cfg.data.name}'s rows of "
             f"{features} ({type(error).__name__}: {reason_of(error)[:200]})") from None

@@ -107,12 +107,20 @@ class GradientChecks(Callback):
 def failure_lines(result) -> list[str]:
     """A failed check in a few lines: how far off (the reported error, its tolerance and their
     ratio), the wrong layer(s) and the worst element of each, the variables only affected."""
-    lines = [f"gradient check failed at epoch {result.epoch}: {_error(result)}"]
+    # Only the second-order reports failing means the gradients are right but their own
+    # derivatives are not: a different fix, so the first line says which check it was.
+    check = ("second-order gradient check failed at epoch {} (Hessian-vector products; first "
+             "order passed)" if result.only_second_order_failed
+             else "gradient check failed at epoch {}").format(result.epoch)
+    lines = [f"{check}: {_error(result)}"]
     if result.culprits:
         for verdict in result.culprits:
             entry = verdict.worst
             what = "model" if verdict.container and "/" not in verdict.name else "layer"
-            lines.append(f"  wrong {what}: {verdict.name}, checked alone in {verdict.dtype}"
+            # A layer whose first order passed alone is blamed for its second derivatives.
+            checked = ("its second derivatives checked alone" if verdict.report is not None
+                       and verdict.report.order == 2 else "checked alone")
+            lines.append(f"  wrong {what}: {verdict.name}, {checked} in {verdict.dtype}"
                          + (f" ({_times(entry.reported_error().error_to_tolerance)} its "
                             "tolerance)" if entry else ""))
             if entry is not None and entry.describe_worst():

@@ -23,8 +23,11 @@ def verdict(run: RunView) -> str | None:
     worst = max(run.checks, key=lambda check: check.error_to_tolerance)
     error = worst.worst()
     count = len(run.checks) + run.earlier_checks  # both parts of a resumed run
+    # As the console's warning: a failure of the second-order check alone says so.
+    second = all(check.only_second_order_failed for check in run.checks if not check.passed)
     return (("passed" if not failed else
-             f"FAILED at epoch{'s' if len(failed) > 1 else ''} {', '.join(map(str, failed))}")
+             f"FAILED{' (second order)' if second else ''} at "
+             f"epoch{'s' if len(failed) > 1 else ''} {', '.join(map(str, failed))}")
             + f" ({count} check{'s' if count > 1 else ''}"
             + ("" if error is None else f"; worst at epoch {worst.epoch}: {error[1].describe()}")
             + (f"; wrong layer: {', '.join(v.name for v in worst.culprits)}"
