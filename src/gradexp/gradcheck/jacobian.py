@@ -107,8 +107,10 @@ def _at_kinks(entry: GradCheckEntry, target: _Target, i: int, analytical: np.nda
     is not defined and the central difference measures the mean of the one-sided derivatives,
     so the column is judged against the mean of the analytical columns at x ± step (points
     where the function is differentiable): a wrong backward is wrong there too and still fails
-    (as probe.py's _judge_at_kinks). Only for outputs small enough to take a column's Jacobian
-    by one-hot VJPs (_KINK_OUTPUTS); the report keeps the analytical values as computed."""
+    (probe.py's _judge_along_the_step takes the mean over 24 points of the step; here each point
+    costs a VJP per output, so the two ends stand for it). Only for outputs small enough to take
+    a column's Jacobian by one-hot VJPs (_KINK_OUTPUTS); the report keeps the analytical values
+    as computed."""
     _, _, ratio = _judge_columns(entry, target, analytical, numerical, steps)
     failing = np.flatnonzero(np.any(~(ratio <= 1), axis=0))
     if (failing.size == 0 or failing.size > _MAX_RETRIED_COLUMNS
