@@ -9,6 +9,7 @@ import gzip
 import json
 import re
 
+import numpy as np
 import pytest
 
 import gradexp
@@ -181,3 +182,50 @@ def convert_as_said(message: str, folder, monkeypatch):
     monkeypatch.chdir(folder)
     eval(command, {"pandas": pandas})  # the person's copy and paste
     return read_csv("semi_commas.csv", "y")
+
+
+# ---------------------------------------------------------------- pandas' index column
+def houses(n: int = 40):
+    """A DataFrame as a person has one before `to_csv`: decimal and integer columns."""
+    import pandas as pd
+
+    rng = np.random.default_rng(1)
+    area, rooms = rng.uniform(40, 200, n).round(1), rng.integers(1, 6, n)
+    return pd.DataFrame({"area": area, "rooms": rooms,
+                         "price": (0.02 * area + 0.3 * rooms).round(3)})
+
+
+def test_the_unnamed_index_pandas_writes_is_the_rows_index_not_a_feature(tmp_path):
+    # Before: to_csv's default index (an empty header over 0..n-1) was a feature named '':
+    # the row number leaked into the model.
+    import pandas as pd
+
+    houses().to_csv(tmp_path / "houses.csv")  # pandas' default: index=True
+    assert (tmp_path / "houses.csv").read_text().startswith(",area,rooms,price\n")
+    table = read_csv(str(tmp_path / "houses.csv"), "price")
+    as_pandas = pd.read_csv(tmp_path / "houses.csv", index_col=0)
+    assert table.features == ["area", "rooms"] and table.integer_features == ["rooms"]
+    np.testing.assert_array_equal(table.x, as_pandas[["area", "rooms"]].to_numpy(float))
+    # An index with a name is a column the person named: kept, as pandas keeps it.
+    houses().rename_axis("house").to_csv(tmp_path / "named.csv")
+    assert read_csv(str(tmp_path / "named.csv"), "price").features == ["house", "area", "rooms"]
+
+
+def test_a_run_on_a_file_with_pandas_index_says_so_and_its_model_takes_the_features(
+        tmp_path, store, capsys, monkeypatch):
+    import mlflow
+    import pandas as pd
+
+    houses().to_csv(tmp_path / "houses.csv")
+    result = run(store, "data=csv", "data.path=houses.csv", "data.target=price",
+                 "gradcheck=off", "trainer.epochs=3", launch_dir=tmp_path, quiet=False)
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    assert notes == [
+        "note: data.path=houses.csv: its first column has no name, as the index "
+        "DataFrame.to_csv writes: left out as the rows' index, not a feature (as "
+        "pandas.read_csv(..., index_col=0) reads it)"]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    model = mlflow.pyfunc.load_model(f"runs:/{result.run_id}/model")
+    assert model.metadata.signature.inputs.input_names() == ["area", "rooms"]
+    rows = pd.read_csv(tmp_path / "houses.csv", index_col=0).drop(columns="price")
+    assert model.predict(rows).shape == (len(rows), 1)

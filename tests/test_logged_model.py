@@ -110,6 +110,30 @@ def test_a_csv_regression_restored_by_early_stopping_reproduces_its_val_mse(tmp_
     assert mse == pytest.approx(result.metrics["val/mse"], rel=1e-4)
 
 
+def test_columns_named_with_spaces_are_the_trimmed_names_in_the_config_and_the_model(
+        tmp_path, store, served):
+    # Before: the header was trimmed but data.target=" price" (as the file spells it) was not:
+    # "no such column", though the logged model then named its inputs trimmed.
+    import pandas as pd
+
+    write_houses(tmp_path / "plain.csv")
+    text = (tmp_path / "plain.csv").read_text()
+    (tmp_path / "spaced.csv").write_text(" area, rooms ,age, price" + text[text.index("\n"):])
+    result = run(store, "data=csv", "data.path=spaced.csv", 'data.target=" price"',
+                 'data.features=[" area","rooms ",age]', "trainer.epochs=5",
+                 launch_dir=tmp_path)
+    model = served(result.run_id)
+    inputs = model.metadata.signature.inputs
+    assert inputs.input_names() == ["area", "rooms", "age"]
+    assert [spec.type.name for spec in inputs.inputs] == ["long", "long", "double"]
+    # The file as pandas reads it, its names trimmed: the model takes it, as it was trained.
+    rows = pd.read_csv(tmp_path / "spaced.csv").rename(columns=str.strip)
+    held_out = rows.iloc[_val_index(len(rows))]
+    predicted = model.predict(held_out.drop(columns="price")).to_numpy()
+    mse = np.mean((predicted[:, 0] - held_out["price"].to_numpy()) ** 2)
+    assert mse == pytest.approx(result.metrics["val/mse"], rel=1e-4)
+
+
 def _val_index(n: int, val_fraction: float = 0.2, split_seed: int = 0) -> np.ndarray:
     """gradexp.data.tabular's validation rows (no test split)."""
     return np.random.default_rng(split_seed).permutation(n)[:max(1, round(val_fraction * n))]

@@ -283,6 +283,27 @@ def test_the_groups_table_shows_brackets_and_what_was_left_out():
     assert "│ 0 " in rows["model.act=[tanh]"] and "2 failed" in rows["model.act=[tanh]"]
 
 
+@pytest.mark.heavy  # ~5 s (a sweep of 2 jobs)
+def test_a_sweeps_tables_show_swept_values_written_in_brackets(tmp_path, monkeypatch):
+    # Before: rich read `[x1]` as a style tag and dropped it: both runs were "data.features=".
+    rng = np.random.default_rng(0)
+    (tmp_path / "xy.csv").write_text("x1,x2,y\n" + "".join(
+        f"{a:.4f},{b:.4f},{2 * a - b:.4f}\n" for a, b in rng.random((30, 2))))
+    store = conftest.empty_store(tmp_path)
+    monkeypatch.setenv("COLUMNS", "200")  # one line a row: a name is not folded
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        gradexp.sweep(f"tracking.uri={store}", "data=csv", "data.path=xy.csv", "data.target=y",
+                      "data.features=[x1],[x1,x2]", "model=mlp", "model.hidden=[64,32]",
+                      "sweep.best_per=[data.features]", *QUICK, launch_dir=tmp_path)
+    sweep_table = printed.getvalue().split(" · best first by ")[1]  # after each job's own
+    runs, best_per = sweep_table.split("each data.features at its best")
+    names = {line.split("│")[1].strip() for line in runs.splitlines() if line.startswith("│")}
+    assert names == {"data.features=[x1]", "data.features=[x1,x2]"}
+    best = [line.split("│")[2].strip() for line in best_per.splitlines() if line.startswith("│")]
+    assert sorted(best) == sorted(names)
+
+
 @pytest.mark.heavy  # ~7 s (4 jobs of 20 epochs)
 def test_a_configuration_whose_replicates_all_failed_is_a_group_of_n_0(tmp_path):
     store = conftest.empty_store(tmp_path)

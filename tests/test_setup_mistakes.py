@@ -21,6 +21,7 @@ from conftest import CONF, compose_config, run_cli
 
 MY_MODELS = '''
 import keras
+import numpy as np
 
 def build(n_features, n_outputs, width=8):
     inputs = keras.Input((n_features,))
@@ -82,7 +83,32 @@ def forgets_variables_shaped(n_features, n_outputs):
 
 
 def forgets_variables_subclassed(n_features, n_outputs):
-    return Net(n_outputs)'''
+    return Net(n_outputs)
+
+
+class EagerL2(keras.regularizers.Regularizer):
+    """Reads the weights with .numpy(): runs only eagerly."""
+
+    def __call__(self, w):
+        return 0.01 * float(np.sum(w.numpy() ** 2))
+
+def eager_regularizer(n_features, n_outputs):
+    inputs = keras.Input((n_features,))
+    dense = keras.layers.Dense(n_outputs, kernel_regularizer=EagerL2())
+    return keras.Model(inputs, dense(inputs))
+
+class EagerScaled(keras.Model):
+    """Scales its outputs by its weights read with .numpy(): runs only eagerly."""
+
+    def __init__(self, n_outputs):
+        super().__init__()
+        self.dense = keras.layers.Dense(n_outputs)
+
+    def call(self, x):
+        return self.dense(x) * float(np.abs(self.dense.kernel.numpy()).max() + 1)
+
+def eager_call(n_features, n_outputs):
+    return EagerScaled(n_outputs)'''
 MY_DATA = '''
 import numpy as np
 
@@ -133,6 +159,17 @@ MISTAKES = [
      "model._target_=broken_module.build: importing broken_module raised RuntimeError: my "
      "module is broken"),
     (["model=custom"], "model._target_ is required here"),
+    # code of the person's that runs only eagerly: before, a traceback from the first
+    # compiled step, inside an opened run
+    (["model=custom", "model._target_=wrong_models.eager_regularizer"],
+     "model._target_=wrong_models.eager_regularizer: its own losses (model.losses: a "
+     "regularizer, add_loss) cannot run in the compiled training step (NotImplementedError: "
+     "numpy() is only available when eager execution is enabled.); write them with keras.ops "
+     "or TensorFlow ops"),
+    (["model=custom", "model._target_=wrong_models.eager_call"],
+     "model._target_=wrong_models.eager_call: its call cannot run in the compiled training "
+     "step (NotImplementedError: EagerScaled: numpy() is only available when eager execution "
+     "is enabled.); write it with keras.ops or TensorFlow ops"),
     # a value the builder's Keras layer refuses (build does Dense(width)): named as model=keras
     # names its layers' values, not a Keras traceback
     (["model=custom", "model._target_=wrong_models.build", "+model.kwargs.width=abc"],
@@ -288,6 +325,15 @@ def test_the_matching_setups_say_nothing(launch, capsys):
     err = capsys.readouterr().err
     assert "warning:" not in err and "error:" not in err
     assert [status for _, status in recorded_runs(launch)] == ["FINISHED", "FINISHED"]
+
+
+@pytest.mark.heavy  # ~5 s (a run of eager steps)
+def test_code_that_runs_only_eagerly_trains_with_trainer_compile_false(launch, capsys):
+    # The refusal above is of the compiled step only: eagerly, this model trains.
+    run_as_command_line(launch, ["model=custom", "model._target_=wrong_models.eager_regularizer",
+                                 "trainer.compile=false", "tracking.log_model=false"])
+    assert "error:" not in capsys.readouterr().err
+    assert [status for _, status in recorded_runs(launch)] == ["FINISHED"]
 
 
 def test_which_modules_load_tensorflow_is_read_from_their_source(launch):

@@ -79,12 +79,15 @@ def progress(total: int, completed: int = 0) -> Progress:
 
 def print_summary(rows: Mapping[str, Any]) -> None:
     """The end-of-run table: final loss, W and b, gradient-check verdict, where the run is."""
+    from rich.markup import escape
+
     table = Table(title="gradexp run", show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column(overflow="fold")
     for key, value in rows.items():
-        if value is not None:
-            table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
+        if value is not None:  # escaped: your metrics' and layers' names are text, not markup
+            table.add_row(escape(key), escape(f"{value:.6g}" if isinstance(value, float)
+                                              else str(value)))
     print_table(table)
 
 
@@ -97,7 +100,8 @@ def print_table(table: Table) -> None:
     The first column (a name) may fold; in every other column each word stays whole on one line
     (a number, a status, a run id). When the console is too narrow for that (COLUMNS=40, a
     log file's 80 columns and long run names), the rows are printed as lines instead: the
-    terminal wraps them, nothing cuts them.
+    terminal wraps them, nothing cuts them. Cells and headers are rich markup (a person's text
+    in them escaped: rich.markup.escape), in the table and in those lines alike.
     """
     out = console()
     columns = table.columns

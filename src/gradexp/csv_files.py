@@ -28,6 +28,7 @@ class CsvTable(NamedTuple):
     # Columns written as integers, which pandas.read_csv reads as int64: the logged model's
     # signature says so, since MLflow refuses int64 for a float64 column (not a safe cast).
     integer_features: list[str]
+    notes: list[str]  # what was read otherwise than written, for the console (a pandas index)
 
 
 def read_csv(path: str, target: str, task: str = "regression",
@@ -35,6 +36,11 @@ def read_csv(path: str, target: str, task: str = "regression",
     """Read a csv with a header row (pyarrow.csv): the target column is y, every other column
     (or those `features` names) a numeric feature. A classification's target may hold any
     values (class names such as 'setosa', numbers); a regression's must be numbers.
+
+    Column names are trimmed, in the header and in `target` and `features` alike, so the names
+    trained on, the config's and the logged model's signature are one spelling. A first column
+    with no name is the index pandas' DataFrame.to_csv writes: left out, as
+    pandas.read_csv(path, index_col=0) leaves it out, and said in a note.
 
     Every problem a person can cause (missing file, no such or a repeated column, a non-numeric
     or missing cell, NaN) is a ConfigError whose message names the path and, where there is
@@ -47,6 +53,17 @@ def read_csv(path: str, target: str, task: str = "regression",
     table = _read_table(Path(path), where, lines)
     header = [name.strip() for name in table.column_names]
     table = table.rename_columns(header)
+    notes = []
+    if header[0] == "" and len(header) > 1:
+        # Its values are row numbers: as a feature they would leak the file's order into
+        # the model.
+        table, header = table.remove_column(0), header[1:]
+        notes.append(f"{where}: its first column has no name, as the index DataFrame.to_csv "
+                     "writes: left out as the rows' index, not a feature (as "
+                     "pandas.read_csv(..., index_col=0) reads it)")
+    # ' price' in the config names the column ' price' in the file: both are read trimmed.
+    target = target.strip()
+    features = None if features is None else [name.strip() for name in features]
     chosen = _chosen_columns(header, target, features, path)
     # A text column (an id, a name) is not silently dropped: the person chooses the features.
     hint = " (features must be numbers: choose them with data.features=[...])"
@@ -59,7 +76,7 @@ def read_csv(path: str, target: str, task: str = "regression",
         y = _numbers(column, target, where, lines,
                      " (class labels? data.task=classification)")[:, None]
     integers = [name for name in chosen if pa.types.is_integer(table.column(name).type)]
-    return CsvTable(x, y, chosen, integers)
+    return CsvTable(x, y, chosen, integers, notes)
 
 
 def _chosen_columns(header: list[str], target: str, features: list[str] | None,

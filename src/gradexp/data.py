@@ -10,7 +10,7 @@ import math
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +74,7 @@ class Dataset:
     stream: Any = None  # the tf.data.Dataset the trainer iterates: (x, y) float32, prepared
     stream_rows: int | None = None  # rows per epoch, counted in the statistics pass
     stream_steps: int | None = None  # data.steps_per_epoch; None: an epoch is one pass
+    notes: list[str] = field(default_factory=list)  # how the data was read, for the console
 
     def steps_per_epoch(self, batch_size: int | None) -> int:
         """Optimizer steps in one epoch with batches of `batch_size` rows (None: full batch)."""
@@ -141,7 +142,7 @@ def data_record(data: Dataset, trainer_batch_size: int | None) -> DataRecord:
     """The rows of each split, whether the features were standardized, who batched them (the
     loader's tf.data batches or trainer.batch_size) and the classes, for the run to record."""
     rows = {name: len(split) for name, split in data.splits().items()}
-    notes = []
+    notes = list(data.notes)
     if data.stream is not None:  # the trainer iterates it; x, y are its first rows
         if data.batch_size is None and trainer_batch_size is None:
             raise ConfigError("trainer.batch_size=null: a streamed tf.data.Dataset (larger than "
@@ -272,6 +273,7 @@ def csv_table(*, path: str, target: str, task: str, val_fraction: float, test_fr
     data = tabular(Path(path).stem, task, table.x, table.y, val_fraction, test_fraction,
                    split_seed, standardize, features=table.features)
     data.integer_features = table.integer_features
+    data.notes = table.notes
     return data
 
 

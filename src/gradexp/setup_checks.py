@@ -8,7 +8,8 @@ the run go on. Nothing here is silent.
     check_config(cfg)            the config alone, before TensorFlow loads (also per sweep job)
     check_against_data(cfg, data)  the loss against the data's task, a model not sized from the
                                  data (yours, model=keras, model=digits_cnn) against the data's
-                                 features and targets (builds that model once)
+                                 features and targets (builds that model once), and its call
+                                 and own losses traced as the compiled training step traces them
 """
 
 from __future__ import annotations
@@ -224,6 +225,45 @@ def _check_built(cfg: DictConfig, data: Any, where: str, model: Any) -> None:
             f"data={cfg.data.name} has {data.n_outputs} target column"
             f"{'s' if data.n_outputs != 1 else ''} ({data.task}): build the last layer with "
             "n_outputs units")
+    if cfg.trainer.compile:
+        check_compiles(where, model, rows)
+
+
+def check_compiles(where: str, model: Any, rows: Any) -> None:
+    """The model's call and its own losses (model.losses) traced as a compiled training step
+    traces them: code that runs only eagerly (a regularizer reading its weights with .numpy())
+    fails there, and did so as a traceback from inside an opened run. The rows are closed over
+    as the trainer's full batch is, so what that step accepts passes here too."""
+    import tensorflow as tf
+
+    x = tf.constant(rows)
+
+    def forward():
+        return model(x, training=True)
+
+    def forward_and_own_losses():
+        outputs = forward()
+        own = model.own_loss(outputs)
+        return outputs if own is None else own
+
+    def traces(function) -> BaseException | None:
+        try:
+            tf.function(function, autograph=False)()
+        except Exception as error:  # noqa: BLE001 - whatever fails to trace fails training
+            return error
+        return None
+
+    failed = traces(forward_and_own_losses)
+    if failed is None:
+        return
+    # Only now is the call traced alone: to say which part of the person's code it is.
+    part, them = ("its call", "it") if traces(forward) else (
+        "its own losses (model.losses: a regularizer, add_loss)", "them")
+    raise ConfigError(
+        f"{where}: {part} cannot run in the compiled training step ({type(failed).__name__}: "
+        f"{reason_of(failed)[:200]}); write {them} with keras.ops or TensorFlow ops (a value "
+        "read with .numpy() or float() carries no gradient either), or set "
+        "trainer.compile=false to train eagerly")
 
 
 TENSORFLOW_IMPORT = re.compile(r"^\s*(?:import|from)\s+(?:tensorflow|keras|tf_keras)\b",

@@ -379,21 +379,26 @@ def _best_per_table(key: str, best_of: dict[str, Any], metric: str, arrow: str,
                     replicated: bool):
     """Each value of `key` at its best: its best configuration's mean and interval over the
     replicates, or (one run a configuration) its best run."""
+    from rich.markup import escape
     from rich.table import Table
 
     from gradexp.replicates import interval, number
 
-    table = Table(title=f"each {key} at its best" + (" (by the mean)" if replicated else ""),
-                  title_justify="left")
+    # Keys, values and run names are override text: `data.features=[x1]` must not read as
+    # rich markup (the brackets and what they hold vanished).
+    table = Table(title=escape(f"each {key} at its best" + (" (by the mean)" if replicated
+                                                              else "")), title_justify="left")
     columns = ("best configuration", "n", f"mean {metric} {arrow}", "95% interval") \
         if replicated else ("best run", f"{metric} {arrow}")
     for column in (key, *columns):
-        table.add_column(column, overflow="fold")
+        table.add_column(escape(column), overflow="fold")
     for value, best in best_of.items():
         if replicated:
-            table.add_row(value, best.label, str(best.n), number(best.mean), interval(best))
+            table.add_row(escape(str(value)), escape(best.label), str(best.n),
+                          number(best.mean), interval(best))
         else:
-            table.add_row(value, best["run_name"], f"{best['objective']:.6g}")
+            table.add_row(escape(str(value)), escape(best["run_name"]),
+                          f"{best['objective']:.6g}")
     return table
 
 
@@ -444,6 +449,7 @@ def record_optimization(tracker, results_file: Path) -> None:
 
 def print_sweep(summary: SweepSummary, tracker) -> None:
     """The sweep's table in the terminal, best first by the objective, and where to compare."""
+    from rich.markup import escape
     from rich.table import Table
 
     from gradexp.console import console, print_table
@@ -453,20 +459,23 @@ def print_sweep(summary: SweepSummary, tracker) -> None:
     if summary.fell_back:
         out.print("note: no run has the sweep objective "
                   f"({tracker_objective(tracker)}; held-out data off?): ranked by final_loss, "
-                  "the training loss, which differs in meaning between losses", highlight=False)
+                  "the training loss, which differs in meaning between losses", highlight=False,
+                  markup=False)
     # As gradexp compare: ↑ smallest first (values grow down the table), ↓ largest first.
     arrow = "↑" if summary.direction == "minimize" else "↓"
-    table = Table(title=f"sweep {tracker.run_id} · best first by {summary.metric} {arrow}",
-                  title_justify="left")
+    # Escaped: run names are the swept overrides (`data.features=[x1]`), which rich would read
+    # as markup and drop; the objective is the person's config too.
+    table = Table(title=escape(f"sweep {tracker.run_id} · best first by {summary.metric} "
+                               f"{arrow}"), title_justify="left")
     for column in ("run", "status", f"{summary.metric} {arrow}", "final loss", "gradient check"):
-        table.add_column(column, overflow="fold")
+        table.add_column(escape(column), overflow="fold")
     for row in summary.rows:
         status = f"{row['status']} (reused)" if row["reused"] else row["status"]
         if row["pruned_at_epoch"] is not None:
             status = f"{status} pruned@{row['pruned_at_epoch']}"
         if row["packed_drift"] is not None:  # packed, and diverged or oscillated
             status = f"{status} drift"
-        table.add_row(row["run_name"], status, f"{row['objective']:.6g}",
+        table.add_row(escape(row["run_name"]), status, f"{row['objective']:.6g}",
                       f"{row['final_loss']:.6g}", row["gradcheck"] or "-")
     print_table(table)  # wraps, never cuts: run names stay apart in an 80-column log
     for key, best_of in summary.best_per.items():
@@ -476,11 +485,11 @@ def print_sweep(summary: SweepSummary, tracker) -> None:
 
         print_table(groups_table(summary.groups, summary.metric, arrow,
                                  "replicates: each configuration's mean, best first"))
-        if summary.overlap:
-            out.print(summary.overlap, highlight=False)
+        if summary.overlap:  # names the groups by their override text: not markup
+            out.print(summary.overlap, highlight=False, markup=False)
     if summary.also_differ:
         out.print(f"besides the swept keys, these differ between the runs: "
-                  f"{', '.join(summary.also_differ)}", highlight=False)
+                  f"{', '.join(summary.also_differ)}", highlight=False, markup=False)
     out.print(f"compare the runs: {runs_view_link(tracker.uri, tracker.experiment_id)}",
               highlight=False)
     where = "" if tracker.uri.startswith("sqlite") else f" --tracking-uri {redact_uri(tracker.uri)}"
