@@ -52,6 +52,18 @@ def stdout_to_devnull() -> None:
             os.close(devnull)
 
 
+class StdoutLogHandler(logging.StreamHandler):
+    """The console handler of Hydra's logging (conf/hydra/job_logging/gradexp.yaml): its lines
+    ([HYDRA] Launching 2 jobs locally) go to stdout too, and a closed stdout stops them as it
+    stops the console, instead of a "--- Logging error ---" report for every line."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if isinstance(sys.exc_info()[1], BrokenPipeError):
+            stdout_to_devnull()
+            return
+        super().handleError(record)
+
+
 def console() -> Console:
     # soft_wrap: long lines (paths, links) stay whole, so they can be copied from the terminal.
     return _Console(file=sys.stdout, soft_wrap=True)
