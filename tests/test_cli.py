@@ -8,7 +8,7 @@ import zipfile
 
 import pytest
 
-from conftest import REPO, run_cli
+from conftest import REPO, finish, run_cli, spawn_cli
 
 pytestmark = pytest.mark.slow
 
@@ -117,3 +117,32 @@ def test_a_first_run_on_a_fresh_store_prints_only_gradexps_lines(tmp_path):
     assert done.returncode == 2
     (line,) = done.stderr.splitlines()
     assert line.startswith("error: trainer.resume=0123456789abcdef: no such run in sqlite:///")
+
+
+@pytest.mark.parametrize(("args", "first", "runs"), [
+    (("trainer.epochs=30",), "config: data=linear model=linear", 1),
+    # a sweep: Hydra's own log lines (on stdout too) meet the closed pipe first
+    (("-m", "optimizer=sgd,adam", "trainer.epochs=30"), "[HYDRA] Launching 2 jobs locally", 3),
+])
+def test_a_run_piped_into_head_finishes_and_is_recorded(tmp_path, args, first, runs):
+    # `python -m gradexp | head -n 1`: head prints the first line and exits, and every line
+    # after it meets a closed pipe. Seeing one line was the person's choice; the run goes on.
+    gradexp = spawn_cli(*args, cwd=tmp_path)
+    head = subprocess.Popen(["head", "-n", "1"], stdin=gradexp.stdout, stdout=subprocess.PIPE,
+                            text=True)
+    gradexp.stdout.close()  # head is the pipe's only reader: when it exits, the pipe is closed
+    done = finish(gradexp, timeout=300)
+    shown = head.communicate(timeout=60)[0]
+    assert first in shown, shown
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr == ""  # no BrokenPipeError, no "--- Logging error ---", no traceback
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    recorded = client.search_runs([client.get_experiment_by_name("gradexp").experiment_id])
+    assert len(recorded) == runs  # a sweep: its parent and a child per job
+    for run in recorded:
+        assert run.info.status == "FINISHED", run.data.tags.get("gradexp.status_reason")
+        if "gradexp.sweep" not in run.data.tags:  # a job, not the sweep's parent
+            assert len(client.get_metric_history(run.info.run_id, "loss")) == 30
+            assert "final_loss" in run.data.metrics and "val/mse" in run.data.metrics

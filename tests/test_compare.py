@@ -156,6 +156,7 @@ def test_only_the_params_that_differ_are_columns(capsys, runs):
     assert "follow from optimizer.name" in out  # beta_1, epsilon, _target_, ...: Adam's only
     assert "optimizer.beta_1" not in header and "optimizer._target_" not in header
     assert "trainer.epochs" not in header and "loss.name" not in header
+    assert "different data" not in out  # every run drew the same line: one digest per split
 
 
 def test_another_experiment_by_name(capsys, runs):
@@ -338,6 +339,44 @@ def test_a_store_without_runs_says_so(capsys, tmp_path):
                                 "first")
 
 
+@pytest.fixture(scope="module")
+def other_data(tmp_path_factory) -> dict:
+    """Two runs in a store of their own: one on seed 004's line, one on the same line drawn
+    with another seed (data.seed=7: the same params but one, other rows, other digests)."""
+    from mlflow import MlflowClient
+
+    folder = tmp_path_factory.mktemp("other_data")
+    uri = conftest.empty_store(folder)
+    made = {name: conftest.run(uri, "trainer.epochs=2", "gradcheck=off",
+                               "tracking.log_model=false", *overrides, run_name=name,
+                               launch_dir=folder).run_id
+            for name, overrides in [("seed 0", ()), ("seed 7", ("data.seed=7",))]}
+    client = MlflowClient(uri)
+    digests = {name: {next(tag.value for tag in item.tags if tag.key == "mlflow.data.context"):
+                      item.dataset.digest for item in client.get_run(run_id).inputs.dataset_inputs}
+               for name, run_id in made.items()}
+    return {"uri": uri, "ids": made, "digests": digests}
+
+
+def test_runs_trained_on_different_data_get_one_line_naming_them(capsys, other_data):
+    """val/mse of runs on other rows does not compare: the table stays, one line says which
+    runs saw which data (the digests MLflow shows in each run's Datasets)."""
+    code, out, err = compare(capsys, "--tracking-uri", other_data["uri"])
+    assert code == 0, err
+    rows = [row[0] for row in table(out)[1]]
+    assert len(rows) == 2  # every run still listed
+    digests, ids = other_data["digests"], {k: v[:8] for k, v in other_data["ids"].items()}
+    assert digests["seed 0"]["train"] != digests["seed 7"]["train"]
+    (line,) = [line for line in out.splitlines() if "different data" in line]
+    sets = {name: f"linear (train {digests[name]['train']}, val {digests[name]['val']}): 1 run "
+                  f"({ids[name]})" for name in digests}
+    shown = [name for row in rows for name, short in ids.items() if short == row]
+    assert line == (
+        "note: these runs were trained or evaluated on 2 different data sets (their MLflow "
+        "dataset digests differ), so their metrics do not compare: "
+        + "; ".join(sets[name] for name in shown)), line  # in the table's order
+
+
 # ---------------------------------------------------------------- a real tracking server
 def free_port() -> int:
     with socket.socket() as probe:
@@ -478,7 +517,26 @@ def made(tmp_path_factory) -> dict:
                    {"val/mse": value + 0.001 * seed}, parent=parent, start=start,
                    status="FAILED" if outcome == "FAILED" else "FINISHED",
                    tags={"gradexp.pruned_at_epoch": "10"} if outcome == "pruned" else None)
+
+    # "replicates": optimizer=sgd,adam x seed=0,1, each seed its own draw (data.resample=true)
+    replicates = client.create_experiment("replicates")
+    for start, (optimizer, seed) in enumerate((o, s) for o in ("sgd", "adam") for s in (0, 1)):
+        run_id = record(client, replicates, f"optimizer={optimizer},seed={seed}",
+                        {"optimizer.name": optimizer, "seed": str(seed)}, {"val/mse": 1.0 + start},
+                        start=start)
+        log_data(client, run_id, {"train": f"aaaa000{seed}", "val": f"bbbb000{seed}"})
     return ids_
+
+
+def log_data(client, run_id: str, digests: dict[str, str]) -> None:
+    """Dataset inputs as gradexp logs them (mlflow_store.log_datasets): one a split, its digest,
+    the split as its context."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    client.log_inputs(run_id, datasets=[
+        DatasetInput(Dataset("linear", digest, "code", "{}"),
+                     [InputTag("mlflow.data.context", split)])
+        for split, digest in digests.items()])
 
 
 def group_rows(out: str) -> dict[str, list[str]]:
@@ -542,3 +600,15 @@ def test_aggregate_leaves_pruned_and_failed_replicates_out_and_counts_them(capsy
     assert rows["optimizer.learning_rate=0.0001"][-1] == "2 pruned"
     assert rows["optimizer.learning_rate=1000"][1:3] == ["0", "-"]
     assert rows["optimizer.learning_rate=1000"][-1] == "2 failed"
+
+
+def test_replicates_of_a_master_seed_are_told_to_compare_their_means(capsys, made):
+    """Each seed draws its own rows by design (data.resample): not a list of digests, but how
+    such runs compare."""
+    code, out, err = compare(capsys, "--tracking-uri", made["uri"], "--experiment", "replicates")
+    assert code == 0, err
+    assert len(table(out)[1]) == 4
+    (line,) = [line for line in out.splitlines() if line.startswith("note:")]
+    assert line == ("note: each master seed drew its own data (data.resample=true), so runs of "
+                    "different seeds do not compare one to one; their means over seeds do "
+                    "(--aggregate)")

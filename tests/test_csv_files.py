@@ -61,6 +61,36 @@ def test_a_run_on_labels_written_with_spaces_records_their_classes_once(tmp_path
         assert json.load(handle)["labels"] == ["cat", "dog"]
 
 
+PETS = "".join(f"{x},{label}\n" for x, label in [
+    (0.1, "cat"), (0.5, "hamster_from_the_pet_shop"), (0.9, "dog"), (0.12, "cat"),
+    (0.52, "hamster_from_the_pet_shop"), (0.93, "dog"), (0.15, "cat"),
+    (0.48, "hamster_from_the_pet_shop"), (0.88, "dog"), (0.11, "cat"),
+    (0.55, "hamster_from_the_pet_shop"), (0.95, "dog")])
+
+
+def test_the_confusion_matrix_names_the_classes_of_the_file(tmp_path, store, client,
+                                                            monkeypatch):
+    # Before: its ticks said 0, 1, 2, and which was which was in data/labels.json only.
+    import gradexp.plots
+
+    drawn = []
+    draw = gradexp.plots.confusion_matrix
+    monkeypatch.setattr(gradexp.plots, "confusion_matrix",
+                        lambda *args, **kwargs: drawn.append(draw(*args, **kwargs)) or drawn[-1])
+    (tmp_path / "pets.csv").write_text("x,label\n" + PETS)
+    result = run(store, "data=csv", "data.path=pets.csv", "data.target=label",
+                 "data.task=classification", "loss=categorical_crossentropy", "gradcheck=off",
+                 "trainer.epochs=3", "tracking.log_model=false", launch_dir=tmp_path)
+    assert "plots/confusion_matrix_val.png" in {
+        artifact.path for artifact in client.list_artifacts(result.run_id, "plots")}
+    (figure,) = drawn
+    axes = figure.axes[0]
+    # The classes in column order (sorted), a long one cut in the middle, on both axes.
+    classes = ["cat", "dog", "hamster…shop"]
+    assert [tick.get_text() for tick in axes.get_xticklabels()] == classes
+    assert [tick.get_text() for tick in axes.get_yticklabels()] == classes
+
+
 # ---------------------------------------------------------------- missing values (NA)
 GRADES = "x,grade\n1,1\n2,2\n10,10\n1.1,1\n2.1,{}\n10.1,10\n1.2,1\n"
 

@@ -29,15 +29,18 @@ def test_the_legend_sits_beside_the_curves_and_is_never_clipped(jobs):
     assert len(labels) == jobs and all("loss=mae" in label for label in labels)
 
 
+@pytest.mark.parametrize("names", [False, True])
 @pytest.mark.parametrize("classes", [2, 3, 10, 16])
-def test_every_label_of_a_confusion_matrix_is_inside_the_picture(classes):
+def test_every_label_of_a_confusion_matrix_is_inside_the_picture(classes, names):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.text import Text
 
     from gradexp.plots import confusion_matrix
 
     counts = np.random.default_rng(classes).integers(0, 500, (classes, classes))
-    figure = confusion_matrix(counts, "val")
+    labels = [f"a_rather_long_class_name_{index:02d}" for index in range(classes)] if names \
+        else None
+    figure = confusion_matrix(counts, "val", labels=labels)
     FigureCanvasAgg(figure).print_png(io.BytesIO())  # what MLflow's log_figure saves
     renderer = figure.canvas.get_renderer()
     page = figure.bbox
@@ -48,6 +51,22 @@ def test_every_label_of_a_confusion_matrix_is_inside_the_picture(classes):
         box = text.get_window_extent(renderer)
         assert page.x0 <= box.x0 and box.x1 <= page.x1 + 0.5, text.get_text()
         assert page.y0 <= box.y0 and box.y1 <= page.y1 + 0.5, text.get_text()
+
+
+@pytest.mark.parametrize(("labels", "ticks"), [
+    (None, ["0", "1", "2"]),
+    (["cat", "dog", "hamster_from_the_pet_shop"], ["cat", "dog", "hamster…shop"]),
+    ([0, 1, 2], ["0", "1", "2"]),  # numeric labels (a column of 0, 1, 2)
+    # alike once cut: the column number keeps them apart
+    (["north_region_alpha_total", "north_region_beta_total", "south"],
+     ["0 north_r…otal", "1 north_r…otal", "2 south"]),
+])
+def test_a_confusion_matrix_names_its_classes(labels, ticks):
+    from gradexp.plots import confusion_matrix
+
+    axes = confusion_matrix(np.eye(3, dtype=int), "val", labels=labels).axes[0]
+    assert [tick.get_text() for tick in axes.get_xticklabels()] == ticks
+    assert [tick.get_text() for tick in axes.get_yticklabels()] == ticks
 
 
 @pytest.mark.parametrize("jobs", [3, 11, 64])

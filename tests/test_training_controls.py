@@ -339,3 +339,29 @@ def test_a_resume_that_raises_the_epochs_records_them_for_the_next_resume(store,
     with pytest.raises(ConfigError, match="its checkpoint is at epoch 45 of 45; raise "
                                           "trainer.epochs above 45"):
         run(store, f"trainer.resume={run_id}", "trainer.epochs=30", tmp_path=tmp_path)
+
+
+def test_a_resume_refuses_other_changes_and_leaves_the_run_as_it_was(store, client, tmp_path):
+    """`trainer.resume=ID optimizer.learning_rate=0.5` trained on at the recorded rate and said
+    nothing. A resume continues the recorded run: a change it cannot make is one line, exit 2,
+    and the run stays KILLED with its records; restating a recorded value is no change."""
+    import gradexp
+
+    run_id = interrupted_run(store, tmp_path, epochs=30)
+    before = client.get_run(run_id)
+    losses = series(client, run_id, "loss")
+    with pytest.raises(gradexp.GradexpError) as refused:
+        gradexp.run(f"tracking.uri={store}", f"trainer.resume={run_id}", "trainer.epochs=40",
+                    "optimizer=adam", "optimizer.learning_rate=0.5", launch_dir=tmp_path)
+    assert refused.value.exit_code == 2
+    assert refused.value.line == (
+        f"trainer.resume={run_id}: a resume continues the run as it was recorded, so it cannot "
+        "change optimizer=adam (recorded: sgd), optimizer.learning_rate=0.5 (recorded: 0.1); "
+        "beside trainer.resume it takes only a larger trainer.epochs (to train on) and "
+        "tracking.uri; for other values start a new run")
+    after = client.get_run(run_id)
+    assert after.info.status == "KILLED" and after.data.tags == before.data.tags
+    assert after.data.params == before.data.params and series(client, run_id, "loss") == losses
+    gradexp.run(f"tracking.uri={store}", f"trainer.resume={run_id}", "gradcheck=off",
+                "optimizer=sgd", "trainer.epochs=30", launch_dir=tmp_path)
+    assert client.get_run(run_id).info.status == "FINISHED"

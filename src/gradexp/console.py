@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -29,9 +30,43 @@ def quiet_libraries() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+class _Console(Console):
+    """Rich's console, but a closed stdout stops the printing only.
+
+    `python -m gradexp | head` closes the pipe once head has its lines. Rich's own answer is
+    SystemExit(1), which ended the run FAILED; the person only chose to see fewer lines."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        stdout_to_devnull()
+
+
+def stdout_to_devnull() -> None:
+    """Python's recipe for a closed stdout (docs: "Note on SIGPIPE"): point it at os.devnull, so
+    every later write (any console, the flush at exit) goes nowhere instead of failing."""
+    with contextlib.suppress(OSError, ValueError):  # no file descriptor behind it (a notebook)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
+
+
+class StdoutLogHandler(logging.StreamHandler):
+    """The console handler of Hydra's logging (conf/hydra/job_logging/gradexp.yaml): its lines
+    ([HYDRA] Launching 2 jobs locally) go to stdout too, and a closed stdout stops them as it
+    stops the console, instead of a "--- Logging error ---" report for every line."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if isinstance(sys.exc_info()[1], BrokenPipeError):
+            stdout_to_devnull()
+            return
+        super().handleError(record)
+
+
 def console() -> Console:
     # soft_wrap: long lines (paths, links) stay whole, so they can be copied from the terminal.
-    return Console(file=sys.stdout, soft_wrap=True)
+    return _Console(file=sys.stdout, soft_wrap=True)
 
 
 def error_line(message: str) -> None:

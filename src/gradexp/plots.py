@@ -206,27 +206,58 @@ def _ticks(count: int, most: int = 9) -> list[int]:
     return list(range(0, count, step))
 
 
-def confusion_matrix(counts: np.ndarray, title: str):
-    """Rows: the true class; columns: the predicted class; each cell its count."""
+LABEL_CHARS = 12  # a class label longer than this is cut in the middle on the matrix's ticks
+
+
+def class_ticks(labels: Sequence | None, n: int) -> list[str]:
+    """The tick text of each of `n` classes: its label (gradexp.data's, in column order) when
+    the labels are known, a long one cut in the middle so that its start and end both show
+    (`hamster…shop`); the column numbers otherwise. Labels that cutting makes alike get their
+    column number in front."""
+    if labels is None or len(labels) != n:
+        return [str(index) for index in range(n)]
+    shown = [_cut(str(label)) for label in labels]
+    if len(set(shown)) < n:
+        shown = [f"{index} {text}" for index, text in enumerate(shown)]
+    return shown
+
+
+def _cut(text: str, most: int = LABEL_CHARS) -> str:
+    if len(text) <= most:
+        return text
+    head = (most - 1) * 2 // 3
+    return f"{text[:head]}\N{HORIZONTAL ELLIPSIS}{text[head - most + 1:]}"
+
+
+def confusion_matrix(counts: np.ndarray, title: str, labels: Sequence | None = None):
+    """Rows: the true class; columns: the predicted class; each cell its count. The ticks name
+    the classes by `labels` (one per column; None: their column numbers)."""
     from matplotlib.figure import Figure
 
     n = counts.shape[0]
+    ticks = class_ticks(labels, n)
+    # Room for labels wider than two digits, in inches (~0.08 a character at the ticks' 10 pt),
+    # added to the figure so the matrix keeps its size; the x labels slant past 3 characters.
+    wider = 0.08 * max(0, max(map(len, ticks)) - 2)
+    slant = max(map(len, ticks)) > 3
+    lower = wider * 0.75 if slant else 0.0
     size = min(9.0, 3.0 + 0.45 * n)
     # Fixed margins, in inches (tick labels, axis labels, title, the colorbar's labels):
     # layout="tight" draws the figure twice, ~0.27 s against ~0.15 s of CPU for a 10-class
     # matrix, and every classification job draws one.
-    figure = Figure(figsize=(size, size * 0.85), dpi=100)
+    figure = Figure(figsize=(size + wider, size * 0.85 + lower), dpi=100)
     width, height = figure.get_size_inches()
-    figure.subplots_adjust(left=0.75 / width, right=1 - 0.45 / width,
-                           bottom=0.6 / height, top=1 - 0.4 / height)
+    figure.subplots_adjust(left=(0.75 + wider) / width, right=1 - 0.45 / width,
+                           bottom=(0.6 + lower) / height, top=1 - 0.4 / height)
     axes = figure.subplots()
     image = axes.imshow(counts, cmap="Blues")
     for (row, column), count in np.ndenumerate(counts):
         light = count > counts.max() / 2
         axes.text(column, row, str(count), ha="center", va="center", fontsize=9,
                   color="white" if light else "black")
-    axes.set_xticks(range(n))
-    axes.set_yticks(range(n))
+    axes.set_xticks(range(n), ticks, rotation=45 if slant else 0,
+                    ha="right" if slant else "center", rotation_mode="anchor")
+    axes.set_yticks(range(n), ticks)
     axes.set_xlabel("predicted class")
     axes.set_ylabel("true class")
     accuracy = np.trace(counts) / max(counts.sum(), 1)

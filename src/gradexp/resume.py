@@ -2,7 +2,9 @@
 
 The run's recorded config (its config.yaml artifact, written when the run started) is what runs
 again; from the command line only a larger `trainer.epochs` is taken, to train on (then written
-into config.yaml and tag gradexp.resumed_to_epoch: the param keeps the first value). The
+into config.yaml and tag gradexp.resumed_to_epoch: the param keeps the first value), and the
+store to find the run in. Any other override that changes a recorded value is refused in one
+line before the run is touched: it would otherwise be ignored without a word. The
 checkpoint (model, optimizer state, epoch, shuffling generator) is in checkpoints/RUN_ID/ in the
 launch folder; metrics already recorded are not written twice (gradexp.mlflow_store). A run KILLED
 before its first checkpoint (kill -9: gradexp.liveness marks it) starts again from epoch 0 as a
@@ -74,6 +76,7 @@ def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
     except Exception:  # noqa: BLE001
         raise ConfigError(f"{key}: the run has no config.yaml artifact to resume from") from None
     recorded = OmegaConf.create(text)
+    check_overrides(key, cfg, recorded, command_line_overrides())
     folder = checkpoint_folder(launch_dir, run_id)
     # Quietly (TensorFlow's start-up chatter would break the one-line answer), and only
     # once the run is known: `trainer.resume=<a typo>` answers without it.
@@ -104,6 +107,68 @@ def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
     return Resume(run_id, recorded, folder, latest,
                   earlier_checks=sum(1 for check in checks if check.step <= done),
                   raised_config=raised_config)
+
+
+# What a resume reads from the command line rather than from the run's record: the run, the
+# store it is in (and how old a heartbeat makes a run there dead), the epochs to train to; and a
+# sweep's own keys (sweep.resume_killed resumes a job whose config is the recorded one).
+TAKEN = ("trainer.resume", "trainer.epochs", "tracking.uri", "tracking.stale_after")
+
+
+def command_line_overrides() -> list[str]:
+    """The job's overrides as Hydra parsed them (the command line, gradexp.run); none when the
+    config was composed some other way (a test's compose: nothing to check)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+
+
+def check_overrides(key: str, cfg: DictConfig, recorded: DictConfig,
+                    overrides: list[str]) -> None:
+    """ConfigError naming each override that would change the recorded run, with its recorded
+    value: `optimizer.learning_rate=0.5` would otherwise train on at the recorded rate without a
+    word. Restating a recorded value is no change; a smaller trainer.epochs is one."""
+    from gradexp.seeds import derive_seeds
+    from gradexp.user_code import label_by_target
+
+    # The config as the run recorded it: its derived seeds and its labels (loss.name=my.fn).
+    given = cfg.copy()
+    derive_seeds(given)
+    label_by_target(given)
+    changes = []
+    for override in overrides:
+        name = override.split("=", 1)[0].lstrip("+~")
+        if name == "trainer.epochs":
+            if given.trainer.epochs >= recorded.trainer.epochs:
+                continue
+        elif name in TAKEN or name.startswith("sweep."):
+            continue
+        now, then = _compared(given, name), _compared(recorded, name)
+        if now != then:
+            changes.append(f"{override} (recorded: {'nothing' if then is _ABSENT else then})")
+    if changes:
+        raise ConfigError(f"{key}: a resume continues the run as it was recorded, so it cannot "
+                          f"change {', '.join(changes)}; beside trainer.resume it takes only a "
+                          "larger trainer.epochs (to train on) and tracking.uri; for other "
+                          "values start a new run")
+
+
+_ABSENT = object()
+
+
+def _compared(cfg: DictConfig, name: str):
+    """The value of key `name` to compare; for a group (`optimizer=adam`) its option's name, so
+    restating the option does not count the run's other overrides of that group as changes."""
+    from enum import Enum
+
+    value = OmegaConf.select(cfg, name, default=_ABSENT)
+    if isinstance(value, DictConfig) and "name" in value:
+        value = value.name
+    if isinstance(value, Enum):
+        return value.name
+    if OmegaConf.is_config(value):
+        return OmegaConf.to_container(value, resolve=True, enum_to_str=True)
+    return value
 
 
 def _killed(client, run, stale_after: float) -> bool:

@@ -48,4 +48,6 @@ def confusion_matrix(run: RunView, split: str):
         true, predicted, n_classes = targets.argmax(1), outputs.argmax(1), targets.shape[1]
     counts = np.zeros((n_classes, n_classes), dtype=int)
     np.add.at(counts, (true.astype(int), predicted.astype(int)), 1)
-    return draw(counts, f"{split} rows")
+    # The classes as the data named them ('cat', 'dog'), in column order; where they are not
+    # known (synthetic blobs: None) the ticks are the column numbers.
+    return draw(counts, f"{split} rows", labels=run.data.labels)
