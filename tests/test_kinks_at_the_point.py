@@ -147,3 +147,23 @@ def test_a_correct_float32_relu_network_passes_and_a_2_percent_wrong_relu_fails(
         wrong = check_jointly(digits_relu_loss(0.02), glorot_weights(seed), names=names,
                               probes=4)
         assert not wrong.passed, seed
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_random_backward_is_not_averaged_into_a_pass_along_the_step(seed):
+    # A backward that draws noise anew at each call averages to about the right gradient along
+    # a step: the judgment along the step must not take its mean for the gradient.
+    rng = np.random.default_rng(seed)
+    a = tf.constant(rng.normal(size=(200, 8)))
+
+    @tf.custom_gradient
+    def noisy_sin(z):
+        def backward(up):
+            return up * tf.cos(z) * (1 + 0.5 * tf.random.normal(tf.shape(z), dtype=z.dtype))
+        return tf.sin(z), backward
+
+    report = check_gradients(lambda x: tf.reduce_sum(noisy_sin(x @ a) ** 2),
+                             [tf.constant(rng.normal(size=(64, 200)))], method="probe", seed=seed)
+    (entry,) = report.entries
+    assert entry.error_to_tolerance > 10, str(report)
+    assert any("two different gradients at the same point" in note for note in entry.notes)

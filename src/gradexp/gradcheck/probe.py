@@ -183,7 +183,13 @@ def _probe_one(entry: GradCheckEntry, target: _Target, i: int, vs: list[np.ndarr
         if not todo:
             break
         ratio, noise = _judge(results, entry)
-    along = _judge_along_the_step(target, i, x, x64, directions, vs, results, ratio)
+    along, unrepeatable = _judge_along_the_step(target, i, x, x64, directions, vs, results,
+                                                ratio)
+    if unrepeatable:
+        entry.notes.append(
+            f"{unrepeatable} probe(s): the backward pass gave two different gradients at the same "
+            "point, so the gradient is not judged along the step (a random backward, e.g. a "
+            "mask drawn again in it, is no gradient of f)")
     if along:
         ratio, noise = _judge(results, entry)
         entry.notes.append(
@@ -419,7 +425,7 @@ def _crosses_kink(target: _Target, i: int, x: np.ndarray, x64: np.ndarray, u: np
 
 def _judge_along_the_step(target: _Target, i: int, x: np.ndarray, x64: np.ndarray,
                           directions: list[np.ndarray], vs: list[np.ndarray],
-                          results: list[_Probe], ratio: np.ndarray) -> list[int]:
+                          results: list[_Probe], ratio: np.ndarray) -> tuple[list[int], int]:
     """The probes still failing at their smallest step, judged by what the central difference
     measures exactly, kinks or not. For f continuous and differentiable but at finitely many
     points of the segment, f(x⁺) - f(x⁻) is the integral of g·(x⁺ - x⁻) along it (the
@@ -435,21 +441,31 @@ def _judge_along_the_step(target: _Target, i: int, x: np.ndarray, x64: np.ndarra
     relu MLP on digits failed 5 of 10 seeds at 1.3-18x its tolerance). What it cannot excuse: a
     wrong backward is wrong along the step too, so its mean is as wrong as the gradient at x;
     only the value a backward picks *at* a kink goes unjudged, which finite differences cannot
-    judge. Costs _ALONG_THE_STEP backward passes a probe that would otherwise fail. Updates
-    ``results`` in place; returns the probes it judged so."""
-    judged = []
+    judge. The judgment needs a backward that gives one gradient a point: a random one (a mask
+    drawn again in it) averages to about the right one along the step, so a probe whose
+    backward gives two gradients at x that differ by a tenth of its disagreement is left as it
+    failed. Costs _ALONG_THE_STEP + 2 backward passes a probe that would otherwise fail.
+    Updates ``results`` in place; returns the probes it judged so, and how many it left for an
+    unrepeatable backward."""
+    judged, unrepeatable = [], 0
     fractions = (np.arange(_ALONG_THE_STEP) + 0.5) / _ALONG_THE_STEP
     for k in np.flatnonzero(~(ratio <= 1)):
         probe, u, v = results[k], directions[k], vs[k]
         h = probe.step
+        cotangent = v.reshape(target.out0.shape)
+        norm = float(np.linalg.norm(u) * np.linalg.norm(v)) or 1.0
+        first, second = target.vjps_at(i, [x, x], cotangent)
+        if not abs(float((first - second) @ u)) / norm \
+                <= 0.1 * abs(probe.analytical - probe.numerical):
+            unrepeatable += 1
+            continue
         # The step as realised in the input's dtype, as _step_h's analytical uses it.
         low = (x64 - h * u).astype(x.dtype).reshape(-1).astype(np.float64)
         step = (x64 + h * u).astype(x.dtype).reshape(-1).astype(np.float64) - low
         points = [(low + f * step).astype(x.dtype).reshape(x.shape) for f in fractions]
-        cotangent = v.reshape(target.out0.shape)
         along = np.array([float(g @ step) for pair in range(0, len(points), 2)
                           for g in target.vjps_at(i, points[pair:pair + 2], cotangent)])
-        scale = 2 * h * (float(np.linalg.norm(u) * np.linalg.norm(v)) or 1.0)
+        scale = 2 * h * norm
         if not np.all(np.isfinite(along)):
             continue
         mean = float(np.mean(along)) / scale
@@ -458,7 +474,7 @@ def _judge_along_the_step(target: _Target, i: int, x: np.ndarray, x64: np.ndarra
         spread = abs(float(np.mean(along) - np.mean(along[1::3]))) / scale
         results[k] = _Probe(mean, probe.numerical, max(probe.fd_error, spread), probe.rounding, h)
         judged.append(int(k))
-    return judged
+    return judged, unrepeatable
 
 
 def _draw(stream: list[int], size: int) -> np.ndarray:
