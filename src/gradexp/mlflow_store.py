@@ -352,7 +352,11 @@ class MlflowTracker(NullTracker):
     """One MLflow run: params, buffered metrics, tags, artifacts, and its end status."""
 
     def __init__(self, uri: str, experiment: str, run_name: str, *,
-                 parent_run_id: str | None = None, tags: Mapping[str, Any] | None = None):
+                 parent_run_id: str | None = None, tags: Mapping[str, Any] | None = None,
+                 on_open: Callable[[MlflowTracker], None] | None = None):
+        """`on_open(tracker)`, if given, hands the new run's tracker to its owner with Ctrl-C and
+        SIGTERM held from the run's creation: a signal in between would leave it RUNNING with
+        no owner to end it. Only the creation is held; opening the store stays interruptible."""
         self.uri = uri
         self.client = open_client(uri)
         # A sweep's children share their parent's experiment: looked up once a sweep and process.
@@ -364,14 +368,19 @@ class MlflowTracker(NullTracker):
         all_tags.update(process_tags())  # host, process, first heartbeat (gradexp.liveness)
         if parent_run_id:
             all_tags[PARENT_TAG] = parent_run_id
-        run = retry_locked(lambda: self.client.create_run(
-            self.experiment_id, run_name=run_name, tags=all_tags))
-        self._start(run.info.run_id)
+        with interrupts_deferred():
+            run = retry_locked(lambda: self.client.create_run(
+                self.experiment_id, run_name=run_name, tags=all_tags))
+            self._start(run.info.run_id)
+            if on_open is not None:
+                on_open(self)
 
     @classmethod
-    def reopen(cls, uri: str, run_id: str) -> MlflowTracker:
+    def reopen(cls, uri: str, run_id: str,
+               on_open: Callable[[MlflowTracker], None] | None = None) -> MlflowTracker:
         """An existing run, RUNNING again (trainer.resume). Metric points it already holds are
-        not written twice: each metric goes on after the last step it has."""
+        not written twice: each metric goes on after the last step it has. `on_open` as for a
+        new run, held from the moment the run is RUNNING again."""
         tracker = cls.__new__(cls)
         tracker.uri = uri
         tracker.client = open_client(uri)
@@ -381,7 +390,10 @@ class MlflowTracker(NullTracker):
         for key in run.data.metrics:
             history = retry_locked(lambda key=key: tracker.client.get_metric_history(run_id, key))
             tracker._logged_through[key] = max(m.step for m in history)
-        retry_locked(lambda: tracker.client.update_run(run_id, "RUNNING"))
+        with interrupts_deferred():
+            retry_locked(lambda: tracker.client.update_run(run_id, "RUNNING"))
+            if on_open is not None:
+                on_open(tracker)
         tracker.set_tags(process_tags())  # its new process now beats for it
         # Why it ended before ("interrupted ...", "marked KILLED: its process ... is gone") is
         # no longer so: this end's reason, if it has one, is written when it ends.

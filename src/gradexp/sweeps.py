@@ -129,7 +129,6 @@ class MlflowSweepCallback(Callback):
             self._close_parent(config)
 
     def _open_parent(self, config: DictConfig) -> None:
-        from gradexp.interrupts import interrupts_deferred
         from gradexp.mlflow_store import MlflowTracker, resolve_uri
         from gradexp.source_tags import git_commit
 
@@ -138,14 +137,15 @@ class MlflowSweepCallback(Callback):
         tags = {SWEEP_TAG: "true", "mlflow.source.git.commit": git_commit(launch_dir),
                 SWEEPER_TAG: plugin_name(config.hydra.sweeper),
                 LAUNCHER_TAG: plugin_name(config.hydra.launcher)}
-        # A signal between the parent's creation and the exit hook that ends it KILLED would
-        # leave it RUNNING: it lands once the hook is in place.
-        with interrupts_deferred():
-            self.tracker = MlflowTracker(resolve_uri(config.tracking.uri, launch_dir),
-                                         config.tracking.experiment, f"sweep: {overrides}",
-                                         tags=tags)
+        def hold(tracker: MlflowTracker) -> None:
+            # With signals held from the parent's creation (MlflowTracker's on_open): an
+            # interrupt right after it lands once the exit hook that ends it KILLED is in place.
+            self.tracker = tracker
             atexit.register(self._end_if_interrupted)
             _OPENED.append(self)
+
+        MlflowTracker(resolve_uri(config.tracking.uri, launch_dir), config.tracking.experiment,
+                      f"sweep: {overrides}", tags=tags, on_open=hold)
         metric, direction = objective(config)
         self.tracker.set_tags({OBJECTIVE_TAG: metric, DIRECTION_TAG: direction,
                                SWEPT_TAG: ",".join(swept_keys(config))})
@@ -161,6 +161,8 @@ class MlflowSweepCallback(Callback):
         swept_keys_file(sweep_dir).write_text("\n".join(swept_keys(config)))  # the children's names
 
     def _close_parent(self, config: DictConfig) -> None:
+        from gradexp.interrupts import interrupts_deferred
+
         if plugin_name(config.hydra.sweeper) == "OptunaSweeper":
             record_optimization(self.tracker, Path(config.hydra.sweep.dir) / OPTUNA_RESULTS_FILE)
         from gradexp.console import error_line
@@ -168,13 +170,16 @@ class MlflowSweepCallback(Callback):
         # The jobs that failed before their MLflow run opened are in no child; they left a line.
         not_started = failed_jobs(Path(config.hydra.sweep.dir))
         summary = summarize_sweep(self.tracker, self.best_per, self.aggregate_over, not_started)
-        self.ended = True
         failed = [row for row in summary.rows if row["status"] != "FINISHED"]
         line = (f"{len(failed)} of {len(summary.rows)} jobs failed (each said why above): the "
                 f"sweep's parent run {self.tracker.run_id} ended FAILED")
-        if failed:
-            self.tracker.set_tags({REASON_TAG: line})
-        self.tracker.end("FAILED" if failed else "FINISHED")
+        # Ended and marked so at once: an interrupt before leaves it for the exit hook to end
+        # KILLED; one after, it is ended (the hook would otherwise turn FINISHED into KILLED).
+        with interrupts_deferred():
+            if failed:
+                self.tracker.set_tags({REASON_TAG: line})
+            self.tracker.end("FAILED" if failed else "FINISHED")
+            self.ended = True
         print_sweep(summary, self.tracker)
         if failed:
             error_line(line)

@@ -39,7 +39,6 @@ class MlflowRecorder(Callback):
         from omegaconf import OmegaConf
 
         from gradexp.console import note_line
-        from gradexp.interrupts import interrupts_deferred
         from gradexp.liveness import mark_dead_in_experiment
         from gradexp.mlflow_store import MlflowTracker, resolve_uri
         from gradexp.run_params import config_params
@@ -53,23 +52,26 @@ class MlflowRecorder(Callback):
         # tracking.stale_after, are marked KILLED (gradexp.liveness): one search of the store.
         mark_dead_in_experiment(uri, cfg.tracking.experiment, cfg.tracking.stale_after,
                                 say=note_line, parent_run_id=run.parent_run_id)
-        # A signal between the run's creation and the recorder holding it would leave the run
-        # RUNNING: it lands once the tracker is held, and the run ends KILLED.
-        with interrupts_deferred():
-            if run.resume is not None:
-                self.tracker = MlflowTracker.reopen(uri, run.resume.run_id)
-            else:
-                # What happened to the data (gradexp.data) goes in with the run's start tags:
-                # one write fewer a run (each costs a sqlite commit).
-                data_tags = run.data_record.tags if run.data_record is not None else {}
-                self.tracker = MlflowTracker(
-                    uri, cfg.tracking.experiment, run.run_name, parent_run_id=run.parent_run_id,
-                    tags={**source_tags(run.launch_dir, run.parent_run_id),
-                          RESTART_OF_TAG: run.restart_of, **data_tags})
-            run.run_id = self.tracker.run_id
-            run.experiment_id = self.tracker.experiment_id
-            run.tracking_uri = self.tracker.uri
+
+        def hold(tracker: MlflowTracker) -> None:
+            # Handed over with signals held from the run's creation (MlflowTracker's on_open):
+            # an interrupt right after it then ends the run KILLED, never leaves it RUNNING.
+            self.tracker = tracker
+            run.run_id, run.experiment_id = tracker.run_id, tracker.experiment_id
+            run.tracking_uri = tracker.uri
             run.store_now = lambda: self.store_now(run)
+
+        if run.resume is not None:
+            MlflowTracker.reopen(uri, run.resume.run_id, on_open=hold)
+        else:
+            # What happened to the data (gradexp.data) goes in with the run's start tags:
+            # one write fewer a run (each costs a sqlite commit).
+            data_tags = run.data_record.tags if run.data_record is not None else {}
+            MlflowTracker(uri, cfg.tracking.experiment, run.run_name,
+                          parent_run_id=run.parent_run_id,
+                          tags={**source_tags(run.launch_dir, run.parent_run_id),
+                                RESTART_OF_TAG: run.restart_of, **data_tags},
+                          on_open=hold)
         if run.resume is not None and run.resume.raised_config is not None:
             self.tracker.log_text(run.resume.raised_config, "config.yaml")  # a later resume
         if run.restart_of is not None:

@@ -84,8 +84,10 @@ class PackedLauncher(Launcher):
             plan = plan_sweep({idx: self._task_config(cfg) for idx, cfg in configs.items()},
                               Path(self.config.hydra.runtime.cwd))
             self._say(plan, len(job_overrides))
-            trials = self._group_trials(plan, configs)
+        trials: dict = {}
         try:
+            with self._interrupts_end_the_sweep():
+                trials.update(self._group_trials(plan, configs))
             return self._train_and_run(job_overrides, initial_job_idx, configs, plan, trials)
         except BaseException:
             # Ctrl-C, SIGTERM, a job that stops the sweep: the trials the groups asked for are not
@@ -134,16 +136,14 @@ class PackedLauncher(Launcher):
         left the parent RUNNING, and Ctrl-C printed a traceback."""
         from gradexp.app import Stop, interrupt_failure
         from gradexp.interrupts import sigterm_as_interrupt
-        from gradexp.sweeps import parent_run_file
+        from gradexp.sweeps import parent_left_open
 
         try:
             with sigterm_as_interrupt():
                 yield
         except KeyboardInterrupt as error:
-            assert self.config is not None
-            sweep_dir = Path(self.config.hydra.runtime.cwd) / self.config.hydra.sweep.dir
             recorded = ("the sweep's parent run is recorded as KILLED; no job had opened its "
-                        "run yet, so none is recorded" if parent_run_file(sweep_dir).exists()
+                        "run yet, so none is recorded" if parent_left_open()
                         else "no job had opened its run yet, so nothing is recorded")
             raise Stop(interrupt_failure(error, recorded, "the packed training")) from error
 
