@@ -341,16 +341,30 @@ def test_a_store_without_runs_says_so(capsys, tmp_path):
 
 @pytest.fixture(scope="module")
 def other_data(tmp_path_factory) -> dict:
-    """Two runs in a store of their own: one on seed 004's line, one on the same line drawn
-    with another seed (data.seed=7: the same params but one, other rows, other digests)."""
+    """Runs in a store of their own. Experiment "seeds": one on seed 004's line and one on the
+    same line drawn with another seed (data.seed=7: a param differs, other rows, other digests).
+    Experiment "gradexp": one on the line, then two on rows.csv with the same params, the file
+    rewritten between them (other rows, other digests, no param to show it)."""
     from mlflow import MlflowClient
 
     folder = tmp_path_factory.mktemp("other_data")
     uri = conftest.empty_store(folder)
-    made = {name: conftest.run(uri, "trainer.epochs=2", "gradcheck=off",
-                               "tracking.log_model=false", *overrides, run_name=name,
-                               launch_dir=folder).run_id
-            for name, overrides in [("seed 0", ()), ("seed 7", ("data.seed=7",))]}
+    csv = ("data=csv", "data.path=rows.csv", "data.target=y")
+
+    def rows(slope: float) -> str:
+        return "x,y\n" + "".join(f"{x / 10},{slope * x / 10 + 1}\n" for x in range(20))
+
+    made = {}
+    seeds = ("tracking.experiment=seeds",)
+    for name, overrides, slope in [("seed 0", seeds, None),
+                                   ("seed 7", (*seeds, "data.seed=7"), None),
+                                   ("line", (), None), ("csv before", csv, 3.0),
+                                   ("csv after", csv, -2.0)]:
+        if slope is not None:
+            (folder / "rows.csv").write_text(rows(slope))
+        made[name] = conftest.run(uri, "trainer.epochs=2", "gradcheck=off",
+                                  "tracking.log_model=false", *overrides, run_name=name,
+                                  launch_dir=folder).run_id
     client = MlflowClient(uri)
     digests = {name: {next(tag.value for tag in item.tags if tag.key == "mlflow.data.context"):
                       item.dataset.digest for item in client.get_run(run_id).inputs.dataset_inputs}
@@ -358,23 +372,40 @@ def other_data(tmp_path_factory) -> dict:
     return {"uri": uri, "ids": made, "digests": digests}
 
 
-def test_runs_trained_on_different_data_get_one_line_naming_them(capsys, other_data):
-    """val/mse of runs on other rows does not compare: the table stays, one line says which
-    runs saw which data (the digests MLflow shows in each run's Datasets)."""
+def test_runs_on_different_data_with_the_same_data_params_get_one_line_naming_them(
+        capsys, other_data):
+    """val/mse of runs on other rows does not compare. Where a data.* param differs
+    (data.seed=7, a sweep over data.standardize or data.features) the table's columns show it:
+    no line. Where the params are the same (a csv file that changed between runs), one line
+    says which of those runs saw which data (the digests MLflow shows in each run's Datasets)."""
     code, out, err = compare(capsys, "--tracking-uri", other_data["uri"])
     assert code == 0, err
     rows = [row[0] for row in table(out)[1]]
-    assert len(rows) == 2  # every run still listed
+    assert len(rows) == 3  # every run still listed; the line's data.name differs: not named
     digests, ids = other_data["digests"], {k: v[:8] for k, v in other_data["ids"].items()}
     assert digests["seed 0"]["train"] != digests["seed 7"]["train"]
-    (line,) = [line for line in out.splitlines() if "different data" in line]
-    sets = {name: f"linear (train {digests[name]['train']}, val {digests[name]['val']}): 1 run "
-                  f"({ids[name]})" for name in digests}
-    shown = [name for row in rows for name, short in ids.items() if short == row]
+    assert digests["csv before"]["train"] != digests["csv after"]["train"]
+    (line,) = [line for line in out.splitlines() if line.startswith("note:")]
+    sets = {name: f"rows (train {digests[name]['train']}, val {digests[name]['val']}): 1 run "
+                  f"({ids[name]})"
+            for name in ("csv before", "csv after")}
+    shown = [name for row in rows for name, short in ids.items() if short == row
+             and name in sets]
     assert line == (
-        "note: these runs were trained or evaluated on 2 different data sets (their MLflow "
-        "dataset digests differ), so their metrics do not compare: "
+        "note: runs with the same data.* params were trained or evaluated on 2 different data "
+        "sets (their MLflow dataset digests differ: a data file changed between them, or a "
+        "loader draws its own data), so their metrics do not compare: "
         + "; ".join(sets[name] for name in shown)), line  # in the table's order
+
+
+def test_runs_whose_data_differ_by_a_data_param_get_no_line(capsys, other_data):
+    """A sweep over data.* keys (docs/sweeps.md: data.standardize, data.features) trains each
+    job on other data by design; its columns say so."""
+    code, out, err = compare(capsys, "--tracking-uri", other_data["uri"], "--experiment",
+                             "seeds")
+    assert code == 0, err
+    assert len(table(out)[1]) == 2
+    assert "note:" not in out
 
 
 # ---------------------------------------------------------------- a real tracking server

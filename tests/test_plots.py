@@ -69,6 +69,26 @@ def test_a_confusion_matrix_names_its_classes(labels, ticks):
     assert [tick.get_text() for tick in axes.get_yticklabels()] == ticks
 
 
+def test_a_class_label_with_dollar_signs_is_drawn_as_written():
+    """`$10-$20` is a class label, not math text (matplotlib reads text between two `$` as
+    TeX: `10-` in italics, the signs gone): each tick is as wide as its text drawn plainly."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    from gradexp.plots import confusion_matrix
+
+    labels = ["$10-$20", "$20-$50", "over $50"]
+    figure = confusion_matrix(np.eye(3, dtype=int), "val", labels=labels)
+    FigureCanvasAgg(figure).print_png(io.BytesIO())
+    renderer = figure.canvas.get_renderer()
+    axes = figure.axes[0]
+    for tick, label in zip(axes.get_yticklabels(), labels):
+        plain = Text(text=label, fontproperties=tick.get_fontproperties(), parse_math=False,
+                     figure=figure)
+        assert tick.get_window_extent(renderer).width == pytest.approx(
+            plain.get_window_extent(renderer).width), label
+
+
 @pytest.mark.parametrize("jobs", [3, 11, 64])
 def test_no_two_curves_of_a_sweep_look_alike(jobs):
     # matplotlib's 10 colours repeat from the 11th line on: two jobs' curves, one colour

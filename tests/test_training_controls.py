@@ -283,6 +283,40 @@ def test_a_sweep_job_that_was_killed_resumes_from_its_checkpoint(tmp_path):
     assert all(r.info.status == "FINISHED" for r in children)
 
 
+def refusal(recorded: tuple[str, ...], overrides: tuple[str, ...]) -> str | None:
+    """check_overrides' line for resuming a run recorded with `recorded` overrides by a job
+    given `overrides` (as Hydra parsed them); None when it lets the resume go on."""
+    from gradexp.resume import check_overrides
+
+    try:
+        check_overrides("trainer.resume=ID", conftest.compose_config(*overrides),
+                        conftest.compose_config(*recorded), list(overrides))
+    except ConfigError as refused:
+        return str(refused)
+    return None
+
+
+def test_a_refused_resume_masks_secrets_as_the_params_do():
+    """config.yaml keeps a loader's token unmasked; the refusal line shows it as params do."""
+    loader = ("data=custom", "data._target_=my_data.load")
+    line = refusal((*loader, "+data.kwargs.token=OLD", "+data.kwargs.url=http://u:pw@host/x"),
+                   ("trainer.resume=ID", *loader, "+data.kwargs.token=NEW",
+                    "+data.kwargs.url=http://u:pw2@host/x"))
+    assert "OLD" not in line and "NEW" not in line and "pw" not in line
+    assert "+data.kwargs.token=*** (recorded: ***)" in line
+    assert "+data.kwargs.url=http://***@host/x (recorded: http://***@host/x)" in line
+
+
+def test_a_sweep_that_resumes_a_killed_run_takes_its_raised_epochs():
+    """A killed run resumed to 100 epochs records 100 in config.yaml (its param keeps 50); the
+    sweep (trainer.epochs=50) rerun with sweep.resume_killed=true finds it by its params and
+    resumes it to 100, as before. Asked on the command line, fewer epochs are still refused."""
+    assert refusal(("trainer.epochs=100",),
+                   ("trainer.epochs=50", "sweep.resume_killed=true")) is None
+    assert "trainer.epochs=50 (recorded: 100)" in refusal(
+        ("trainer.epochs=100",), ("trainer.resume=ID", "trainer.epochs=50"))
+
+
 INTERRUPT_AT = '''
 class InterruptAt:
     """Ctrl-C at the stretch end of `epoch` (a resume, which starts there, is not cut again)."""

@@ -517,22 +517,30 @@ def data_sets(run) -> tuple[tuple[str, str, str], ...]:
 
 
 def different_data(runs: list) -> str | None:
-    """One line when the runs shown did not all see the same data (a data.seed, a csv file or
-    its split changed): their val/ and test/ metrics are measured on other rows, so ranking
-    them says little. Each data set with its digests and its runs, the most used first; None
-    when they agree. Replicates of a master seed (each seed draws its own data, by design) get
-    a shorter line: their means compare, not their rows."""
-    seen: dict[tuple, list] = {}
-    for run in runs:  # in the table's order
-        key = data_sets(run)
-        if key:
-            seen.setdefault(key, []).append(run)
+    """One line when runs whose data.* params are the same did not see the same data (a csv
+    file changed between them, a loader drew its own rows): their val/ and test/ metrics are
+    measured on other rows, so ranking them says little, and no column of the table shows why.
+    Runs whose data differ because a data.* param does (a sweep over data.standardize or
+    data.features) show it in their columns: no line. Each data set with its digests and its
+    runs, the most used first; None when nothing is hidden. Replicates of a master seed (each
+    seed draws its own data, by design) get a shorter line: their means compare, not their
+    rows."""
+    seen = _by_data(runs)
     if len(seen) < 2:
         return None
     if follows_from_seed(seen):
         return ("note: each master seed drew its own data (data.resample=true), so runs of "
                 "different seeds do not compare one to one; their means over seeds do "
                 "(--aggregate)")
+    same_params: dict[tuple, list] = {}
+    for run in runs:
+        if data_sets(run):
+            same_params.setdefault(_data_params(run), []).append(run)
+    hidden = {run.info.run_id for group in same_params.values()
+              if len(_by_data(group)) > 1 for run in group}
+    seen = _by_data([run for run in runs if run.info.run_id in hidden])  # the table's order
+    if len(seen) < 2:
+        return None
     parts = []
     for key, group in sorted(seen.items(), key=lambda item: -len(item[1])):
         names = "/".join(dict.fromkeys(name for _, name, _ in key))
@@ -542,9 +550,26 @@ def different_data(runs: list) -> str | None:
                                              if len(ids) > MAX_IDS else "")
         parts.append(f"{names} ({digests}): {len(ids)} run{'s' if len(ids) > 1 else ''} "
                      f"({listed})")
-    return (f"note: these runs were trained or evaluated on {len(seen)} different data sets "
-            "(their MLflow dataset digests differ), so their metrics do not compare: "
+    return (f"note: runs with the same data.* params were trained or evaluated on {len(seen)} "
+            "different data sets (their MLflow dataset digests differ: a data file changed "
+            "between them, or a loader draws its own data), so their metrics do not compare: "
             + "; ".join(parts))
+
+
+def _by_data(runs: list) -> dict[tuple, list]:
+    """The runs (in their order) by the data sets they saw; runs without dataset inputs left
+    out (nothing is known)."""
+    seen: dict[tuple, list] = {}
+    for run in runs:
+        key = data_sets(run)
+        if key:
+            seen.setdefault(key, []).append(run)
+    return seen
+
+
+def _data_params(run) -> tuple:
+    return tuple(sorted((key, value) for key, value in run.data.params.items()
+                        if key.startswith("data.")))
 
 
 def follows_from_seed(seen: dict[tuple, list]) -> bool:

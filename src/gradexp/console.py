@@ -38,16 +38,17 @@ class _Console(Console):
 
     def on_broken_pipe(self) -> None:
         self.quiet = True
-        stdout_to_devnull()
+        stream_to_devnull(self.file)
 
 
-def stdout_to_devnull() -> None:
-    """Python's recipe for a closed stdout (docs: "Note on SIGPIPE"): point it at os.devnull, so
-    every later write (any console, the flush at exit) goes nowhere instead of failing."""
-    with contextlib.suppress(OSError, ValueError):  # no file descriptor behind it (a notebook)
-        devnull = os.open(os.devnull, os.O_WRONLY)
+def stream_to_devnull(stream: Any) -> None:
+    """Python's recipe for a closed stdout (docs: "Note on SIGPIPE"), for the stream that broke:
+    point its file descriptor at os.devnull, so every later write (any console, the flush at
+    exit) goes nowhere instead of failing."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # no file descriptor
+        devnull = os.open(os.devnull, os.O_WRONLY)  # behind it (a notebook, io.StringIO)
         try:
-            os.dup2(devnull, sys.stdout.fileno())
+            os.dup2(devnull, stream.fileno())
         finally:
             os.close(devnull)
 
@@ -55,11 +56,13 @@ def stdout_to_devnull() -> None:
 class StdoutLogHandler(logging.StreamHandler):
     """The console handler of Hydra's logging (conf/hydra/job_logging/gradexp.yaml): its lines
     ([HYDRA] Launching 2 jobs locally) go to stdout too, and a closed stdout stops them as it
-    stops the console, instead of a "--- Logging error ---" report for every line."""
+    stops the console, instead of a "--- Logging error ---" report for every line. The stream
+    that broke is the one silenced: with handlers.console.stream=ext://sys.stderr a closed
+    stderr leaves stdout (perhaps a file) as it is."""
 
     def handleError(self, record: logging.LogRecord) -> None:
         if isinstance(sys.exc_info()[1], BrokenPipeError):
-            stdout_to_devnull()
+            stream_to_devnull(self.stream)
             return
         super().handleError(record)
 

@@ -255,9 +255,11 @@ def confusion_matrix(counts: np.ndarray, title: str, labels: Sequence | None = N
         light = count > counts.max() / 2
         axes.text(column, row, str(count), ha="center", va="center", fontsize=9,
                   color="white" if light else "black")
-    axes.set_xticks(range(n), ticks, rotation=45 if slant else 0,
+    # `\$`: a label such as `$10-$20` is text; two bare `$` would make it math text (TeX).
+    drawn = [text.replace("$", r"\$") for text in ticks]
+    axes.set_xticks(range(n), drawn, rotation=45 if slant else 0,
                     ha="right" if slant else "center", rotation_mode="anchor")
-    axes.set_yticks(range(n), ticks)
+    axes.set_yticks(range(n), drawn)
     axes.set_xlabel("predicted class")
     axes.set_ylabel("true class")
     accuracy = np.trace(counts) / max(counts.sum(), 1)

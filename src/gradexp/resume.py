@@ -126,26 +126,31 @@ def command_line_overrides() -> list[str]:
 def check_overrides(key: str, cfg: DictConfig, recorded: DictConfig,
                     overrides: list[str]) -> None:
     """ConfigError naming each override that would change the recorded run, with its recorded
-    value: `optimizer.learning_rate=0.5` would otherwise train on at the recorded rate without a
-    word. Restating a recorded value is no change; a smaller trainer.epochs is one."""
-    from gradexp.seeds import derive_seeds
-    from gradexp.user_code import label_by_target
+    value (secrets masked, as the run's params show them): `optimizer.learning_rate=0.5` would
+    otherwise train on at the recorded rate without a word. Restating a recorded value is no
+    change; a smaller trainer.epochs is one when the resume was asked for (trainer.resume among
+    the overrides). A sweep's job that sweep.resume_killed set to resume found the run by its
+    params, whose trainer.epochs keeps its first value where a resume raised it: it trains to
+    the recorded, larger number."""
+    from gradexp.run_params import as_recorded, masked_value
 
-    # The config as the run recorded it: its derived seeds and its labels (loss.name=my.fn).
-    given = cfg.copy()
-    derive_seeds(given)
-    label_by_target(given)
+    given = as_recorded(cfg)  # the config as the run recorded it
+    names = [override.split("=", 1)[0].lstrip("+~") for override in overrides]
+    asked = "trainer.resume" in names
     changes = []
-    for override in overrides:
-        name = override.split("=", 1)[0].lstrip("+~")
+    for override, name in zip(overrides, names):
         if name == "trainer.epochs":
-            if given.trainer.epochs >= recorded.trainer.epochs:
+            if given.trainer.epochs >= recorded.trainer.epochs or not asked:
                 continue
         elif name in TAKEN or name.startswith("sweep."):
             continue
         now, then = _compared(given, name), _compared(recorded, name)
         if now != then:
-            changes.append(f"{override} (recorded: {'nothing' if then is _ABSENT else then})")
+            shown = now if now is _ABSENT else masked_value(name, now)
+            if shown != now:  # the override as the params show it
+                override = f"{override.split('=', 1)[0]}={shown}"
+            was = "nothing" if then is _ABSENT else masked_value(name, then)
+            changes.append(f"{override} (recorded: {was})")
     if changes:
         raise ConfigError(f"{key}: a resume continues the run as it was recorded, so it cannot "
                           f"change {', '.join(changes)}; beside trainer.resume it takes only a "

@@ -37,6 +37,26 @@ def mask_secrets(params: Mapping[str, Any]) -> dict[str, Any]:
     return masked
 
 
+def masked_value(key: str, value: Any) -> Any:
+    """`value` of config key `key` as the params show it: masked when the key looks like a
+    secret's, credentials cut out of a URI, and so inside a mapping (data.kwargs={token: ...})."""
+    if isinstance(value, Mapping):
+        return {name: masked_value(f"{key}.{name}", item) for name, item in value.items()}
+    return mask_secrets({key: value})[key]
+
+
+def as_recorded(cfg):
+    """A copy of the job's config as its run records it: the seeds derived from `seed`
+    (gradexp.seeds) and a person's _target_ naming its group (loss.name=my.fn). What
+    sweep.skip_finished and sweep.resume_killed match on, and what a resume compares with."""
+    from gradexp.seeds import derive_seeds
+    from gradexp.user_code import label_by_target
+
+    recorded = cfg.copy()
+    derive_seeds(recorded)
+    return label_by_target(recorded)
+
+
 def config_params(cfg) -> dict[str, str]:
     """The resolved config as a run's MLflow params hold it: dotted keys, secrets masked, text.
     Runs log exactly this, and sweep.skip_finished matches on it."""

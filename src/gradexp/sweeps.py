@@ -537,15 +537,12 @@ def reuse_finished_run(cfg: DictConfig, hydra_cfg: DictConfig) -> float | None:
         return None
     from gradexp.console import console
     from gradexp.mlflow_store import open_client, resolve_uri
-    from gradexp.run_params import config_params
-    from gradexp.seeds import derive_seeds
-    from gradexp.user_code import label_by_target
+    from gradexp.run_params import as_recorded, config_params
 
     launch_dir = Path(hydra_cfg.runtime.cwd)
     client = open_client(resolve_uri(cfg.tracking.uri, launch_dir))
-    # The params as run_experiment logs them: a user's _target_ names the run (loss.name).
-    derive_seeds(cfg)  # the params as the run recorded them: its derived seeds too
-    run = find_finished_run(client, cfg.tracking.experiment, config_params(label_by_target(cfg)))
+    # The params as run_experiment logs them: derived seeds, a user's _target_ as loss.name.
+    run = find_finished_run(client, cfg.tracking.experiment, config_params(as_recorded(cfg)))
     if run is None:
         return None
     _note_reused(client, launch_dir, hydra_cfg, run.info.run_id)
@@ -565,17 +562,13 @@ def resume_killed_run(cfg: DictConfig, hydra_cfg: DictConfig) -> DictConfig:
 
     from gradexp.mlflow_store import open_client, resolve_uri
     from gradexp.resume import checkpoint_folder
-    from gradexp.run_params import config_params
-    from gradexp.seeds import derive_seeds
-    from gradexp.user_code import label_by_target
+    from gradexp.run_params import as_recorded, config_params
 
     if not cfg.sweep.resume_killed or _tracking_off(cfg) or cfg.trainer.resume:
         return cfg
     launch_dir = Path(hydra_cfg.runtime.cwd)
     client = open_client(resolve_uri(cfg.tracking.uri, launch_dir))
-    job = cfg.copy()
-    derive_seeds(job)  # the params as the run recorded them: its derived seeds too
-    params = config_params(label_by_target(job))
+    params = config_params(as_recorded(cfg))  # the params as the run recorded them
     run = find_finished_run(client, cfg.tracking.experiment, params, status="KILLED")
     if run is None or not any(checkpoint_folder(launch_dir, run.info.run_id).glob("ckpt-*")):
         return cfg
