@@ -86,6 +86,15 @@ def forgets_variables_subclassed(n_features, n_outputs):
     return Net(n_outputs)
 
 
+class ScaleWhenTraining(Scale):  # the hand-written gradient only on the training branch
+    def call(self, x, training=None):
+        return super().call(x) if training else x * self.w
+
+
+def forgets_variables_training(n_features, n_outputs):
+    return forgets_variables(n_features, n_outputs, ScaleWhenTraining)
+
+
 class EagerL2(keras.regularizers.Regularizer):
     """Reads the weights with .numpy(): runs only eagerly."""
 
@@ -189,7 +198,15 @@ MISTAKES = [
        "(input gradients, [one gradient per variable])")
       for builder, variable in (("forgets_variables", "scale/w"),
                                 ("forgets_variables_shaped", "scale/w"),
-                                ("forgets_variables_subclassed", "net/w"))],
+                                ("forgets_variables_subclassed", "net/w"),
+                                # met only where the training step traces training=True:
+                                # TensorFlow's rule too, eagerly as compiled (not "write it
+                                # with keras.ops or set trainer.compile=false")
+                                ("forgets_variables_training", "scale/w"))],
+    (["model=custom", "model._target_=wrong_models.forgets_variables_training",
+      "trainer.compile=false"],  # the eager step meets it as well: said before the run too
+     "model._target_=wrong_models.forgets_variables_training: a tf.custom_gradient function "
+     "reads variables it is not given as inputs (scale/w)"),
     (["model=keras", "model.layers=[{_target_:wrong_models.Scale,name:scale}]"],
      "model=keras: a tf.custom_gradient function reads variables it is not given as inputs "
      "(keras/scale/w), so TensorFlow requires its grad_fn to accept a keyword argument "

@@ -210,11 +210,7 @@ def _check_built(cfg: DictConfig, data: Any, where: str, model: Any) -> None:
     try:
         out = model(rows)
     except Exception as error:  # noqa: BLE001 - the shapes' mismatch, unless TensorFlow's rule
-        from gradexp.models import custom_gradient_refusal
-
-        refused = custom_gradient_refusal(where, error)
-        if refused is not None:
-            raise refused from None
+        _refuse_custom_gradient(where, error)
         raise ConfigError(
             f"{where}: does not take data={cfg.data.name}'s rows of "
             f"{features} ({type(error).__name__}: {reason_of(error)[:200]})") from None
@@ -227,6 +223,8 @@ def _check_built(cfg: DictConfig, data: Any, where: str, model: Any) -> None:
             "n_outputs units")
     if cfg.trainer.compile:
         check_compiles(where, model, rows)
+    else:
+        check_trains_eagerly(where, model, rows)
 
 
 def check_compiles(where: str, model: Any, rows: Any) -> None:
@@ -256,6 +254,7 @@ def check_compiles(where: str, model: Any, rows: Any) -> None:
     failed = traces(forward_and_own_losses)
     if failed is None:
         return
+    _refuse_custom_gradient(where, failed)  # TensorFlow's rule, compiled or not
     # Only now is the call traced alone: to say which part of the person's code it is.
     part, them = ("its call", "it") if traces(forward) else (
         "its own losses (model.losses: a regularizer, add_loss)", "them")
@@ -264,6 +263,26 @@ def check_compiles(where: str, model: Any, rows: Any) -> None:
         f"{reason_of(failed)[:200]}); write {them} with keras.ops or TensorFlow ops (a value "
         "read with .numpy() or float() carries no gradient either), or set "
         "trainer.compile=false to train eagerly")
+
+
+def check_trains_eagerly(where: str, model: Any, rows: Any) -> None:
+    """trainer.compile=false: the call in training mode, eagerly, for TensorFlow's refusal of a
+    tf.custom_gradient on a training-only branch (the call above ran in inference mode). Any
+    other error is the run's to report, as the eager step would meet it."""
+    try:
+        model(rows, training=True)
+    except Exception as error:  # noqa: BLE001 - only TensorFlow's custom_gradient rule is ours
+        _refuse_custom_gradient(where, error)
+
+
+def _refuse_custom_gradient(where: str, error: BaseException) -> None:
+    """A tf.custom_gradient whose grad_fn lacks `variables` fails eagerly as compiled: its line
+    (gradexp.models.custom_gradient_refusal), not advice to train eagerly."""
+    from gradexp.models import custom_gradient_refusal
+
+    refused = custom_gradient_refusal(where, error)
+    if refused is not None:
+        raise refused from None
 
 
 TENSORFLOW_IMPORT = re.compile(r"^\s*(?:import|from)\s+(?:tensorflow|keras|tf_keras)\b",
