@@ -126,14 +126,8 @@ def _only_stateless_code(cfg: DictConfig) -> bool:
     or Keras' own."""
     from omegaconf import OmegaConf
 
-    def targets(node: Any) -> list[str]:
-        if isinstance(node, dict):
-            found = [str(node["_target_"])] if "_target_" in node else []
-            return found + [t for value in node.values() for t in targets(value)]
-        if isinstance(node, list):
-            return [t for value in node for t in targets(value)]
-        return []
+    from gradexp.user_code import targets_in
 
     groups = ("data", "model", "loss")
     plain = [OmegaConf.to_container(cfg[group], resolve=True) for group in groups]
-    return all(t.split(".")[0] in STATELESS_RANDOM_PACKAGES for t in targets(plain))
+    return all(t.split(".")[0] in STATELESS_RANDOM_PACKAGES for t in targets_in(plain))
