@@ -100,6 +100,19 @@ def build(n_features, n_outputs):
     inputs = keras.Input((n_features,))
     hidden = keras.layers.Dense(8, activation="tanh")(inputs)
     return keras.Model(inputs, keras.layers.Dense(n_outputs)(hidden))
+
+
+class Noisy(keras.layers.Layer):
+    # Adds noise while training, drawn by an unseeded keras.random op: from Keras' global
+    # SeedGenerator, which Python's random state seeds when it is first used.
+    def call(self, x, training=None):
+        return x + keras.random.normal(keras.ops.shape(x)) if training else x
+
+
+def noisy(n_features, n_outputs):  # the same first weights whatever the seeds
+    inputs = keras.Input((n_features,))
+    dense = keras.layers.Dense(n_outputs, kernel_initializer="ones")
+    return keras.Model(inputs, dense(Noisy()(inputs)))
 """
 
 
@@ -123,6 +136,33 @@ def test_a_master_seed_repeats_a_custom_builders_weights(store, client, launch):
     assert len(first) == 4
     assert first == again  # the same first weights, the same training: bit for bit
     assert first[0] != other[0] and first[-1] != other[-1]
+
+
+@pytest.mark.heavy  # ~4 s
+def test_a_custom_models_unseeded_random_ops_follow_trainer_seed(store, client, launch,
+                                                                   monkeypatch):
+    """Keras' global random state is seeded from the weights stream for the builder only:
+    after it, unseeded keras.random ops in the model's call draw from what trainer.seed set
+    (trainer.deterministic), so another weights stream leaves the noise, and the run, as is."""
+    from collections import OrderedDict
+
+    from gradexp import seeds, shared_programs
+
+    def losses() -> list[float]:
+        result = run(store, "seed=0", "data.resample=false", "model=custom",
+                     "model._target_=seeded_models.noisy", "trainer.deterministic=true",
+                     *QUICK, launch_dir=launch)
+        history = client.get_metric_history(result.run_id, "loss")
+        return [m.value for m in sorted(history, key=lambda m: m.step)]
+
+    first = losses()
+    # Traced anew, not the first run's program: that one holds the global SeedGenerator its
+    # trace met, whose state has moved on (a known gap of shared programs, not this check's)
+    monkeypatch.setattr(shared_programs, "_SHARED", OrderedDict())
+    derived = seeds.derived_seed
+    monkeypatch.setattr(seeds, "derived_seed", lambda master, purpose: derived(
+        master + 1 if purpose == "weights" else master, purpose))
+    assert losses() == first
 
 
 # ---------------------------------------------------------------- the statistics

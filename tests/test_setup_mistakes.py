@@ -86,6 +86,15 @@ def forgets_variables_subclassed(n_features, n_outputs):
     return Net(n_outputs)
 
 
+class ScaleWhenTraining(Scale):  # the hand-written gradient only on the training branch
+    def call(self, x, training=None):
+        return super().call(x) if training else x * self.w
+
+
+def forgets_variables_training(n_features, n_outputs):
+    return forgets_variables(n_features, n_outputs, ScaleWhenTraining)
+
+
 class EagerL2(keras.regularizers.Regularizer):
     """Reads the weights with .numpy(): runs only eagerly."""
 
@@ -189,7 +198,15 @@ MISTAKES = [
        "(input gradients, [one gradient per variable])")
       for builder, variable in (("forgets_variables", "scale/w"),
                                 ("forgets_variables_shaped", "scale/w"),
-                                ("forgets_variables_subclassed", "net/w"))],
+                                ("forgets_variables_subclassed", "net/w"),
+                                # met only where the training step traces training=True:
+                                # TensorFlow's rule too, eagerly as compiled (not "write it
+                                # with keras.ops or set trainer.compile=false")
+                                ("forgets_variables_training", "scale/w"))],
+    (["model=custom", "model._target_=wrong_models.forgets_variables_training",
+      "trainer.compile=false"],  # the eager step meets it as well: said before the run too
+     "model._target_=wrong_models.forgets_variables_training: a tf.custom_gradient function "
+     "reads variables it is not given as inputs (scale/w)"),
     (["model=keras", "model.layers=[{_target_:wrong_models.Scale,name:scale}]"],
      "model=keras: a tf.custom_gradient function reads variables it is not given as inputs "
      "(keras/scale/w), so TensorFlow requires its grad_fn to accept a keyword argument "
@@ -462,3 +479,32 @@ def test_a_monitor_left_set_while_early_stopping_is_off_is_only_checked_for_typo
     with pytest.raises(ConfigError, match="monitor=val/maee: not a metric"):
         check_monitor(compose_config(*off, "trainer.early_stopping.monitor=val/maee"),
                       "regression", ("train",))
+
+
+def test_a_sweeps_jobs_of_one_shape_trace_the_training_step_check_once(launch, monkeypatch):
+    """check_compiles traces a tf.function per job (~15 ms an MLP, ~45 ms the digits CNN): its
+    verdict is kept per what decides it, so the next job of that shape (another seed, another
+    optimizer) does not trace again, and a job of another shape still does."""
+    from types import SimpleNamespace
+
+    from gradexp import setup_checks
+
+    monkeypatch.syspath_prepend(str(launch))
+    traced = []
+    check = setup_checks.check_compiles
+    monkeypatch.setattr(setup_checks, "check_compiles",
+                        lambda *args: traced.append(args[0]) or check(*args))
+    data = SimpleNamespace(n_features=2, n_outputs=1, task="regression")
+    shape = ["model=custom", "model._target_=wrong_models.build", "+model.kwargs.width=3"]
+    for overrides in ([*shape, "seed=1"], [*shape, "seed=2", "optimizer=adam"],
+                      [*shape[:2], "+model.kwargs.width=5"]):
+        setup_checks.check_model_fits_data(compose_config(*overrides), data)
+    assert len(traced) == 2  # width=3 once for its two jobs, width=5 once
+    setup_checks.check_model_fits_data(compose_config(*shape), SimpleNamespace(
+        n_features=3, n_outputs=1, task="regression"))  # the same model on other data
+    assert len(traced) == 3
+    # the model of a layer list (model=keras): its seed decides its weights, not its trace
+    keras_jobs = [["model=keras", f"model.seed={seed}"] for seed in (1, 2)]
+    for overrides in keras_jobs:
+        setup_checks.check_model_fits_data(compose_config(*overrides), data)
+    assert len(traced) == 4

@@ -38,7 +38,7 @@ from gradexp.mlflow_store import (
 from gradexp.resume import prepare_resume
 from gradexp.run_params import config_params
 from gradexp.run_view import RunResult, RunView
-from gradexp.seeds import derive_seeds, seed_builder, seed_tensorflow
+from gradexp.seeds import builder_seeded, derive_seeds, seed_tensorflow
 from gradexp.setup_checks import check_against_data, check_config
 from gradexp.tag_keys import (
     DIRECTION_TAG,
@@ -241,8 +241,8 @@ class Loop:
                       TASK_TAG: data.task, OBJECTIVE_TAG: run.objective,
                       DIRECTION_TAG: run.direction})
         with device.scope():
-            seed_builder(cfg)  # seed=N: a builder of yours gets the same first weights each run
-            run.model = build_model(cfg.model, data.n_features, data.n_outputs)
+            with builder_seeded(cfg):  # seed=N: a builder of yours, the same first weights
+                run.model = build_model(cfg.model, data.n_features, data.n_outputs)
         trained = take_trained()  # hydra/launcher=packed trained this job already
         # An earlier job of this shape in this process: its traced programs, set to this
         # job's start (gradexp.shared_programs), instead of a new trace. A packed job takes

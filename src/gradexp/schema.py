@@ -508,7 +508,7 @@ class SweepConfig:
 class Config:
     # The master seed (gradexp.seeds): null keeps every seed as its own key says; set, model.seed,
     # trainer.seed and data.seed (or data.split_seed; data.resample) derive from it, and a
-    # builder of yours is called with Keras' global seed derived from it (seeds.seed_builder).
+    # builder of yours is called with Keras' global seed derived from it (seeds.builder_seeded).
     seed: int | None = setting(None, "master seed: when set, the weights, dropout, batch order "
                                "and data (data.resample) seeds derive from it; null = each "
                                "seed key as set", SEED)

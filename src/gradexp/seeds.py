@@ -15,12 +15,14 @@ The derived values are written into the run's config, so they are recorded as th
 
 A person's builder (model=custom) has no model.seed: with `seed=N`, the global random state its
 unseeded Keras initializers (and numpy) draw from is seeded from N's "weights" stream right
-before it is called (seed_builder), as keras.utils.set_random_seed does, so its first weights
-repeat too.
+before it is called (builder_seeded), as keras.utils.set_random_seed does, so its first weights
+repeat too; after it, that state is put back as trainer.seed left it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from omegaconf import DictConfig, open_dict
@@ -66,21 +68,65 @@ def derive_seeds(cfg: DictConfig) -> dict[str, int]:
     return derived
 
 
-def seed_builder(cfg: DictConfig) -> None:
+@contextmanager
+def builder_seeded(cfg: DictConfig) -> Iterator[None]:
     """With `seed` set and a builder that is not gradexp's own (those take model.seed), seed the
-    global state a builder draws from, just before it is called: Python's `random` (Keras'
-    unseeded initializers and layers take their seeds from it), numpy's and Keras' global
-    SeedGenerator, through keras.utils.set_random_seed, from the master seed's weights stream.
-    TensorFlow's global seed stays trainer.seed (it is the batches' and training's, and
-    set_random_seed sets it too). Without `seed`, nothing changes: an unseeded builder stays
-    as random as the person wrote it."""
+    global state a builder draws from while it is called (the `with` block): Python's `random`
+    (Keras' unseeded initializers and layers take their seeds from it), numpy's and Keras'
+    global SeedGenerator, through keras.utils.set_random_seed, from the master seed's weights
+    stream. Afterwards they are put back as they were, as trainer.seed left them (with
+    trainer.deterministic, keras.utils.set_random_seed(trainer.seed)): unseeded keras.random
+    ops in the model's call, numpy's and Python's draws in the run follow trainer.seed, not the
+    weights stream. TensorFlow's global seed stays trainer.seed too (set_random_seed sets it).
+    Without `seed`, nothing changes: an unseeded builder stays as random as the person wrote
+    it."""
     master = cfg.get("seed")
     if master is None or str(cfg.model["_target_"]).startswith("gradexp."):
+        yield
         return
     import keras
 
+    saved = _global_random_state()
     keras.utils.set_random_seed(derived_seed(int(master), "weights"))
-    seed_tensorflow(cfg.trainer.seed, cfg)  # TensorFlow's global seed back to trainer.seed
+    try:
+        yield
+    finally:
+        _restore_global_random_state(saved)
+        seed_tensorflow(cfg.trainer.seed, cfg)  # TensorFlow's global seed back to trainer.seed
+
+
+def _keras_seed_attributes() -> tuple[str, str]:
+    """Keras 3's global attributes that keras.utils.set_random_seed sets: the seed, and the
+    SeedGenerator unseeded keras.random ops draw from (None: made anew from Python's random
+    state at its next use)."""
+    from keras.src.random.seed_generator import GLOBAL_SEED_GENERATOR
+    from keras.src.utils.rng_utils import GLOBAL_RANDOM_SEED
+
+    return GLOBAL_RANDOM_SEED, GLOBAL_SEED_GENERATOR
+
+
+def _global_random_state() -> tuple:
+    """Python's and numpy's random states and Keras' global seed attributes, to be restored."""
+    import random
+
+    import numpy as np
+    from keras.src.backend.common import global_state
+
+    return (random.getstate(), np.random.get_state(),
+            [global_state.get_global_attribute(name) for name in _keras_seed_attributes()])
+
+
+def _restore_global_random_state(saved: tuple) -> None:
+    import random
+
+    import numpy as np
+    from keras.src.backend.common import global_state
+
+    python, numpy, keras_attributes = saved
+    random.setstate(python)
+    np.random.set_state(numpy)
+    for name, value in zip(_keras_seed_attributes(), keras_attributes):
+        global_state.set_global_attribute(name, value)
 
 
 # Packages whose random ops are stateless (Keras 3 draws from seed variables, gradexp's batch order
@@ -126,14 +172,8 @@ def _only_stateless_code(cfg: DictConfig) -> bool:
     or Keras' own."""
     from omegaconf import OmegaConf
 
-    def targets(node: Any) -> list[str]:
-        if isinstance(node, dict):
-            found = [str(node["_target_"])] if "_target_" in node else []
-            return found + [t for value in node.values() for t in targets(value)]
-        if isinstance(node, list):
-            return [t for value in node for t in targets(value)]
-        return []
+    from gradexp.user_code import targets_in
 
     groups = ("data", "model", "loss")
     plain = [OmegaConf.to_container(cfg[group], resolve=True) for group in groups]
-    return all(t.split(".")[0] in STATELESS_RANDOM_PACKAGES for t in targets(plain))
+    return all(t.split(".")[0] in STATELESS_RANDOM_PACKAGES for t in targets_in(plain))

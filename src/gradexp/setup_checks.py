@@ -51,6 +51,12 @@ SIZED_FROM_DATA = tuple(f"{__package__}.models.{name}"  # spelled once: tests/te
                         for name in ("linear", "buggy_linear", "mlp"))
 
 
+# The shapes (verdict_key) whose training-step check passed in this process: a sweep's jobs of
+# one shape trace it once. A bounded, ordered dict of short tuples (no models), oldest out.
+VERDICTS_KEPT = 64
+_PASSED: dict[tuple, None] = {}
+
+
 def warning_line(message: str) -> None:
     """One line about a setup that runs but is probably not what was meant."""
     from rich.console import Console
@@ -210,11 +216,7 @@ def _check_built(cfg: DictConfig, data: Any, where: str, model: Any) -> None:
     try:
         out = model(rows)
     except Exception as error:  # noqa: BLE001 - the shapes' mismatch, unless TensorFlow's rule
-        from gradexp.models import custom_gradient_refusal
-
-        refused = custom_gradient_refusal(where, error)
-        if refused is not None:
-            raise refused from None
+        _refuse_custom_gradient(where, error)
         raise ConfigError(
             f"{where}: does not take data={cfg.data.name}'s rows of "
             f"{features} ({type(error).__name__}: {reason_of(error)[:200]})") from None
@@ -225,8 +227,39 @@ def _check_built(cfg: DictConfig, data: Any, where: str, model: Any) -> None:
             f"data={cfg.data.name} has {data.n_outputs} target column"
             f"{'s' if data.n_outputs != 1 else ''} ({data.task}): build the last layer with "
             "n_outputs units")
+    key = verdict_key(cfg, data)
+    if key in _PASSED:  # an earlier job of this shape passed: the same trace would pass
+        return
     if cfg.trainer.compile:
         check_compiles(where, model, rows)
+    else:
+        check_trains_eagerly(where, model, rows)
+    _PASSED[key] = None
+    while len(_PASSED) > VERDICTS_KEPT:
+        del _PASSED[next(iter(_PASSED))]  # the oldest
+
+
+def verdict_key(cfg: DictConfig, data: Any) -> tuple:
+    """What decides whether a model's training call traces: the model's config (its builder,
+    kwargs or layers, their regularizers: model.losses) but its seed, which moves only weights,
+    the files of the code its `_target_`s name (a module of the same name in another launch
+    folder is other code), the data's sizes and trainer.compile. A short tuple of strings."""
+    from gradexp.user_code import targets_in
+
+    options = OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True)
+    options.pop("seed", None)
+    files = tuple(_code_file(target) for target in dict.fromkeys(targets_in(options)))
+    return (repr(options), files, data.n_features, data.n_outputs, bool(cfg.trainer.compile))
+
+
+def _code_file(target: str) -> str:
+    """The file of the (imported) module a dotted `_target_` lives in; "" when none is."""
+    parts = target.split(".")
+    for end in range(len(parts) - 1, 0, -1):
+        module = sys.modules.get(".".join(parts[:end]))
+        if module is not None:
+            return str(getattr(module, "__file__", "") or "")
+    return ""
 
 
 def check_compiles(where: str, model: Any, rows: Any) -> None:
@@ -256,6 +289,7 @@ def check_compiles(where: str, model: Any, rows: Any) -> None:
     failed = traces(forward_and_own_losses)
     if failed is None:
         return
+    _refuse_custom_gradient(where, failed)  # TensorFlow's rule, compiled or not
     # Only now is the call traced alone: to say which part of the person's code it is.
     part, them = ("its call", "it") if traces(forward) else (
         "its own losses (model.losses: a regularizer, add_loss)", "them")
@@ -264,6 +298,26 @@ def check_compiles(where: str, model: Any, rows: Any) -> None:
         f"{reason_of(failed)[:200]}); write {them} with keras.ops or TensorFlow ops (a value "
         "read with .numpy() or float() carries no gradient either), or set "
         "trainer.compile=false to train eagerly")
+
+
+def check_trains_eagerly(where: str, model: Any, rows: Any) -> None:
+    """trainer.compile=false: the call in training mode, eagerly, for TensorFlow's refusal of a
+    tf.custom_gradient on a training-only branch (the call above ran in inference mode). Any
+    other error is the run's to report, as the eager step would meet it."""
+    try:
+        model(rows, training=True)
+    except Exception as error:  # noqa: BLE001 - only TensorFlow's custom_gradient rule is ours
+        _refuse_custom_gradient(where, error)
+
+
+def _refuse_custom_gradient(where: str, error: BaseException) -> None:
+    """A tf.custom_gradient whose grad_fn lacks `variables` fails eagerly as compiled: its line
+    (gradexp.models.custom_gradient_refusal), not advice to train eagerly."""
+    from gradexp.models import custom_gradient_refusal
+
+    refused = custom_gradient_refusal(where, error)
+    if refused is not None:
+        raise refused from None
 
 
 TENSORFLOW_IMPORT = re.compile(r"^\s*(?:import|from)\s+(?:tensorflow|keras|tf_keras)\b",

@@ -107,6 +107,17 @@ def check_modules_exist(cfg: DictConfig, launch_dir: Path,
                               "the launch folder and the installed packages)")
 
 
+def targets_in(node: Any) -> list[str]:
+    """Every `_target_` in a plain container (OmegaConf.to_container), nested ones included
+    (the layers of model=keras), outermost first."""
+    if isinstance(node, dict):
+        found = [str(node["_target_"])] if "_target_" in node else []
+        return found + [t for value in node.values() for t in targets_in(value)]
+    if isinstance(node, list):
+        return [t for value in node for t in targets_in(value)]
+    return []
+
+
 def _one_line(error: BaseException) -> str:
     """`Type: first line of the message (file:line)`, the innermost frame being the user's code."""
     lines = str(error).strip().splitlines()

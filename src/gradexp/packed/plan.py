@@ -19,7 +19,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from gradexp.callbacks import AFTER_YOURS, BEFORE_YOURS
-from gradexp.seeds import derive_seeds, seed_builder
+from gradexp.seeds import builder_seeded, derive_seeds
 from gradexp.tag_keys import PACKED_DRIFT_TAG
 
 # Model keys that change the first weights only, not the program's shapes
@@ -134,8 +134,8 @@ def prepare(cfg: DictConfig, launch_dir: Path, built: dict | None = None
         if cfg.trainer.deterministic:
             keras.utils.set_random_seed(cfg.trainer.seed)
         tf.random.set_seed(cfg.trainer.seed)
-        seed_builder(cfg)  # as a sequential job builds it (gradexp.loop)
-        model = build_model(cfg.model, data.n_features, data.n_outputs)
+        with builder_seeded(cfg):  # as a sequential job builds it (gradexp.loop)
+            model = build_model(cfg.model, data.n_features, data.n_outputs)
         reason = None
         if model.network.non_trainable_variables:
             reason = "a model with state per job (dropout seeds, batch-norm statistics)"
