@@ -321,7 +321,7 @@ def test_skip_finished_reuses_a_pruned_run_only_under_the_same_pruner(tmp_path):
     from mlflow import MlflowClient
 
     from conftest import empty_store
-    from gradexp.sweeps import find_finished_run
+    from gradexp.sweep_reuse import find_finished_run
 
     client = MlflowClient(empty_store(tmp_path))
     experiment = client.create_experiment("gradexp")

@@ -165,13 +165,8 @@ def run_job(cfg: DictConfig, stop: Callable[[Failure], NoReturn]):
     A failure a person can act on goes to `stop`, which does not return: the command line says
     the line and exits, gradexp.run raises it."""
     from gradexp.loop import run_experiment
-    from gradexp.sweeps import (
-        child_run_name,
-        note_failed_job,
-        parent_run_file,
-        resume_killed_run,
-        reuse_finished_run,
-    )
+    from gradexp.sweep_reuse import resume_killed_run, reuse_finished_run
+    from gradexp.sweeps import child_run_name, note_failed_job, parent_run_file
 
     # Again in the job: Hydra has set up its logging by now, and some launchers (Ray) run jobs
     # in processes that never ran main().
