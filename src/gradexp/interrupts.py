@@ -13,6 +13,7 @@ one).
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -25,6 +26,12 @@ def sigterm_as_interrupt() -> Iterator[None]:
     """Turn SIGTERM into an exception (Terminated, a KeyboardInterrupt) so the run can end
     KILLED and keep what it has."""
     def handler(signum, frame):
+        if _in_finalizer(frame):
+            # Python prints an exception raised inside a __del__ as "Exception ignored" and
+            # drops it, and the signal with it (a sweep once went on to its end after SIGTERM
+            # landed in a ZipFile's): deliver it again in a moment, once the finalizer returned.
+            threading.Timer(0.01, os.kill, (os.getpid(), signum)).start()
+            return
         raise Terminated()
 
     try:
@@ -36,6 +43,15 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _in_finalizer(frame) -> bool:
+    """Whether the main thread was interrupted inside an object's __del__."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
 
 
 @contextlib.contextmanager

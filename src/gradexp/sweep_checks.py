@@ -35,6 +35,20 @@ def check_sweeper_direction(config: DictConfig) -> None:
             "set hydra.sweeper.direction='${gradexp.direction:}' (or sweep.direction)")
 
 
+def check_launcher(config: DictConfig) -> None:
+    """hydra/launcher=packed: `hydra.launcher.processes` counts the processes that record its
+    jobs, this one included, so it is 1 or more (or null, its default)."""
+    from gradexp.schema import ConfigError
+
+    processes = OmegaConf.select(config, "hydra.launcher.processes", default=None)
+    if plugin_name(config.hydra.launcher) == "PackedLauncher" and processes is not None \
+            and processes < 1:
+        raise ConfigError(
+            f"hydra.launcher.processes={processes}: the processes that replay a packed sweep's "
+            "jobs, this one included, are 1 or more (null: 2 on a machine with 2 cores or more "
+            "for a sweep of 8 jobs or more, else 1)")
+
+
 def check_every_job(config: DictConfig) -> dict[str, bool]:
     """Compose each job of a basic sweep as Hydra will (its overrides and hydra.sweeper.params)
     and check it as its run would before TensorFlow loads: `-m optimizer=sgd,adamm` ends here,

@@ -5,17 +5,24 @@ The launcher composes every job's config, sorts the jobs into packed groups and 
 (one line says which jobs run sequentially and why), trains the groups, and then runs each job
 in order exactly as the basic launcher does: Hydra's `run_job`, gradexp's task, the loop and its
 callbacks, which record the job as its own child run. A packed job's loop replays its packed
-training (gradexp.packed.replay) instead of training again; a sequential job trains as usual."""
+training (gradexp.packed.replay) instead of training again; a sequential job trains as usual.
+With `processes` above 1, helper processes replay packed jobs beside this one
+(gradexp.packed.replay_processes): the replays are most of a packed sweep's time."""
 
 # No `from __future__ import annotations`: Hydra loads plugins without registering the module,
 # and dataclasses then cannot resolve string annotations.
 import contextlib
 import copy
+import functools
 import logging
+import sys
+import threading
 import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
@@ -30,6 +37,11 @@ log = logging.getLogger(__name__)
 @dataclass
 class PackedLauncherConf:
     _target_: str = "hydra_plugins.gradexp_packed.packed_launcher.PackedLauncher"
+    # Processes that replay (record) the packed jobs once their groups trained, this one
+    # included. null: 2 on a machine with 2 cores or more for a sweep of 8 jobs or more, else 1.
+    # gradexp.sweep(...) replays in its own process whatever this says, so that the list it
+    # returns has every job's result.
+    processes: Optional[int] = None  # noqa: UP045 - OmegaConf reads typing's Optional
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="packed", node=PackedLauncherConf,
@@ -37,8 +49,9 @@ ConfigStore.instance().store(group="hydra/launcher", name="packed", node=PackedL
 
 
 class PackedLauncher(Launcher):
-    def __init__(self) -> None:
+    def __init__(self, processes: Optional[int] = None) -> None:  # noqa: UP045
         super().__init__()
+        self.processes = processes
         self.config: DictConfig | None = None
         self.task_function: TaskFunction | None = None
         self.hydra_context: HydraContext | None = None
@@ -80,31 +93,53 @@ class PackedLauncher(Launcher):
                 sweep_config.hydra.job.id = idx
                 sweep_config.hydra.job.num = idx
             configs[idx] = sweep_config
-        with self._interrupts_end_the_sweep():
-            plan = plan_sweep({idx: self._task_config(cfg) for idx, cfg in configs.items()},
-                              Path(self.config.hydra.runtime.cwd))
-            self._say(plan, len(job_overrides))
+        helpers = self._start_helpers(configs)
         trials: dict = {}
         try:
+            # one region from the plan to the trained groups: a signal anywhere in it says
+            # "during the packed training"
             with self._interrupts_end_the_sweep():
+                plan = plan_sweep({idx: self._task_config(cfg) for idx, cfg in configs.items()},
+                                  Path(self.config.hydra.runtime.cwd))
+                self._say(plan, len(job_overrides))
                 trials.update(self._group_trials(plan, configs))
-            return self._train_and_run(job_overrides, initial_job_idx, configs, plan, trials)
+                trained = self._train(plan, trials)
+            return self._run_jobs(job_overrides, initial_job_idx, configs, trained, helpers)
         except BaseException:
             # Ctrl-C, SIGTERM, a job that stops the sweep: the trials the groups asked for are not
             # left RUNNING in the study (a job that ended told its own).
             fail_unfinished(trials.values())
             raise
+        finally:
+            if helpers is not None:  # their running jobs end KILLED (SIGTERM), as this one's
+                helpers.close()
 
-    def _train_and_run(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
-                       configs: dict[int, DictConfig], plan, trials: dict) -> list[JobReturn]:
-        """Train the packed groups, then run every job (a packed one replays its training)."""
+    def _start_helpers(self, configs: dict[int, DictConfig]):
+        """The helper processes that will replay packed jobs beside this one, started now so
+        that their imports overlap the planning and the packed training; None for none. None
+        too for gradexp.sweep (its list of results is filled in this process) and for a sweep
+        with a pruner (median and percentile judge each job against the jobs finished before
+        it, in a sequential sweep's order)."""
+        from gradexp.app import task
+        from gradexp.packed.replay_processes import ReplayHelpers, default_processes
+        from gradexp.pruning import pruner_name
+
+        assert self.config is not None
+        count = self.processes if self.processes is not None else \
+            default_processes(len(configs))
+        first = next(iter(configs.values()))
+        if count < 2 or self.task_function is not task or pruner_name(first) != "none":
+            return None
+        return ReplayHelpers(count - 1, str(self.config.hydra.runtime.cwd))
+
+    @staticmethod
+    def _train(plan, trials: dict) -> dict:
+        """Train the packed groups: job number -> its gradexp.packed.program.Trained."""
         from gradexp.console import note_line
         from gradexp.packed.plan import drift_line, train_groups
-        from gradexp.packed.replay import handed_over
 
-        with self._interrupts_end_the_sweep():
-            started = time.perf_counter()
-            trained = train_groups(plan, trials)
+        started = time.perf_counter()
+        trained = train_groups(plan, trials)
         if trained:  # the packed training alone (benchmarks/bench_packed.py reads this line)
             log.info(f"trained {len(trained)} packed jobs in {len(plan.groups)} "
                      f"program{'s' * (len(plan.groups) != 1)}: "
@@ -112,20 +147,56 @@ class PackedLauncher(Launcher):
         drift = drift_line(trained)
         if drift:
             note_line(drift)
-        runs: list[JobReturn] = []
-        for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
-            job = trained.get(idx)
-            log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}"
-                     + ("" if job is None else " (packed)" if job.pruned_at is None else
-                        f" (packed; sweep.pruner stopped it at epoch {job.pruned_at} while its "
-                        "group trained on)"))
-            with handed_over(trained.pop(idx, None)):
-                runs.append(run_job(hydra_context=self.hydra_context,
-                                    task_function=self.task_function, config=configs[idx],
-                                    job_dir_key="hydra.sweep.dir",
-                                    job_subdir_key="hydra.sweep.subdir"))
+        return trained
+
+    def _run_jobs(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
+                  configs: dict[int, DictConfig], trained: dict, helpers) -> list[JobReturn]:
+        """Run every job (a packed one replays its training): the sequential rest and the
+        packed jobs here, in order, while the helpers (if any) take packed jobs of their own
+        from the same queue."""
+        from hydra.core.singleton import Singleton
+
+        from gradexp.packed.replay import handed_over
+
+        numbers = range(initial_job_idx, initial_job_idx + len(job_overrides))
+        # The packed jobs a helper may take (a job judged in its group keeps its trial here);
+        # this process runs the others first, then takes from the same queue. With no helper,
+        # every job in order, as Hydra's basic launcher runs them.
+        shared = deque(n for n in numbers if helpers is not None and n in trained
+                       and trained[n].trial is None)
+        mine = deque(n for n in numbers if n not in shared)
+        # The last packed jobs wait for the helpers whenever they are ready, one each, so a
+        # helper slow to start still records a job (this process does not take them)
+        theirs = deque(shared.pop() for _ in range(min(len(shared) // 2, helpers.count))) \
+            if helpers is not None else deque()
+        lock = threading.Lock()
+
+        def take(queues: tuple[deque, ...]) -> int | None:
+            with lock:
+                for queue in queues:
+                    if queue:
+                        return queue.popleft()
+                return None
+
+        say = functools.partial(_say_job, dict(zip(numbers, job_overrides)))
+        run_one = functools.partial(_run_one, self.hydra_context, self.task_function)
+        if helpers is not None:
+            helpers.replay({"sys_path": list(sys.path), "singleton_state": Singleton.get_state(),
+                            "config": self.config, "say": say, "run_job": run_one},
+                           functools.partial(take, (shared, theirs)),
+                           lambda number: (configs[number], trained.pop(number)))
+        runs: dict[int, JobReturn] = {}
+        while (number := take((mine, shared))) is not None:
+            if helpers is not None:
+                helpers.exit_if_stopped()  # a helper's job stopped the sweep
+            job = trained.pop(number, None)
+            say(number, job)
+            with handed_over(job):
+                runs[number] = run_one(configs[number])
             configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
-        return runs
+        if helpers is not None:
+            runs.update(helpers.finish())
+        return [runs[number] for number in numbers]
 
     @contextlib.contextmanager
     def _interrupts_end_the_sweep(self) -> Iterator[None]:
@@ -188,3 +259,18 @@ class PackedLauncher(Launcher):
         with read_write(task_cfg), open_dict(task_cfg):
             del task_cfg["hydra"]
         return task_cfg
+
+
+def _say_job(overrides: dict[int, Sequence[str]], number: int, job) -> None:
+    """The line Hydra's basic launcher logs as it starts a job, and how a packed one trained."""
+    log.info(f"\t#{number} : {' '.join(filter_overrides(overrides[number]))}"
+             + ("" if job is None else " (packed)" if job.pruned_at is None else
+                f" (packed; sweep.pruner stopped it at epoch {job.pruned_at} while its group "
+                "trained on)"))
+
+
+def _run_one(hydra_context: HydraContext, task_function: TaskFunction,
+             config: DictConfig) -> JobReturn:
+    """One job, as Hydra's basic launcher runs it (here or in a helper process)."""
+    return run_job(hydra_context=hydra_context, task_function=task_function, config=config,
+                   job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")

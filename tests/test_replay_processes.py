@@ -1,0 +1,103 @@
+"""hydra.launcher.processes: a packed sweep's jobs replayed by helper processes beside the
+launcher's own (gradexp.packed.replay_processes), each recorded as one process records it."""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+
+import pytest
+from mlflow import MlflowClient
+
+import gradexp
+from conftest import empty_store, finish, run_cli, spawn_cli
+
+# Two optimizers x three seeds: two packed groups' worth of jobs, checks on as by default
+SWEEP = ("hydra/launcher=packed", "optimizer=sgd,adam", "seed=0,1,2",
+         "trainer.epochs=30", "tracking.log_model=false")
+# What differs between any two runs whatever recorded them
+PER_RUN_TAGS = {"mlflow.runName", "mlflow.source.name", "mlflow.source.type", "mlflow.user",
+                "gradexp.host", "gradexp.pid", "gradexp.heartbeat", "mlflow.parentRunId",
+                "gradexp.checkpoints", "gradexp.packed_drift"}
+
+
+def children(store: str) -> dict[tuple[str, str], object]:
+    """A sweep's child runs by (optimizer, seed)."""
+    runs = MlflowClient(store).search_runs(["1"])
+    return {(run.data.params["optimizer.name"], run.data.params["seed"]): run
+            for run in runs if "mlflow.parentRunId" in run.data.tags}
+
+
+@pytest.mark.slow
+def test_jobs_replayed_in_two_processes_record_what_one_process_records(tmp_path):
+    two, one = tmp_path / "two", tmp_path / "one"
+    # the default store (mlflow.db in the launch folder) in both: the same tracking.uri param
+    helped = empty_store(two)
+    done = run_cli("-m", "hydra.launcher.processes=2", *SWEEP, cwd=two)
+    assert done.returncode == 0, done.stderr[-3000:]
+    alone = empty_store(one)
+    gradexp.sweep(*SWEEP, launch_dir=one)  # gradexp.sweep replays in its own process
+
+    replayed, expected = children(helped), children(alone)
+    assert sorted(replayed) == sorted(expected) and len(expected) == 6
+    # both processes recorded jobs: the helper always gets the last packed job
+    assert len({run.data.tags["gradexp.pid"] for run in replayed.values()}) == 2
+    for key, run in replayed.items():
+        reference = expected[key]
+        assert run.info.status == reference.info.status == "FINISHED"
+        assert run.data.params == reference.data.params
+        assert set(run.data.metrics) == set(reference.data.metrics)
+        for name, value in reference.data.metrics.items():
+            assert math.isclose(run.data.metrics[name], value, rel_tol=1e-6, abs_tol=1e-9), \
+                (key, name, run.data.metrics[name], value)
+        assert {k: v for k, v in run.data.tags.items() if k not in PER_RUN_TAGS} == \
+            {k: v for k, v in reference.data.tags.items() if k not in PER_RUN_TAGS}
+    (parent,) = [run for run in MlflowClient(helped).search_runs(["1"])
+                 if run.data.tags.get("gradexp.sweep") == "true"]
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags["gradexp.best_run_id"] in {r.info.run_id for r in replayed.values()}
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_helpers_jobs_too(tmp_path):
+    # SIGTERM reaches the launcher only (`kill PID`, a scheduler): it stops its helper, whose
+    # running job ends KILLED as the launcher's own does; no run is left RUNNING
+    store = empty_store(tmp_path)
+    process = spawn_cli("-m", "hydra.launcher.processes=2", f"tracking.uri={store}",
+                        "hydra/launcher=packed", "optimizer=sgd,adam", "trainer.seed=range(0,12)",
+                        "trainer.epochs=200", cwd=tmp_path)
+    client = MlflowClient(store)
+    deadline = time.monotonic() + 240
+    pids: set[str] = set()
+    while len(pids) < 2 and process.poll() is None and time.monotonic() < deadline:
+        try:  # until both processes have opened a child run
+            pids = {r.data.tags.get("gradexp.pid") for r in client.search_runs(["1"])
+                    if "mlflow.parentRunId" in r.data.tags}
+        except Exception:  # noqa: BLE001 - the store is being written
+            pass
+        time.sleep(0.05)  # polling, not waiting for a fixed time
+    if len(pids) < 2:
+        code = process.poll()
+        process.kill()
+        raise AssertionError(f"the two processes never both ran a job (exit {code}); its "
+                             f"stderr:\n{process.communicate()[1][-3000:]}")
+    process.send_signal(signal.SIGTERM)
+    done = finish(process, timeout=180)
+    assert done.returncode == 143, done.stderr[-3000:]
+    runs = client.search_runs(["1"])
+    assert "RUNNING" not in {run.info.status for run in runs}
+    assert len([run for run in runs if "mlflow.parentRunId" in run.data.tags]) < 24
+
+
+@pytest.mark.heavy  # ~3 s
+def test_processes_below_one_is_one_line_before_any_run(tmp_path, store):
+    with pytest.raises(gradexp.GradexpError) as raised:
+        gradexp.sweep(f"tracking.uri={store}", "hydra/launcher=packed",
+                      "hydra.launcher.processes=0", "optimizer=sgd,adam", "trainer.epochs=2",
+                      launch_dir=tmp_path)
+    assert str(raised.value) == (
+        "hydra.launcher.processes=0: the processes that replay a packed sweep's jobs, this one "
+        "included, are 1 or more (null: 2 on a machine with 2 cores or more for a sweep of 8 "
+        "jobs or more, else 1)")
+    assert MlflowClient(store).search_runs(["0", "1"]) == []
