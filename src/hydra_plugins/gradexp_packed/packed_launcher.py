@@ -117,18 +117,21 @@ class PackedLauncher(Launcher):
     def _start_helpers(self, configs: dict[int, DictConfig]):
         """The helper processes that will replay packed jobs beside this one, started now so
         that their imports overlap the planning and the packed training; None for none. None
-        too for gradexp.sweep (its list of results is filled in this process) and for a sweep
+        too for gradexp.sweep (its list of results is filled in this process), for a sweep
         with a pruner (median and percentile judge each job against the jobs finished before
-        it, in a sequential sweep's order)."""
+        it, in a sequential sweep's order), and under a sweeper that launches batch after batch
+        (Optuna): a later batch has no planning left to hide a helper's start behind."""
         from gradexp.app import task
         from gradexp.packed.replay_processes import ReplayHelpers, default_processes
         from gradexp.pruning import pruner_name
+        from gradexp.sweep_checks import plugin_name
 
         assert self.config is not None
         count = self.processes if self.processes is not None else \
             default_processes(len(configs))
         first = next(iter(configs.values()))
-        if count < 2 or self.task_function is not task or pruner_name(first) != "none":
+        if count < 2 or self.task_function is not task or pruner_name(first) != "none" \
+                or plugin_name(self.config.hydra.sweeper) != "BasicSweeper":
             return None
         return ReplayHelpers(count - 1, str(self.config.hydra.runtime.cwd))
 
