@@ -62,9 +62,10 @@ class Stopped:
 class ReplayHelpers:
     """Helper processes that replay packed jobs beside the launcher's own process.
 
-    `start` them early; `replay(take, job)` has each helper take job numbers from `take` (None:
-    no job left) until none is left, in a thread of its own that waits on its helper; `finish`
-    waits for them and gives each job's JobReturn; `close` stops whatever still runs."""
+    Made early (each helper starts at once); `replay(context, take, job)` has each helper take
+    job numbers from `take` (None: no job left) until none is left, in a thread of its own that
+    waits on its helper; `finish` waits for them and gives each job's JobReturn; `close` stops
+    whatever still runs."""
 
     def __init__(self, count: int, launch_dir: str) -> None:
         self._helpers = [_Helper(launch_dir) for _ in range(count)]
@@ -99,10 +100,12 @@ class ReplayHelpers:
                 self.returns[number] = value
             helper.ask(("end",))  # its runs' last writes stored, before the parent's summary
             helper.ended = True
-        except (EOFError, OSError) as error:  # the helper died, or was stopped
+        except Exception as error:  # noqa: BLE001 - the helper died or was stopped (EOFError,
+            # OSError), or a job's config or result would not pickle: the sweep stops, said
             self.stopped = self.stopped or Stopped(1, (
                 f"a replay process (hydra.launcher.processes) ended before its jobs did "
-                f"({type(error).__name__}); the jobs it had not recorded are not in the sweep"))
+                f"({type(error).__name__}: {error}); hydra.launcher.processes=1 records every "
+                "job in this process"))
 
     def exit_if_stopped(self) -> None:
         """A helper's job stopped the sweep: this process stops it too, with that job's exit
@@ -110,9 +113,11 @@ class ReplayHelpers:
         job could not."""
         if self.stopped is None:
             return
-        if self.stopped.line is not None:
-            from gradexp.console import error_line
+        from gradexp.callbacks.recorder import wait_for_ends
+        from gradexp.console import error_line
 
+        wait_for_ends()  # this process's last job, ending in the background: stored first
+        if self.stopped.line is not None:
             error_line(self.stopped.line)
         sys.exit(self.stopped.exit_code)
 
