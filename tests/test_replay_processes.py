@@ -90,6 +90,41 @@ def test_sigterm_stops_the_helpers_jobs_too(tmp_path):
     assert len([run for run in runs if "mlflow.parentRunId" in run.data.tags]) < 24
 
 
+@pytest.mark.slow
+def test_a_helper_that_dies_stops_the_sweep_in_one_line(tmp_path):
+    # e.g. the system's OOM killer: nothing in the helper can say it, so the launcher does
+    import os
+
+    store = empty_store(tmp_path)
+    process = spawn_cli("-m", "hydra.launcher.processes=2", f"tracking.uri={store}",
+                        "hydra/launcher=packed", "optimizer=sgd,adam", "trainer.seed=range(0,12)",
+                        "trainer.epochs=200", cwd=tmp_path)
+    client = MlflowClient(store)
+    deadline = time.monotonic() + 240
+    helper = None
+    while helper is None and process.poll() is None and time.monotonic() < deadline:
+        try:  # the first child run that another process opened
+            helper = next((r.data.tags["gradexp.pid"] for r in client.search_runs(["1"])
+                           if "mlflow.parentRunId" in r.data.tags
+                           and r.data.tags.get("gradexp.pid") != str(process.pid)), None)
+        except Exception:  # noqa: BLE001 - the store is being written
+            pass
+        time.sleep(0.05)  # polling, not waiting for a fixed time
+    assert helper is not None, process.communicate()[1][-3000:]
+    os.kill(int(helper), signal.SIGKILL)
+    done = finish(process, timeout=180)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert done.stderr.splitlines()[-1].startswith(
+        "error: a replay process (hydra.launcher.processes) ended before its jobs did (EOFError")
+    assert "Traceback" not in done.stderr
+    runs = client.search_runs(["1"])
+    (parent,) = [run for run in runs if run.data.tags.get("gradexp.sweep") == "true"]
+    assert parent.info.status == "KILLED"
+    ours = {run.info.status for run in runs if run.data.tags.get("gradexp.pid") == str(process.pid)
+            and "mlflow.parentRunId" in run.data.tags}
+    assert ours == {"FINISHED"}  # the launcher's own runs, stored before it stopped
+
+
 @pytest.mark.heavy  # ~3 s
 def test_processes_below_one_is_one_line_before_any_run(tmp_path, store):
     with pytest.raises(gradexp.GradexpError) as raised:
