@@ -113,6 +113,14 @@ def empty_store(folder: Path) -> str:
     return f"sqlite:///{folder / 'mlflow.db'}"
 
 
+def artifact_paths(client, run_id: str, path: str | None = None) -> set[str]:
+    """Every artifact file of a run, by its path in the run."""
+    found = set()
+    for item in client.list_artifacts(run_id, path):
+        found |= artifact_paths(client, run_id, item.path) if item.is_dir else {item.path}
+    return found
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> str:
     """A fresh MLflow sqlite store (MLflow's embedded default kind) in a temp folder."""

@@ -12,7 +12,7 @@ import pytest
 from mlflow import MlflowClient
 
 import gradexp
-from conftest import empty_store, finish, spawn_cli
+from conftest import artifact_paths, empty_store, finish, spawn_cli
 
 # `-n 2 --dist loadgroup` (the fast tier on both cores): this module's tests on one xdist worker,
 # so its module-scoped pair of sweeps is made once, not once a worker.
@@ -34,13 +34,6 @@ def children(store: str) -> dict[str, object]:
     runs = MlflowClient(store).search_runs(["1"])
     return {run.data.params["optimizer.name"]: run for run in runs
             if "mlflow.parentRunId" in run.data.tags}
-
-
-def artifact_paths(client: MlflowClient, run_id: str, path: str | None = None) -> set[str]:
-    found = set()
-    for item in client.list_artifacts(run_id, path):
-        found |= artifact_paths(client, run_id, item.path) if item.is_dir else {item.path}
-    return found
 
 
 @pytest.fixture(scope="module")

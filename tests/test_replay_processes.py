@@ -11,7 +11,7 @@ import pytest
 from mlflow import MlflowClient
 
 import gradexp
-from conftest import empty_store, finish, run_cli, spawn_cli
+from conftest import artifact_paths, empty_store, finish, run_cli, spawn_cli
 
 # Two optimizers x three seeds: two packed groups' worth of jobs, checks on as by default
 SWEEP = ("hydra/launcher=packed", "optimizer=sgd,adam", "seed=0,1,2",
@@ -53,6 +53,8 @@ def test_jobs_replayed_in_two_processes_record_what_one_process_records(tmp_path
                 (key, name, run.data.metrics[name], value)
         assert {k: v for k, v in run.data.tags.items() if k not in PER_RUN_TAGS} == \
             {k: v for k, v in reference.data.tags.items() if k not in PER_RUN_TAGS}
+        assert artifact_paths(MlflowClient(helped), run.info.run_id) == \
+            artifact_paths(MlflowClient(alone), reference.info.run_id)
     (parent,) = [run for run in MlflowClient(helped).search_runs(["1"])
                  if run.data.tags.get("gradexp.sweep") == "true"]
     assert parent.info.status == "FINISHED"
