@@ -13,8 +13,9 @@ from mlflow import MlflowClient
 import gradexp
 from conftest import artifact_paths, empty_store, finish, run_cli, spawn_cli
 
-# Two optimizers x three seeds: two packed groups' worth of jobs, checks on as by default
-SWEEP = ("hydra/launcher=packed", "optimizer=sgd,adam", "seed=0,1,2",
+# Three optimizers x three seeds, checks on as by default: six jobs packed, and three that run
+# sequentially (rmsprop has no stateless update), which a helper may take as well
+SWEEP = ("hydra/launcher=packed", "optimizer=sgd,adam,rmsprop", "seed=0,1,2",
          "trainer.epochs=30", "tracking.log_model=false")
 # What differs between any two runs whatever recorded them
 PER_RUN_TAGS = {"mlflow.runName", "mlflow.source.name", "mlflow.source.type", "mlflow.user",
@@ -40,8 +41,8 @@ def test_jobs_replayed_in_two_processes_record_what_one_process_records(tmp_path
     gradexp.sweep(*SWEEP, launch_dir=one)  # gradexp.sweep replays in its own process
 
     replayed, expected = children(helped), children(alone)
-    assert sorted(replayed) == sorted(expected) and len(expected) == 6
-    # both processes recorded jobs: the helper always gets the last packed job
+    assert sorted(replayed) == sorted(expected) and len(expected) == 9
+    # both processes recorded jobs: the helper always gets the last one
     assert len({run.data.tags["gradexp.pid"] for run in replayed.values()}) == 2
     for key, run in replayed.items():
         reference = expected[key]

@@ -5,10 +5,10 @@ one by one: each opens its child run, writes its params and metrics, runs its ch
 curves and saves its model. That Python work, ~0.4-0.5 s a job, is most of a packed sweep's
 wall time, and one process uses one core for it. So the launcher starts helper processes as
 soon as it knows the sweep's size (their TensorFlow import, ~5 s, overlaps the planning and the
-packed training), and while it replays jobs itself, each helper replays the next packed job
-waiting, exactly as the launcher would: Hydra's `run_job` with the job's config and the packed
-training handed over (gradexp.packed.replay), so the child run is the same whichever process
-recorded it.
+packed training), and then it and each helper take the next job waiting and run it exactly as
+the launcher would: Hydra's `run_job` with the job's config and, for a packed job, its packed
+training handed over (gradexp.packed.replay; a job that runs sequentially trains there), so the
+child run is the same whichever process recorded it.
 
 A helper is `python -m gradexp.packed.replay_processes FD`, talking over a socket pair (FD is its
 end): the launcher sends what `run_job` needs once (Hydra's context, the task function, Hydra's
@@ -60,7 +60,7 @@ class Stopped:
 
 
 class ReplayHelpers:
-    """Helper processes that replay packed jobs beside the launcher's own process.
+    """Helper processes that run a packed sweep's jobs beside the launcher's own process.
 
     Made early (each helper starts at once); `replay(context, take, job)` has each helper take
     job numbers from `take` (None: no job left) until none is left, in a thread of its own that

@@ -6,7 +6,7 @@ The launcher composes every job's config, sorts the jobs into packed groups and 
 in order exactly as the basic launcher does: Hydra's `run_job`, gradexp's task, the loop and its
 callbacks, which record the job as its own child run. A packed job's loop replays its packed
 training (gradexp.packed.replay) instead of training again; a sequential job trains as usual.
-With `processes` above 1, helper processes replay packed jobs beside this one
+With `processes` above 1, helper processes run jobs beside this one
 (gradexp.packed.replay_processes): the replays are most of a packed sweep's time."""
 
 # No `from __future__ import annotations`: Hydra loads plugins without registering the module,
@@ -115,7 +115,7 @@ class PackedLauncher(Launcher):
                 helpers.close()
 
     def _start_helpers(self, configs: dict[int, DictConfig]):
-        """The helper processes that will replay packed jobs beside this one, started now so
+        """The helper processes that will run jobs beside this one, started now so
         that their imports overlap the planning and the packed training; None for none. None
         too for gradexp.sweep (its list of results is filled in this process), for a sweep
         with a pruner (median and percentile judge each job against the jobs finished before
@@ -154,31 +154,27 @@ class PackedLauncher(Launcher):
 
     def _run_jobs(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
                   configs: dict[int, DictConfig], trained: dict, helpers) -> list[JobReturn]:
-        """Run every job (a packed one replays its training): the sequential rest and the
-        packed jobs here, in order, while the helpers (if any) take packed jobs of their own
-        from the same queue."""
+        """Run every job (a packed one replays its training, a sequential one trains), in
+        order, here and in the helpers (if any), each taking the next job waiting."""
         from hydra.core.singleton import Singleton
 
         from gradexp.packed.replay import handed_over
 
         numbers = range(initial_job_idx, initial_job_idx + len(job_overrides))
-        # The packed jobs a helper may take (a job judged in its group keeps its trial here);
-        # this process runs the others first, then takes from the same queue. With no helper,
-        # every job in order, as Hydra's basic launcher runs them.
-        shared = deque(n for n in numbers if helpers is not None and n in trained
-                       and trained[n].trial is None)
-        mine = deque(n for n in numbers if n not in shared)
-        # The last packed jobs wait for the helpers whenever they are ready, one each, so a
-        # helper slow to start still records a job (this process does not take them)
-        theirs = deque(shared.pop() for _ in range(min(len(shared) // 2, helpers.count))) \
+        # One queue, in order, which this process and the helpers take jobs from: a packed job
+        # replays, a sequential one trains, wherever it runs. The last jobs wait for the
+        # helpers whenever they are ready, one each, so a helper slow to start still records
+        # a job (this process does not take them).
+        queue = deque(numbers)
+        theirs = deque(queue.pop() for _ in range(min(len(queue) // 2, helpers.count))) \
             if helpers is not None else deque()
         lock = threading.Lock()
 
         def take(queues: tuple[deque, ...]) -> int | None:
             with lock:
-                for queue in queues:
-                    if queue:
-                        return queue.popleft()
+                for waiting in queues:
+                    if waiting:
+                        return waiting.popleft()
                 return None
 
         say = functools.partial(_say_job, dict(zip(numbers, job_overrides)))
@@ -186,10 +182,10 @@ class PackedLauncher(Launcher):
         if helpers is not None:
             helpers.replay({"sys_path": list(sys.path), "singleton_state": Singleton.get_state(),
                             "config": self.config, "say": say, "run_job": run_one},
-                           functools.partial(take, (shared, theirs)),
-                           lambda number: (configs[number], trained.pop(number)))
+                           functools.partial(take, (queue, theirs)),
+                           lambda number: (configs[number], trained.pop(number, None)))
         runs: dict[int, JobReturn] = {}
-        while (number := take((mine, shared))) is not None:
+        while (number := take((queue,))) is not None:
             if helpers is not None:
                 helpers.exit_if_stopped()  # a helper's job stopped the sweep
             job = trained.pop(number, None)
