@@ -114,12 +114,15 @@ def failure_lines(result) -> list[str]:
              else "gradient check failed at epoch {}").format(result.epoch)
     lines = [f"{check}: {_error(result)}"]
     if result.culprits:
+        from gradexp.gradcheck.culprits import OWN_LOSSES_WRONG  # loaded: a check has run
+
         for verdict in result.culprits:
             entry = verdict.worst
             what = "model" if verdict.container and "/" not in verdict.name else "layer"
             # A layer whose first order passed alone is blamed for its second derivatives.
             checked = ("its second derivatives checked alone" if verdict.report is not None
-                       and verdict.report.order == 2 else "checked alone")
+                       and verdict.report.order == 2 else "its own losses checked alone"
+                       if verdict.note == OWN_LOSSES_WRONG else "checked alone")
             lines.append(f"  wrong {what}: {verdict.name}, {checked} in {verdict.dtype}"
                          + (f" ({_times(entry.reported_error().error_to_tolerance)} its "
                             "tolerance)" if entry else ""))
@@ -134,7 +137,7 @@ def failure_lines(result) -> list[str]:
         return lines
     if result.culprits_searched:
         lines.append("  no layer is wrong alone (each layer and the model pass when checked "
-                     "alone): the error is outside the layers, e.g. in the loss or a regularizer")
+                     "alone): the error is outside the layers, e.g. in the loss")
     failing = [(key, e) for key, report in result.reports.items()
                for e in report.entries if not e.passed]
     if failing:
