@@ -241,6 +241,10 @@ MISTAKES = [
     (["loss=binary_crossentropy", "data=sine"],
      "loss=binary_crossentropy (keras.losses.BinaryCrossentropy) is a classification loss, but "
      "data=sine is a regression"),
+    # gradexp's models output logits: read as probabilities they train on nonsense, silently
+    (["data=blobs", "model=mlp", "loss=categorical_crossentropy", "loss.from_logits=false"],
+     "loss.from_logits=false: model=mlp outputs logits (its last layer is a Dense with no "
+     "softmax or sigmoid)"),
     (["data=blobs", "loss._target_=keras.losses.SparseCategoricalCrossentropy"],
      "takes class indices, but gradexp gives one-hot targets (data=blobs, 3 columns)"),
     (["loss._target_=wrong_models.one_argument_loss"],

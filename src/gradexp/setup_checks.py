@@ -130,11 +130,21 @@ def loss_kind(target: str) -> str | None:
 def check_loss_fits_task(cfg: DictConfig, data: Any, say=warning_line) -> None:
     """Crossentropy on a regression's real-valued targets cannot work: refused. A regression
     loss on one-hot classes trains (Keras lets you compile it), but is rarely meant: a warning.
-    Categorical crossentropy over one output is 0 whatever the model does: refused."""
+    Categorical crossentropy over one output is 0 whatever the model does: refused. So is
+    loss.from_logits=false with one of gradexp's models, whose outputs are logits: the loss
+    would read them as probabilities (clipped to [0, 1]) and train on nonsense, silently."""
     target = str(cfg.loss["_target_"])
     kind, task = loss_kind(target), data.task
     where = f"loss={cfg.loss.name} ({target})"
     data_name = f"data={cfg.data.name}"
+    model = str(cfg.model["_target_"])
+    if task == "classification" and cfg.loss.get("from_logits", True) is False \
+            and model.startswith(f"{__package__}.models."):
+        raise ConfigError(
+            f"loss.from_logits=false: model={cfg.model.name} outputs logits (its last layer is "
+            "a Dense with no softmax or sigmoid), which the loss would read as probabilities; "
+            "keep loss.from_logits=true (the default), or use model=custom with a model that "
+            "ends in a softmax")
     if kind == "classification" and task == "regression":
         raise ConfigError(
             f"{where} is a classification loss, but {data_name} is a regression (data.task="
