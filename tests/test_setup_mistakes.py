@@ -12,6 +12,7 @@ import sqlite3
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
@@ -335,6 +336,27 @@ def test_mse_on_classes_runs_with_one_warning_naming_the_keys(launch, capsys):
         "warning: loss=mse (keras.losses.MeanSquaredError) is a regression loss on data=blobs's "
         "one-hot classes (data.task=classification): it trains, but "
         "loss=categorical_crossentropy is the usual choice"]
+    assert [status for _, status in recorded_runs(launch)] == ["FINISHED"]
+
+
+def test_a_real_valued_target_read_as_classes_runs_with_one_warning(launch, capsys):
+    """data.task=classification on prices: every price a class of its own, 200 classes in 200
+    rows; it trained at chance accuracy and nothing said why."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 2))
+    price = 50_000.25 + 10 * np.argsort(x @ [1.5, -2.0])  # no two alike, none whole
+    assert len(np.unique(price)) == 200
+    rows = "\n".join(f"{a},{b},{p}" for (a, b), p in zip(x, price))
+    (launch / "prices.csv").write_text(f"a,b,price\n{rows}\n")
+    run_as_command_line(launch, ["data=csv", "data.path=prices.csv", "data.target=price",
+                                 "data.task=classification", "model=mlp",
+                                 "loss=categorical_crossentropy", "tracking.log_model=false"])
+    err = capsys.readouterr().err
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        "warning: data.task=classification: data.target=price has 200 distinct values in 200 "
+        "rows, 200 of them fractional numbers, each a class of its own: a real-valued target "
+        "read as class labels? data.task=regression fits it as numbers"]
     assert [status for _, status in recorded_runs(launch)] == ["FINISHED"]
 
 

@@ -114,7 +114,31 @@ def check_target_is_read(cfg: DictConfig, group: str) -> None:
 def check_against_data(cfg: DictConfig, data: Any, say=warning_line) -> None:
     """The loss against the data's task, and a person's model against the data's shapes."""
     check_loss_fits_task(cfg, data, say)
+    check_classes(cfg, data, say)
     check_model_fits_data(cfg, data)
+
+
+# A classification with fewer rows than this a class, on average, warns: its target is most
+# likely a real-valued one (a price, a measurement) read as class labels, one class a value.
+MIN_ROWS_PER_CLASS = 4
+
+
+def check_classes(cfg: DictConfig, data: Any, say=warning_line) -> None:
+    """data.task=classification on a real-valued target makes every distinct value a class of
+    its own: it trains, at chance accuracy, and nothing said why. One warning when the labels
+    are fractional numbers or the classes nearly as many as the rows."""
+    if data.task != "classification" or not data.labels or data.stream is not None:
+        return
+    rows = sum(len(split.x) for split in data.splits().values())
+    fractional = sum(isinstance(label, float) and not label.is_integer()
+                     for label in data.labels)
+    if not fractional and len(data.labels) * MIN_ROWS_PER_CLASS <= rows:
+        return
+    target = f"data.target={cfg.data.target}" if cfg.data.get("target") else "the target"
+    some = f", {fractional} of them fractional numbers" if fractional else ""
+    say(f"data.task=classification: {target} has {len(data.labels)} distinct values in {rows} "
+        f"rows{some}, each a class of its own: a real-valued target read as class labels? "
+        "data.task=regression fits it as numbers")
 
 
 def loss_kind(target: str) -> str | None:
