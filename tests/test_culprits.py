@@ -367,3 +367,37 @@ def test_a_run_says_which_layers_own_losses_are_wrong(own_losses, tmp_path):
     assert MlflowClient(store).get_run(result.run_id).data.tags[
         "gradexp.gradcheck.culprits"] == "penalty"
     assert "  wrong layer: penalty, its own losses checked alone in float64" in out.getvalue()
+
+
+def test_a_check_of_a_nan_loss_says_there_is_no_gradient_to_judge(tmp_path, monkeypatch):
+    """A model NaN on the data (a log of standardized features): the check said 'relative
+    error nan = infx its tolerance' and 'no layer is wrong alone ... the error is outside the
+    layers, e.g. in the loss', a wrong gradient to hunt for where there is none."""
+    import tensorflow as tf
+
+    from gradexp.gradcheck import check_gradients
+    from gradexp.loop import Diverged
+
+    report = check_gradients(lambda x: tf.math.log(x), [tf.constant([-1.0, 2.0], tf.float64)])
+    assert not report.passed
+    assert "the values compared are NaN or infinite" in report.entries[0].reported_error(
+        ).describe()
+    (tmp_path / "nan_layers.py").write_text(
+        "import keras\n\n\n@keras.saving.register_keras_serializable('nan_layers')\n"
+        "class Log(keras.layers.Layer):\n    def call(self, x):\n"
+        "        return keras.ops.log(x)\n\n\n"
+        "def build(n_features, n_outputs):\n    inputs = keras.Input((n_features,))\n"
+        "    return keras.Model(inputs, keras.layers.Dense(n_outputs)(Log()(inputs)))\n")
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    store = conftest.empty_store(tmp_path)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(Diverged):
+        conftest.run(store, "data=sklearn", "data.name=diabetes", "model=custom",
+                     "model._target_=nan_layers.build", "trainer.epochs=2",
+                     "gradcheck.at_end=false", "gradcheck.plots=false",
+                     "tracking.log_model=false", launch_dir=tmp_path, quiet=False)
+    sys.modules.pop("nan_layers", None)
+    (line,) = [line for line in out.getvalue().splitlines()
+               if line.startswith("warning: gradient check failed at epoch 0")]
+    assert "the values compared are NaN or infinite" in line and "infx" not in line
+    assert "no layer is wrong alone" not in out.getvalue()

@@ -4,6 +4,8 @@ gradcheck.on_fail=fail, ending the run FAILED."""
 
 from __future__ import annotations
 
+import math
+
 from gradexp import console
 from gradexp.callbacks.base import Callback
 from gradexp.endings import GradientCheckFailed
@@ -135,7 +137,8 @@ def failure_lines(result) -> list[str]:
                 else ""
             lines.append(f"  affected (wrong only through it): {shown}{more}")
         return lines
-    if result.culprits_searched:
+    worst = result.worst()
+    if result.culprits_searched and (worst is None or math.isfinite(worst[1].rel_error)):
         lines.append("  no layer is wrong alone (each layer and the model pass when checked "
                      "alone): the error is outside the layers, e.g. in the loss")
     failing = [(key, e) for key, report in result.reports.items()
