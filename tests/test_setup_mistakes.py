@@ -118,7 +118,23 @@ class EagerScaled(keras.Model):
         return self.dense(x) * float(np.abs(self.dense.kernel.numpy()).max() + 1)
 
 def eager_call(n_features, n_outputs):
-    return EagerScaled(n_outputs)'''
+    return EagerScaled(n_outputs)
+
+
+@tf.custom_gradient
+def half_square_sum(w):
+    def grad(upstream):
+        return upstream * w
+    return 0.5 * tf.reduce_sum(w * w), grad
+
+
+def custom_gradient_regularizer(n_features, n_outputs):
+    # traces (the variable reaches the function as a tensor) and trains; eagerly, as the run's
+    # final loss reads it after the last epoch, TensorFlow refuses it
+    inputs = keras.Input((n_features,))
+    dense = keras.layers.Dense(n_outputs, name="dense",
+                               kernel_regularizer=lambda w: 0.01 * half_square_sum(w))
+    return keras.Model(inputs, dense(inputs))'''
 MY_DATA = '''
 import numpy as np
 
@@ -204,6 +220,11 @@ MISTAKES = [
                                 # TensorFlow's rule too, eagerly as compiled (not "write it
                                 # with keras.ops or set trainer.compile=false")
                                 ("forgets_variables_training", "scale/w"))],
+    # the same rule met only eagerly, by the final loss after the last epoch: the run trained,
+    # then ended FAILED with a traceback
+    (["model=custom", "model._target_=wrong_models.custom_gradient_regularizer"],
+     "model._target_=wrong_models.custom_gradient_regularizer: a tf.custom_gradient function "
+     "reads variables it is not given as inputs (dense/kernel)"),
     (["model=custom", "model._target_=wrong_models.forgets_variables_training",
       "trainer.compile=false"],  # the eager step meets it as well: said before the run too
      "model._target_=wrong_models.forgets_variables_training: a tf.custom_gradient function "

@@ -254,6 +254,10 @@ def _check_built(cfg: DictConfig, data: Any, where: str, model: Any) -> None:
         raise ConfigError(
             f"{where}: does not take data={cfg.data.name}'s rows of "
             f"{features} ({type(error).__name__}: {reason_of(error)[:200]})") from None
+    try:  # its own losses eagerly, as the run's final loss reads them after training: a
+        model.own_loss(out)  # regularizer's tf.custom_gradient on its weight fails only there
+    except Exception as error:  # noqa: BLE001 - only TensorFlow's custom_gradient rule is ours
+        _refuse_custom_gradient(where, error)
     shape = tuple(getattr(out, "shape", ()))
     if len(shape) != 2 or shape[-1] != data.n_outputs:
         raise ConfigError(
