@@ -217,3 +217,17 @@ def test_seeds_swept_under_optuna_are_refused_not_tuned(tmp_path):
 
     assert MlflowClient(store).search_runs(["0"]) == []
     assert not (tmp_path / "optuna.journal").exists()
+
+
+def test_a_search_with_nothing_to_search_is_refused(tmp_path):
+    """`-m hydra/sweeper=optuna` with no search space ran its 20 trials, every one the same
+    run, and reported one of them as the best parameters ({})."""
+    import gradexp
+    from gradexp.api import GradexpError
+
+    store = empty_store(tmp_path)
+    with pytest.raises(GradexpError) as refused:
+        gradexp.sweep("hydra/sweeper=optuna", *TINY, f"tracking.uri={store}",
+                      launch_dir=tmp_path)
+    assert str(refused.value).startswith("OptunaSweeper has nothing to search: no key is swept")
+    assert not (tmp_path / "optuna.journal").exists()

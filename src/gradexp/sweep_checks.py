@@ -35,8 +35,9 @@ def check_sweeper_direction(config: DictConfig) -> None:
             "set hydra.sweeper.direction='${gradexp.direction:}' (or sweep.direction)")
 
 
-def check_replicates_not_searched(config: DictConfig) -> None:
-    """A sweeper that searches (Optuna) takes `seed=0,1,2` as one more hyperparameter: it tunes
+def check_search(config: DictConfig) -> None:
+    """A sweeper that searches (Optuna) needs something to search: with no key swept, each of
+    its trials is the same run. And it takes `seed=0,1,2` as one more hyperparameter: it tunes
     the seed, each trial one seed, and reports the luckiest as the best parameters. Replicates
     (sweep.aggregate_over, default [seed]) are a grid's, so an optimizing sweeper is refused
     them in one line."""
@@ -45,6 +46,11 @@ def check_replicates_not_searched(config: DictConfig) -> None:
     name = plugin_name(config.hydra.sweeper)
     if name == "BasicSweeper":
         return
+    if not swept_keys(config):  # each trial the same config: n_trials copies of one run
+        raise ConfigError(
+            f"{name} has nothing to search: no key is swept (hydra.sweeper.params is empty and "
+            "no override is a range): give it one, e.g. "
+            "'optimizer.learning_rate=tag(log, interval(0.0001, 0.5))'")
     over = OmegaConf.select(config, "sweep.aggregate_over", default=None)
     over = ["seed"] if over is None else [str(key) for key in over]
     replicated = [key for key in swept_keys(config) if key.lstrip("+~") in over]

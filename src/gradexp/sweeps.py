@@ -38,7 +38,7 @@ from omegaconf import DictConfig, OmegaConf
 from gradexp.metrics import FALLBACK, objective
 from gradexp.sweep_checks import (
     check_every_job,
-    check_replicates_not_searched,
+    check_search,
     check_shared_objective,
     check_summary_keys,
     check_sweeper_direction,
@@ -109,7 +109,7 @@ class MlflowSweepCallback(Callback):
             # sweeper told to optimize the objective the wrong way.
             check_ranges(config, missing_ok=True)
             check_sweeper_direction(config)
-            check_replicates_not_searched(config)
+            check_search(config)
             keys = check_every_job(config)  # a sweep that does not all compose opens no parent
             if not keys:
                 check_shared_objective(config)  # Optuna: its jobs are chosen as they run
