@@ -379,6 +379,12 @@ def test_a_real_valued_target_read_as_classes_runs_with_one_warning(launch, caps
         "rows, 200 of them fractional numbers, each a class of its own: a real-valued target "
         "read as class labels? data.task=regression fits it as numbers"]
     assert [status for _, status in recorded_runs(launch)] == ["FINISHED"]
+    # Text labels are labels, however few rows each class has: no warning
+    (launch / "few.csv").write_text("x,y\n1,a\n2,a\n3,b\n4,c\n5,c\n")
+    run_as_command_line(launch, ["data=csv", "data.path=few.csv", "data.target=y",
+                                 "data.task=classification", "model=mlp",
+                                 "loss=categorical_crossentropy", "tracking.log_model=false"])
+    assert "warning:" not in capsys.readouterr().err
 
 
 @pytest.mark.heavy  # ~4 s

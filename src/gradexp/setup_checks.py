@@ -126,9 +126,12 @@ MIN_ROWS_PER_CLASS = 4
 def check_classes(cfg: DictConfig, data: Any, say=warning_line) -> None:
     """data.task=classification on a real-valued target makes every distinct value a class of
     its own: it trains, at chance accuracy, and nothing said why. One warning when the labels
-    are fractional numbers or the classes nearly as many as the rows."""
+    are numbers, and fractional or nearly as many as the rows (text labels are labels)."""
     if data.task != "classification" or not data.labels or data.stream is not None:
         return
+    if not all(isinstance(label, int | float) and not isinstance(label, bool)
+               for label in data.labels):
+        return  # text ('setosa') or true/false: labels, however few rows each has
     rows = sum(len(split.x) for split in data.splits().values())
     fractional = sum(isinstance(label, float) and not label.is_integer()
                      for label in data.labels)
