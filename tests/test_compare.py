@@ -643,3 +643,30 @@ def test_replicates_of_a_master_seed_are_told_to_compare_their_means(capsys, mad
     assert line == ("note: each master seed drew its own data (data.resample=true), so runs of "
                     "different seeds do not compare one to one; their means over seeds do "
                     "(--aggregate)")
+
+
+def test_runs_that_did_not_train_to_the_end_rank_after_the_finished_ones(capsys, tmp_path):
+    """A run that diverged at epoch 64 keeps the val/mse of its last evaluation (248693), lower
+    than a finished run's that trained on past it; a pruned run's is an early epoch's. Ranked by
+    value alone, the diverged run topped `gradexp compare` as the best; the sweep's own table
+    ranks the finished runs first, and so does compare now."""
+    from mlflow import MlflowClient
+
+    uri = conftest.empty_store(tmp_path)
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("ended")
+    finished = record(client, experiment, "lr=0.79", {"optimizer.learning_rate": "0.79"},
+                      {"val/mse": 2.2e10}, start=1)
+    diverged = record(client, experiment, "lr=0.97", {"optimizer.learning_rate": "0.97"},
+                      {"val/mse": 248693.0}, status="FAILED", start=2)
+    pruned = record(client, experiment, "lr=0.5", {"optimizer.learning_rate": "0.5"},
+                    {"val/mse": 3.0}, tags={"gradexp.pruned_at_epoch": "10"}, start=3)
+    killed = record(client, experiment, "lr=0.1", {"optimizer.learning_rate": "0.1"},
+                    {"val/mse": 1.0}, status="KILLED", start=4)
+    best = record(client, experiment, "lr=0.3", {"optimizer.learning_rate": "0.3"},
+                  {"val/mse": 5e9}, start=5)
+    code, out, err = compare(capsys, "--tracking-uri", uri, "--experiment", "ended")
+    assert code == 0, err
+    _, rows = table(out)
+    assert [row[0] for row in rows] == [run_id[:8] for run_id in
+                                        (best, finished, pruned, killed, diverged)]

@@ -277,3 +277,127 @@ def test_check_model_of_the_correct_twin_searches_no_culprits(culprit_models):
                          loss=keras.losses.MeanSquaredError())
     assert report.passed and report.culprits is None and report.culprit_checks == []
     assert "wrong layer" not in str(report)
+
+
+# A layer's own losses (add_loss, regularizers) with a tf.custom_gradient 30% too large: part of
+# the loss that trains, so the run's check fails; no layer was named (each layer was checked on
+# its outputs only) and the console pointed at "the loss or a regularizer".
+OWN_LOSSES_MODULE = '''
+import keras
+import tensorflow as tf
+
+
+def square_mean(scale):
+    @tf.custom_gradient
+    def f(x):
+        def grad(upstream):
+            return upstream * scale * 2.0 * x / tf.cast(tf.size(x), x.dtype)
+        return tf.reduce_mean(tf.square(x)), grad
+    return f
+
+
+@keras.saving.register_keras_serializable("own_losses")
+class Penalty(keras.layers.Layer):
+    def __init__(self, scale=1.0, **kwargs):
+        super().__init__(**kwargs)
+        self.scale = scale
+
+    def call(self, x):
+        self.add_loss(0.5 * square_mean(self.scale)(x))
+        return x
+
+    def get_config(self):
+        return {**super().get_config(), "scale": self.scale}
+
+
+@keras.saving.register_keras_serializable("own_losses")
+class Reg(keras.regularizers.Regularizer):
+    def __init__(self, scale=1.0):
+        self.scale = scale
+
+    def __call__(self, w):
+        return 0.5 * square_mean(self.scale)(tf.convert_to_tensor(w))
+
+    def get_config(self):
+        return {"scale": self.scale}
+
+
+def build(n_features, n_outputs, where="add_loss", scale=1.3):
+    inputs = keras.Input((n_features,))
+    kwargs = {f"{where}_regularizer": Reg(scale)} if where != "add_loss" else {}
+    h = keras.layers.Dense(8, activation="tanh", name="hidden")(inputs)
+    h = keras.layers.Dense(8, activation="tanh", name="mid", **kwargs)(h)
+    if where == "add_loss":
+        h = Penalty(scale, name="penalty")(h)
+    return keras.Model(inputs, keras.layers.Dense(n_outputs, name="out")(h))
+'''
+
+
+@pytest.fixture
+def own_losses(tmp_path, monkeypatch):
+    import importlib
+
+    (tmp_path / "own_losses.py").write_text(OWN_LOSSES_MODULE)
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    sys.modules.pop("own_losses", None)
+    yield importlib.import_module("own_losses")
+    sys.modules.pop("own_losses", None)
+
+
+@pytest.mark.parametrize(("where", "culprit"), [("add_loss", "penalty"), ("kernel", "mid"),
+                                                ("activity", "mid")])
+def test_a_wrong_gradient_in_a_layers_own_losses_names_that_layer(own_losses, where, culprit):
+    from gradexp.gradcheck.culprits import OWN_LOSSES_WRONG, find_culprits
+
+    (verdict,) = find_culprits(own_losses.build(3, 1, where), x_rows())
+    assert verdict.name == culprit and verdict.note == OWN_LOSSES_WRONG
+    assert verdict.dtype == "float64"
+    assert verdict.worst.reported_error().error_to_tolerance > 100  # 30% off
+    # Right gradients, and Keras' own regularizers: nothing to blame.
+    assert find_culprits(own_losses.build(3, 1, where, scale=1.0), x_rows()) == []
+
+
+def test_a_run_says_which_layers_own_losses_are_wrong(own_losses, tmp_path):
+    store = conftest.empty_store(tmp_path)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = run(store, tmp_path, "model=custom", "model._target_=own_losses.build",
+                     quiet=False)
+    assert result.gradcheck_passed is False
+    assert MlflowClient(store).get_run(result.run_id).data.tags[
+        "gradexp.gradcheck.culprits"] == "penalty"
+    assert "  wrong layer: penalty, its own losses checked alone in float64" in out.getvalue()
+
+
+def test_a_check_of_a_nan_loss_says_there_is_no_gradient_to_judge(tmp_path, monkeypatch):
+    """A model NaN on the data (a log of standardized features): the check said 'relative
+    error nan = infx its tolerance' and 'no layer is wrong alone ... the error is outside the
+    layers, e.g. in the loss', a wrong gradient to hunt for where there is none."""
+    import tensorflow as tf
+
+    from gradexp.gradcheck import check_gradients
+    from gradexp.loop import Diverged
+
+    report = check_gradients(lambda x: tf.math.log(x), [tf.constant([-1.0, 2.0], tf.float64)])
+    assert not report.passed
+    assert "the values compared are NaN or infinite" in report.entries[0].reported_error(
+        ).describe()
+    (tmp_path / "nan_layers.py").write_text(
+        "import keras\n\n\n@keras.saving.register_keras_serializable('nan_layers')\n"
+        "class Log(keras.layers.Layer):\n    def call(self, x):\n"
+        "        return keras.ops.log(x)\n\n\n"
+        "def build(n_features, n_outputs):\n    inputs = keras.Input((n_features,))\n"
+        "    return keras.Model(inputs, keras.layers.Dense(n_outputs)(Log()(inputs)))\n")
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    store = conftest.empty_store(tmp_path)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(Diverged):
+        conftest.run(store, "data=sklearn", "data.name=diabetes", "model=custom",
+                     "model._target_=nan_layers.build", "trainer.epochs=2",
+                     "gradcheck.at_end=false", "gradcheck.plots=false",
+                     "tracking.log_model=false", launch_dir=tmp_path, quiet=False)
+    sys.modules.pop("nan_layers", None)
+    (line,) = [line for line in out.getvalue().splitlines()
+               if line.startswith("warning: gradient check failed at epoch 0")]
+    assert "the values compared are NaN or infinite" in line and "infx" not in line
+    assert "no layer is wrong alone" not in out.getvalue()

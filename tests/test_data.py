@@ -345,6 +345,13 @@ def dataset_nan():                        # a gradexp Dataset, its test split wi
     test_x[4, 1] = -np.inf
     return Dataset("mine", "regression", _x().astype("float32"), np.zeros((20, 1), "float32"),
                    test=Split(test_x, np.zeros((5, 1), "float32")))
+
+def text_column():                        # a DataFrame with a column of text
+    import pandas as pd
+    return pd.DataFrame({"area": _x()[:, 0], "city": ["a", "b"] * 10}), np.zeros(20)
+
+def text_labels():                        # class labels, task left at regression
+    return _x(), np.array(["yes", "no"] * 10)
 """
 
 LOADER_MISTAKES = [
@@ -360,6 +367,11 @@ LOADER_MISTAKES = [
      "value in the validation features x_val)"),
     ("dataset_nan", "test.x[4, 1] is -inf (NaN or infinite values cannot be trained on; 1 such "
      "value in the test features test.x)"),
+    # Before: neither named the column nor said what to do (a csv's line does both)
+    ("text_column", "the features must be numbers (column 'city': 'a'); leave text columns "
+     "out, or encode them as numbers, in your loader"),
+    ("text_labels", "the targets must be numbers ('yes'); class labels? "
+     "data.task=classification"),
 ]
 
 

@@ -266,3 +266,29 @@ def test_a_classifications_labels_are_the_values_in_your_target_column(tmp_path,
     predicted = probabilities.idxmax(axis=1).to_numpy()  # a label per row, as the README says
     truth = np.array([3, 5, 8])[data.val.y.argmax(axis=1)]
     assert np.mean(predicted == truth) == pytest.approx(result.metrics["val/accuracy"], abs=1e-6)
+
+
+TAGS = '''
+import numpy as np
+
+
+def load():
+    """Two independent yes/no tags per row (several labels a row: both, one or none)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 2)).astype("float32")
+    return x, np.stack([x[:, 0] > 0, x[:, 1] > 0], axis=1).astype("float32")
+'''
+
+
+def test_a_binary_crossentropy_over_several_columns_serves_a_probability_per_column(
+        tmp_path, store, served):
+    """Binary crossentropy trains each column as its own sigmoid; the logged model put a softmax
+    across them, so a row with both tags got probabilities summing to 1 (0.13 and 0.87 for a
+    row whose tags are both yes)."""
+    (tmp_path / "tags.py").write_text(TAGS)
+    result = run(store, "data=custom", "data._target_=tags.load", "data.task=classification",
+                 "model=mlp", "loss=binary_crossentropy", "optimizer=adam",
+                 "optimizer.learning_rate=0.05", "trainer.epochs=150", launch_dir=tmp_path)
+    rows = np.array([[2.0, 2.0], [-2.0, -2.0], [2.0, -2.0], [-2.0, 2.0]], np.float32)
+    probabilities = np.asarray(served(result.run_id).predict(rows))
+    assert ((probabilities > 0.5) == np.array([[1, 1], [0, 0], [1, 0], [0, 1]], bool)).all()

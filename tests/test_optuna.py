@@ -198,3 +198,36 @@ def test_a_packed_grid_sweep_stopped_by_a_failure_leaves_no_trial_running(tmp_pa
                       "sweep.continue_on_failure=false", "optimizer.learning_rate=1e6,0.01",
                       *TINY, f"tracking.uri={empty_store(tmp_path)}", launch_dir=tmp_path)
     assert [trial.state.name for trial in study_in(tmp_path).trials] == ["FAIL", "FAIL"]
+
+
+def test_seeds_swept_under_optuna_are_refused_not_tuned(tmp_path):
+    """`seed=0,1,2` under Optuna was one more hyperparameter: each trial one seed, 'Best
+    parameters: {optimizer.learning_rate: 0.185, seed: 1}' (the luckiest seed), every
+    replicate group n=1. Refused before the parent opens, naming the key and what to do."""
+    import gradexp
+    from gradexp.api import GradexpError
+
+    store = empty_store(tmp_path)
+    with pytest.raises(GradexpError) as refused:
+        gradexp.sweep("hydra/sweeper=optuna", "optimizer.learning_rate=tag(log,interval(0.01,0.5))",
+                      "seed=0,1,2", *TINY, f"tracking.uri={store}", launch_dir=tmp_path)
+    assert str(refused.value).startswith(
+        "seed is swept under OptunaSweeper, which would tune it as a hyperparameter")
+    from mlflow import MlflowClient
+
+    assert MlflowClient(store).search_runs(["0"]) == []
+    assert not (tmp_path / "optuna.journal").exists()
+
+
+def test_a_search_with_nothing_to_search_is_refused(tmp_path):
+    """`-m hydra/sweeper=optuna` with no search space ran its 20 trials, every one the same
+    run, and reported one of them as the best parameters ({})."""
+    import gradexp
+    from gradexp.api import GradexpError
+
+    store = empty_store(tmp_path)
+    with pytest.raises(GradexpError) as refused:
+        gradexp.sweep("hydra/sweeper=optuna", *TINY, f"tracking.uri={store}",
+                      launch_dir=tmp_path)
+    assert str(refused.value).startswith("OptunaSweeper has nothing to search: no key is swept")
+    assert not (tmp_path / "optuna.journal").exists()

@@ -307,6 +307,30 @@ def test_pruned_and_failed_replicates_are_counted_not_averaged():
     assert adam.record()["failed"] == 2 and sgd.record()["pruned"] == 1
 
 
+def test_a_configuration_that_left_replicates_out_does_not_rank_best_by_its_survivors():
+    """SGD at 0.8 diverged (FAILED) on 3 of 6 seeds; its other 3 averaged 0.01004, below 0.05's
+    0.01028 over all 6, so it ranked first and was tagged gradexp.best_group. A configuration
+    whose replicates all trained to the end ranks first; a pruned one's survivors the same."""
+    from gradexp.replicates import group_runs
+
+    values = {"0.8": [0.00973, 0.00984, 0.01055, 1.4e6, 1.6e7, 5.1e34],
+              "0.05": [0.00952, 0.00973, 0.00983, 0.01056, 0.01076, 0.01125],
+              "0.3": [0.02, 0.00001, 0.00001]}
+    runs = [(f"{rate}-{seed}", {"optimizer.learning_rate": rate, "seed": str(seed)}, value)
+            for rate, row in values.items() for seed, value in enumerate(row)]
+    failed = {"0.8-3", "0.8-4", "0.8-5"}
+    for direction, sign in (("minimize", 1), ("maximize", -1)):
+        groups = group_runs([(r, p, sign * v) for r, p, v in runs],
+                            ["optimizer.learning_rate", "seed"], ["seed"], direction,
+                            failed=failed, pruned={"0.3-1", "0.3-2"})
+        assert [g.params["optimizer.learning_rate"] for g in groups] == ["0.05", "0.8", "0.3"]
+        assert [g.left_out for g in groups] == ["", "3 failed", "2 pruned"]
+    # A finished replicate with no finite objective is counted as left out, not dropped unsaid.
+    (group,) = group_runs([("a", {"seed": "0"}, 1.0), ("b", {"seed": "1"}, math.nan)],
+                          ["seed"], ["seed"], "minimize")
+    assert (group.n, group.failed) == (1, 1)
+
+
 def test_the_groups_table_shows_brackets_and_what_was_left_out():
     from rich.console import Console
 

@@ -110,6 +110,34 @@ def test_tracking_none_records_nothing(tmp_path):
     assert not (tmp_path / "mlflow.db").exists()
 
 
+NAN_AT_THE_START = '''
+import keras
+
+
+def build(n_features, n_outputs):
+    inputs = keras.Input((n_features,))
+    logs = keras.layers.Lambda(lambda x: keras.ops.log(x))(inputs)  # NaN for x < 0
+    return keras.Model(inputs, keras.layers.Dense(n_outputs)(logs))
+'''
+
+
+def test_a_loss_nan_at_the_starting_weights_is_not_blamed_on_the_learning_rate(store, client,
+                                                                                tmp_path):
+    """A model whose forward pass gives NaN on the data (a log of a standardized feature): full
+    batch, epoch 1's loss is measured at the starting weights, before any update; it said
+    'the learning rate is probably too high (optimizer.learning_rate=0.1); try a smaller one'."""
+    (tmp_path / "nan_models.py").write_text(NAN_AT_THE_START)
+    with pytest.raises(Diverged) as failed:
+        run(store, "gradcheck=off", "data=sklearn", "data.name=diabetes", "model=custom",
+            "model._target_=nan_models.build",
+            "trainer.epochs=5", "tracking.log_model=false", launch_dir=tmp_path)
+    assert str(failed.value).startswith(
+        "the loss or its gradient is NaN or infinite at the starting weights (epoch 1, before "
+        "any update), so not because of the learning rate: the model or the loss gives NaN")
+    (stored,) = client.search_runs(["1"])
+    assert stored.info.status == "FAILED" and stored.data.tags["gradexp.failure_epoch"] == "1"
+
+
 def test_divergence_stops_fails_the_run_and_keeps_the_metrics_so_far(store, client, tmp_path):
     import pyarrow.parquet as pq
 

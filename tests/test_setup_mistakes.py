@@ -12,6 +12,7 @@ import sqlite3
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
@@ -117,7 +118,23 @@ class EagerScaled(keras.Model):
         return self.dense(x) * float(np.abs(self.dense.kernel.numpy()).max() + 1)
 
 def eager_call(n_features, n_outputs):
-    return EagerScaled(n_outputs)'''
+    return EagerScaled(n_outputs)
+
+
+@tf.custom_gradient
+def half_square_sum(w):
+    def grad(upstream):
+        return upstream * w
+    return 0.5 * tf.reduce_sum(w * w), grad
+
+
+def custom_gradient_regularizer(n_features, n_outputs):
+    # traces (the variable reaches the function as a tensor) and trains; eagerly, as the run's
+    # final loss reads it after the last epoch, TensorFlow refuses it
+    inputs = keras.Input((n_features,))
+    dense = keras.layers.Dense(n_outputs, name="dense",
+                               kernel_regularizer=lambda w: 0.01 * half_square_sum(w))
+    return keras.Model(inputs, dense(inputs))'''
 MY_DATA = '''
 import numpy as np
 
@@ -203,6 +220,11 @@ MISTAKES = [
                                 # TensorFlow's rule too, eagerly as compiled (not "write it
                                 # with keras.ops or set trainer.compile=false")
                                 ("forgets_variables_training", "scale/w"))],
+    # the same rule met only eagerly, by the final loss after the last epoch: the run trained,
+    # then ended FAILED with a traceback
+    (["model=custom", "model._target_=wrong_models.custom_gradient_regularizer"],
+     "model._target_=wrong_models.custom_gradient_regularizer: a tf.custom_gradient function "
+     "reads variables it is not given as inputs (dense/kernel)"),
     (["model=custom", "model._target_=wrong_models.forgets_variables_training",
       "trainer.compile=false"],  # the eager step meets it as well: said before the run too
      "model._target_=wrong_models.forgets_variables_training: a tf.custom_gradient function "
@@ -241,6 +263,10 @@ MISTAKES = [
     (["loss=binary_crossentropy", "data=sine"],
      "loss=binary_crossentropy (keras.losses.BinaryCrossentropy) is a classification loss, but "
      "data=sine is a regression"),
+    # gradexp's models output logits: read as probabilities they train on nonsense, silently
+    (["data=blobs", "model=mlp", "loss=categorical_crossentropy", "loss.from_logits=false"],
+     "loss.from_logits=false: model=mlp outputs logits (its last layer is a Dense with no "
+     "softmax or sigmoid)"),
     (["data=blobs", "loss._target_=keras.losses.SparseCategoricalCrossentropy"],
      "takes class indices, but gradexp gives one-hot targets (data=blobs, 3 columns)"),
     (["loss._target_=wrong_models.one_argument_loss"],
@@ -332,6 +358,33 @@ def test_mse_on_classes_runs_with_one_warning_naming_the_keys(launch, capsys):
         "one-hot classes (data.task=classification): it trains, but "
         "loss=categorical_crossentropy is the usual choice"]
     assert [status for _, status in recorded_runs(launch)] == ["FINISHED"]
+
+
+def test_a_real_valued_target_read_as_classes_runs_with_one_warning(launch, capsys):
+    """data.task=classification on prices: every price a class of its own, 200 classes in 200
+    rows; it trained at chance accuracy and nothing said why."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 2))
+    price = 50_000.25 + 10 * np.argsort(x @ [1.5, -2.0])  # no two alike, none whole
+    assert len(np.unique(price)) == 200
+    rows = "\n".join(f"{a},{b},{p}" for (a, b), p in zip(x, price))
+    (launch / "prices.csv").write_text(f"a,b,price\n{rows}\n")
+    run_as_command_line(launch, ["data=csv", "data.path=prices.csv", "data.target=price",
+                                 "data.task=classification", "model=mlp",
+                                 "loss=categorical_crossentropy", "tracking.log_model=false"])
+    err = capsys.readouterr().err
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        "warning: data.task=classification: data.target=price has 200 distinct values in 200 "
+        "rows, 200 of them fractional numbers, each a class of its own: a real-valued target "
+        "read as class labels? data.task=regression fits it as numbers"]
+    assert [status for _, status in recorded_runs(launch)] == ["FINISHED"]
+    # Text labels are labels, however few rows each class has: no warning
+    (launch / "few.csv").write_text("x,y\n1,a\n2,a\n3,b\n4,c\n5,c\n")
+    run_as_command_line(launch, ["data=csv", "data.path=few.csv", "data.target=y",
+                                 "data.task=classification", "model=mlp",
+                                 "loss=categorical_crossentropy", "tracking.log_model=false"])
+    assert "warning:" not in capsys.readouterr().err
 
 
 @pytest.mark.heavy  # ~4 s

@@ -76,6 +76,12 @@ def test_unreachable_server_fails_before_training_with_nothing_recorded(tmp_path
                         "URIs; accepted: "),
     ("postgres://db/runs", "MLflow has no store for postgres:// URIs"),
     ("mlruns", "tracking.uri=mlruns: MLflow refuses a folder as a store"),
+    # Before: a traceback from SQLAlchemy ("Invalid SQLite URL"), exit 1
+    ("sqlite://mlflow.db", "tracking.uri=sqlite://mlflow.db: a sqlite URI has three slashes "
+                           "before a relative path (sqlite:///mlflow.db)"),
+    # Before: "MLflow refuses a folder as a store": it is a file, the store a person meant
+    ("mlflow.db", "tracking.uri=mlflow.db: a path to a database file, not a store URI: write "
+                  "sqlite:///mlflow.db"),
 ])
 def test_a_store_mlflow_cannot_open_is_one_line_before_anything_is_made(tmp_path, monkeypatch,
                                                                         uri, says):

@@ -335,8 +335,11 @@ def ranks_largest_first(runs: list, metric: str) -> bool:
 
 
 def sort_runs(runs: list, name: str, desc: bool, asked: bool = True) -> None:
-    """In place, by metric `name` (runs without it last, ties stay newest first). A metric that
-    was asked for (--by) and that no run has is an error; a default one keeps newest first."""
+    """In place, by metric `name` (runs without it last, ties stay newest first), the runs that
+    trained to the end first, as the sweep's own table ranks them: a pruned run's value is an
+    early epoch's, and a FAILED (diverged), KILLED or RUNNING run's the last one it logged, so
+    they rank after the FINISHED ones. A metric that was asked for (--by) and that no run has is
+    an error; a default one keeps newest first."""
     available = sorted({key for run in runs for key in run.data.metrics})
     if name not in available:
         if asked and runs:
@@ -344,9 +347,12 @@ def sort_runs(runs: list, name: str, desc: bool, asked: bool = True) -> None:
                            f"{', '.join(available) or '(none)'}")
         return
 
-    def key(run) -> tuple[int, float]:
+    def key(run) -> tuple[int, int, float]:
         value = run.data.metrics.get(name, math.nan)
-        return (1, 0.0) if math.isnan(value) else (0, -value if desc else value)
+        if math.isnan(value):
+            return (1, 0, 0.0)
+        ended = (0 if run.info.status == "FINISHED" else 2) + (PRUNED_TAG in run.data.tags)
+        return (0, ended, -value if desc else value)
 
     runs.sort(key=key)
 

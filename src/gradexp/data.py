@@ -393,7 +393,9 @@ def from_user_loader(load, *, name: str, task: str, val_fraction: float, test_fr
     else:
         parts = _array_parts(loaded, where)
     if task != "classification":  # a regression's targets are numbers
-        parts = [(x, _columns(y, f"{where}: the targets"), names) for x, y, names in parts]
+        parts = [(x, _columns(y, f"{where}: the targets",
+                              "; class labels? data.task=classification"), names)
+                 for x, y, names in parts]
     # Before any split or run: mismatched rows would fail deep in the split (an IndexError)
     # or the loss, and a NaN would reach training as a "learning rate too high" divergence.
     for (x, y, names), (x_name, y_name, what) in zip(parts, (("x", "y", ""),
@@ -474,28 +476,46 @@ def _element(name: str, array: np.ndarray, columns: list[str] | None = None
     return named
 
 
+FEATURES_HINT = "; leave text columns out, or encode them as numbers, in your loader"
+
+
 def _array_parts(loaded: Any, where: str) -> list[tuple[np.ndarray, np.ndarray, list | None]]:
     """(x, y) -> one part; ((x, y), (x_val, y_val)) -> two: features as float64 columns, y as
     given (a classification's labels may be text), the features' names of a DataFrame's x."""
     pairs = isinstance(loaded, tuple | list) and len(loaded) == 2
     if pairs and all(isinstance(part, tuple | list) and len(part) == 2 for part in loaded):
-        return [(_columns(x, f"{where}: the features"), _targets(y), _names(x))
+        return [(_columns(x, f"{where}: the features", FEATURES_HINT), _targets(y), _names(x))
                 for x, y in loaded]
     if pairs:
         x, y = loaded
-        return [(_columns(x, f"{where}: the features"), _targets(y), _names(x))]
+        return [(_columns(x, f"{where}: the features", FEATURES_HINT), _targets(y), _names(x))]
     raise ConfigError(f"{where}: returned a {type(loaded).__name__}; a data loader returns "
                       "(x, y) arrays, ((x, y), (x_val, y_val)), a tf.data.Dataset of (x, y) "
                       "(or two: training, validation) or a gradexp.data.Dataset")
 
 
-def _columns(array, where: str = "data") -> np.ndarray:
-    """Rows x columns as float64: a 1-D array is one column."""
+def _columns(array, where: str = "data", hint: str = "") -> np.ndarray:
+    """Rows x columns as float64: a 1-D array is one column. Text is refused, naming a
+    DataFrame's first column of text, with `hint` (what to do about it)."""
     try:
-        array = np.asarray(array, dtype=np.float64)
-    except (TypeError, ValueError) as error:
-        raise ConfigError(f"{where} must be numbers ({error})") from None
-    return array.reshape(len(array), -1)
+        values = np.asarray(array, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where} must be numbers ({_first_text(array)}){hint}") from None
+    return values.reshape(len(values), -1)
+
+
+def _first_text(array) -> str:
+    """The first value that is not a number, as `'a'`, after its DataFrame column's name."""
+    columns = getattr(array, "columns", None)
+    values = ([(f"column '{column}': ", value) for column in columns
+               for value in array[column].tolist()] if columns is not None
+              else [("", value) for value in np.asarray(array, dtype=object).ravel().tolist()])
+    for place, value in values:
+        try:
+            float(value)
+        except (TypeError, ValueError):
+            return f"{place}{str(value)!r}"
+    return "a value that is not a number"
 
 
 def _targets(array) -> np.ndarray:

@@ -51,13 +51,17 @@ class Export:
         return values
 
 
-def export(network, data: Dataset, outputs_are_logits: bool = True) -> Export:
+def export(network, data: Dataset, outputs_are_logits: bool = True,
+           independent_outputs: bool = False) -> Export:
     """The served model of `network` trained on `data`. `outputs_are_logits` (the loss's
-    from_logits; gradexp's models output logits) adds the softmax or sigmoid."""
+    from_logits; gradexp's models output logits) adds the softmax or sigmoid.
+    `independent_outputs` (a binary crossentropy: each column its own yes/no, as it trained
+    them, several labels per row allowed) takes a sigmoid per column, not a softmax across."""
     classification = data.task == "classification"
     activation = None
     if classification and outputs_are_logits:
-        activation = "sigmoid" if data.n_outputs == 1 else "softmax"
+        independent = data.n_outputs == 1 or independent_outputs
+        activation = "sigmoid" if independent else "softmax"
     served = served_network(network, data.n_features, data.standardization, activation)
     labels = None
     if classification:  # one output: its probability is that of labels[1]

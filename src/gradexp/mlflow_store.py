@@ -149,6 +149,17 @@ def check_store_kind(uri: str, shown: str | None = None) -> None:
         known = set(_tracking_store_registry._registry)
     except (ImportError, AttributeError):  # moved in another MLflow: MLflow says it later
         return
+    typed = shown or uri
+    if scheme == "sqlite" and uri.startswith("sqlite://") and uri[len("sqlite://"):] \
+            and not uri.startswith("sqlite:///"):  # sqlite://mlflow.db: SQLAlchemy's traceback
+        raise ConfigError(f"{key}: a sqlite URI has three slashes before a relative path "
+                          f"(sqlite:///{uri[len('sqlite://'):]}) and four before an absolute "
+                          "one (sqlite:////home/you/mlflow.db)")
+    if scheme in ("", "file") and (Path(uri.removeprefix("file:")).is_file()
+                                   or typed.endswith((".db", ".sqlite", ".sqlite3"))):
+        raise ConfigError(f"{key}: a path to a database file, not a store URI: write "
+                          f"sqlite:///{typed.removeprefix('file:')} (three slashes before a "
+                          "relative path, four before an absolute one)")
     if scheme not in known:
         accepted = ", ".join(f"{name}://" for name in sorted(known) if name)
         raise ConfigError(f"{key}: MLflow has no store for {scheme}:// URIs; accepted: "

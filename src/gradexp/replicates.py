@@ -91,7 +91,10 @@ def group_runs(runs: Iterable[tuple[str, Mapping[str, str], float]], swept: Sequ
     """Group (run_id, params, objective) by the swept keys outside aggregate_over, best mean
     first (`direction` minimize | maximize). The runs whose ids are in `pruned` or `failed` are
     counted in their group, not averaged; a NaN objective (diverged) is left out of its group's
-    values too; a group with no value left (n=0) ranks last."""
+    values too. A group that left a replicate out ranks after every group whose replicates all
+    trained to the end: its mean is its survivors' (a learning rate that diverged on 3 of 6
+    seeds is not the best by the 3 that did not); a group with no value left (n=0) ranks
+    last."""
     others = [key for key in swept if key not in aggregate_over]
     groups: dict[tuple[str, ...], Group] = {}
     for run_id, params, value in runs:
@@ -104,9 +107,11 @@ def group_runs(runs: Iterable[tuple[str, Mapping[str, str], float]], swept: Sequ
         elif math.isfinite(value):
             group.values.append(float(value))
             group.run_ids.append(run_id)
+        else:
+            group.failed += 1  # finished, but no finite objective: diverged
     sign = -1.0 if direction == "maximize" else 1.0
-    return sorted(groups.values(),
-                  key=lambda g: sign * g.mean if g.n else math.inf)
+    return sorted(groups.values(), key=lambda g: (not g.n, bool(g.left_out),
+                                                  sign * g.mean if g.n else 0.0))
 
 
 def job_params(params: Mapping[str, str]) -> dict[str, str]:

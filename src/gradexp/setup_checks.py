@@ -114,7 +114,34 @@ def check_target_is_read(cfg: DictConfig, group: str) -> None:
 def check_against_data(cfg: DictConfig, data: Any, say=warning_line) -> None:
     """The loss against the data's task, and a person's model against the data's shapes."""
     check_loss_fits_task(cfg, data, say)
+    check_classes(cfg, data, say)
     check_model_fits_data(cfg, data)
+
+
+# A classification with fewer rows than this a class, on average, warns: its target is most
+# likely a real-valued one (a price, a measurement) read as class labels, one class a value.
+MIN_ROWS_PER_CLASS = 4
+
+
+def check_classes(cfg: DictConfig, data: Any, say=warning_line) -> None:
+    """data.task=classification on a real-valued target makes every distinct value a class of
+    its own: it trains, at chance accuracy, and nothing said why. One warning when the labels
+    are numbers, and fractional or nearly as many as the rows (text labels are labels)."""
+    if data.task != "classification" or not data.labels or data.stream is not None:
+        return
+    if not all(isinstance(label, int | float) and not isinstance(label, bool)
+               for label in data.labels):
+        return  # text ('setosa') or true/false: labels, however few rows each has
+    rows = sum(len(split.x) for split in data.splits().values())
+    fractional = sum(isinstance(label, float) and not label.is_integer()
+                     for label in data.labels)
+    if not fractional and len(data.labels) * MIN_ROWS_PER_CLASS <= rows:
+        return
+    target = f"data.target={cfg.data.target}" if cfg.data.get("target") else "the target"
+    some = f", {fractional} of them fractional numbers" if fractional else ""
+    say(f"data.task=classification: {target} has {len(data.labels)} distinct values in {rows} "
+        f"rows{some}, each a class of its own: a real-valued target read as class labels? "
+        "data.task=regression fits it as numbers")
 
 
 def loss_kind(target: str) -> str | None:
@@ -130,11 +157,21 @@ def loss_kind(target: str) -> str | None:
 def check_loss_fits_task(cfg: DictConfig, data: Any, say=warning_line) -> None:
     """Crossentropy on a regression's real-valued targets cannot work: refused. A regression
     loss on one-hot classes trains (Keras lets you compile it), but is rarely meant: a warning.
-    Categorical crossentropy over one output is 0 whatever the model does: refused."""
+    Categorical crossentropy over one output is 0 whatever the model does: refused. So is
+    loss.from_logits=false with one of gradexp's models, whose outputs are logits: the loss
+    would read them as probabilities (clipped to [0, 1]) and train on nonsense, silently."""
     target = str(cfg.loss["_target_"])
     kind, task = loss_kind(target), data.task
     where = f"loss={cfg.loss.name} ({target})"
     data_name = f"data={cfg.data.name}"
+    model = str(cfg.model["_target_"])
+    if task == "classification" and cfg.loss.get("from_logits", True) is False \
+            and model.startswith(f"{__package__}.models."):
+        raise ConfigError(
+            f"loss.from_logits=false: model={cfg.model.name} outputs logits (its last layer is "
+            "a Dense with no softmax or sigmoid), which the loss would read as probabilities; "
+            "keep loss.from_logits=true (the default), or use model=custom with a model that "
+            "ends in a softmax")
     if kind == "classification" and task == "regression":
         raise ConfigError(
             f"{where} is a classification loss, but {data_name} is a regression (data.task="
@@ -220,6 +257,10 @@ def _check_built(cfg: DictConfig, data: Any, where: str, model: Any) -> None:
         raise ConfigError(
             f"{where}: does not take data={cfg.data.name}'s rows of "
             f"{features} ({type(error).__name__}: {reason_of(error)[:200]})") from None
+    try:  # its own losses eagerly, as the run's final loss reads them after training: a
+        model.own_loss(out)  # regularizer's tf.custom_gradient on its weight fails only there
+    except Exception as error:  # noqa: BLE001 - only TensorFlow's custom_gradient rule is ours
+        _refuse_custom_gradient(where, error)
     shape = tuple(getattr(out, "shape", ()))
     if len(shape) != 2 or shape[-1] != data.n_outputs:
         raise ConfigError(

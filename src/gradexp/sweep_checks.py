@@ -49,6 +49,34 @@ def check_launcher(config: DictConfig) -> None:
             "for a sweep of 8 jobs or more, else 1)")
 
 
+def check_search(config: DictConfig) -> None:
+    """A sweeper that searches (Optuna) needs something to search: with no key swept, each of
+    its trials is the same run. And it takes `seed=0,1,2` as one more hyperparameter: it tunes
+    the seed, each trial one seed, and reports the luckiest as the best parameters. Replicates
+    (sweep.aggregate_over, default [seed]) are a grid's, so an optimizing sweeper is refused
+    them in one line."""
+    from gradexp.schema import ConfigError
+
+    name = plugin_name(config.hydra.sweeper)
+    if name == "BasicSweeper":
+        return
+    if not swept_keys(config):  # each trial the same config: n_trials copies of one run
+        raise ConfigError(
+            f"{name} has nothing to search: no key is swept (hydra.sweeper.params is empty and "
+            "no override is a range): give it one, e.g. "
+            "'optimizer.learning_rate=tag(log, interval(0.0001, 0.5))'")
+    over = OmegaConf.select(config, "sweep.aggregate_over", default=None)
+    over = ["seed"] if over is None else [str(key) for key in over]
+    replicated = [key for key in swept_keys(config) if key.lstrip("+~") in over]
+    if replicated:
+        key = replicated[0].lstrip("+~")
+        raise ConfigError(
+            f"{key} is swept under {name}, which would tune it as a hyperparameter (each trial "
+            f"one {key}, the luckiest reported as the best), not repeat each trial over it as "
+            f"replicates (sweep.aggregate_over): fix {key}=N for the search, or sweep the "
+            f"replicates with the basic sweeper (-m {key}=0,1,2 and a grid of values)")
+
+
 def check_every_job(config: DictConfig) -> dict[str, bool]:
     """Compose each job of a basic sweep as Hydra will (its overrides and hydra.sweeper.params)
     and check it as its run would before TensorFlow loads: `-m optimizer=sgd,adamm` ends here,

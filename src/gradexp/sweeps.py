@@ -39,6 +39,7 @@ from gradexp.metrics import FALLBACK, objective
 from gradexp.sweep_checks import (
     check_every_job,
     check_launcher,
+    check_search,
     check_shared_objective,
     check_summary_keys,
     check_sweeper_direction,
@@ -110,6 +111,7 @@ class MlflowSweepCallback(Callback):
             check_ranges(config, missing_ok=True)
             check_sweeper_direction(config)
             check_launcher(config)
+            check_search(config)
             keys = check_every_job(config)  # a sweep that does not all compose opens no parent
             if not keys:
                 check_shared_objective(config)  # Optuna: its jobs are chosen as they run

@@ -4,6 +4,8 @@ gradcheck.on_fail=fail, ending the run FAILED."""
 
 from __future__ import annotations
 
+import math
+
 from gradexp import console
 from gradexp.callbacks.base import Callback
 from gradexp.endings import GradientCheckFailed
@@ -114,12 +116,15 @@ def failure_lines(result) -> list[str]:
              else "gradient check failed at epoch {}").format(result.epoch)
     lines = [f"{check}: {_error(result)}"]
     if result.culprits:
+        from gradexp.gradcheck.culprits import OWN_LOSSES_WRONG  # loaded: a check has run
+
         for verdict in result.culprits:
             entry = verdict.worst
             what = "model" if verdict.container and "/" not in verdict.name else "layer"
             # A layer whose first order passed alone is blamed for its second derivatives.
             checked = ("its second derivatives checked alone" if verdict.report is not None
-                       and verdict.report.order == 2 else "checked alone")
+                       and verdict.report.order == 2 else "its own losses checked alone"
+                       if verdict.note == OWN_LOSSES_WRONG else "checked alone")
             lines.append(f"  wrong {what}: {verdict.name}, {checked} in {verdict.dtype}"
                          + (f" ({_times(entry.reported_error().error_to_tolerance)} its "
                             "tolerance)" if entry else ""))
@@ -132,9 +137,10 @@ def failure_lines(result) -> list[str]:
                 else ""
             lines.append(f"  affected (wrong only through it): {shown}{more}")
         return lines
-    if result.culprits_searched:
+    worst = result.worst()
+    if result.culprits_searched and (worst is None or math.isfinite(worst[1].rel_error)):
         lines.append("  no layer is wrong alone (each layer and the model pass when checked "
-                     "alone): the error is outside the layers, e.g. in the loss or a regularizer")
+                     "alone): the error is outside the layers, e.g. in the loss")
     failing = [(key, e) for key, report in result.reports.items()
                for e in report.entries if not e.passed]
     if failing:

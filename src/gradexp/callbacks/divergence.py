@@ -16,6 +16,16 @@ class Divergence(Callback):
         if bad_epoch is None:
             return
         run.set_tags({FAILURE_TAG: "diverged", FAILURE_EPOCH_TAG: bad_epoch})
+        trainer = run.trainer
+        if bad_epoch == 1 and trainer is not None and trainer.stream is None \
+                and trainer.n_batches == 1:
+            # Full batch: epoch 1's loss and gradient are measured at the starting weights,
+            # before any update, so no learning rate made them NaN.
+            raise Diverged(
+                "the loss or its gradient is NaN or infinite at the starting weights (epoch 1, "
+                "before any update), so not because of the learning rate: the model or the loss "
+                "gives NaN or inf on the training rows (a log or sqrt of a negative number, a "
+                "division by zero?)")
         lr = run.cfg.optimizer.learning_rate
         raise Diverged(
             f"the loss or its gradient became NaN or infinite at epoch {bad_epoch}: "

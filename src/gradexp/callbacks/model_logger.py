@@ -28,8 +28,10 @@ class ModelLogger(Callback):
                                         "tracking.log_model=false skips it")
 
         try:
+            loss = str(run.cfg.loss.get("_target_", "")).rsplit(".", 1)[-1].lower()
             served = export(run.model.network, run.data,
-                            outputs_are_logits=bool(run.cfg.loss.get("from_logits", True)))
+                            outputs_are_logits=bool(run.cfg.loss.get("from_logits", True)),
+                            independent_outputs=loss.startswith("binary"))
         except Exception as error:  # noqa: BLE001 - the run's results stand without the file
             not_logged(error)
             return

@@ -37,6 +37,8 @@ from gradexp.gradcheck.report import GradCheckEntry, GradCheckReport
 # A layer called more often than this in one forward pass (a shared layer in a loop) is checked
 # at its first calls only: each call is its own check, and a wrong backward shows at any of them.
 MAX_CALLS_PER_LAYER = 2
+# A layer whose outputs pass alone but whose own losses (add_loss, regularizers) do not.
+OWN_LOSSES_WRONG = "its own losses (add_loss, regularizers) are wrong"
 
 
 @dataclass
@@ -249,6 +251,13 @@ def _check_call(layer: Any, path: str, index: int, args: Any, kwargs: Any, state
     options = {"method": "probe", "probes": probes, "seed": seed,
                "names": [*input_names, *verdict.variables], "compile": False}
     verdict.report = check_gradients(f, values, **options)
+    if verdict.report.passed:  # its own losses, apart: beside its outputs one number of many
+        losses = _as_function(target, flat, checked, args, kwargs, _cast_state(state, used),
+                              losses=True)
+        if losses(*values) is not None:
+            report = check_gradients(losses, values, **options)
+            if not report.passed:
+                verdict.report, verdict.note = report, OWN_LOSSES_WRONG
     if order == 2 and verdict.report.passed:  # its backward's own derivative
         second = check_gradients(f, values, order=2, **options)
         if not second.passed:
@@ -275,8 +284,10 @@ def _cast_state(state: list, dtype: str) -> list:
 
 
 def _as_function(layer: Any, flat: list, checked: list[int], args: Any, kwargs: Any,
-                 state: list):
-    """(*checked inputs, *trainable values) -> the layer's floating outputs, flattened."""
+                 state: list, losses: bool = False):
+    """(*checked inputs, *trainable values) -> the layer's floating outputs, flattened; with
+    `losses`, the sum of its own losses (add_loss, activity and weight regularizers: part of
+    the loss that trains), None when it has none."""
     import keras
     import tensorflow as tf
 
@@ -291,8 +302,12 @@ def _as_function(layer: Any, flat: list, checked: list[int], args: Any, kwargs: 
         # As stateless_call does, but through the layer's __call__, so a container hands
         # `training` on to its sublayers as in the model's own pass.
         mapping = [*zip(trainable, values[n:]), *zip(non_trainable, state)]
-        with keras.StatelessScope(state_mapping=mapping):
+        with keras.StatelessScope(state_mapping=mapping, collect_losses=losses):
             outputs = layer(*call_args, **call_kwargs)
+            own = list(layer.losses) if losses else []
+        if losses:
+            dtype = values[0].dtype if values else None
+            return tf.add_n([tf.cast(loss, dtype) for loss in own]) if own else None
         parts = [tf.reshape(o, [-1]) for o in tf.nest.flatten(outputs)
                  if isinstance(o, tf.Tensor) and o.dtype.is_floating]
         return parts[0] if len(parts) == 1 else tf.concat(parts, 0)

@@ -40,6 +40,10 @@ class ReportedError:
 
     def describe(self) -> str:
         """The words the console and the run's summary use for it."""
+        if not math.isfinite(self.rel_error):  # NaN or inf compared: no gradient to judge
+            return (f"relative error {self.rel_error:.2e}: the values compared are NaN or "
+                    "infinite (the loss or its gradient is not finite at this point, e.g. the "
+                    "model's output on the data), no gradient to judge")
         ratio = self.error_to_tolerance
         times = f"{ratio:,.0f}x" if ratio >= 10 else f"{ratio:.2f}x"
         return f"relative error {self.rel_error:.2e} = {times} its tolerance {self.tolerance:.1e}"
