@@ -14,6 +14,7 @@ import statistics
 import numpy as np
 import pytest
 from mlflow import MlflowClient
+from mlflow.entities import Metric, Param
 
 import conftest
 import gradexp
@@ -390,3 +391,34 @@ def test_a_configuration_whose_replicates_all_failed_is_a_group_of_n_0(tmp_path)
     rows = [line for line in table.splitlines() if line.startswith("│")]
     (row,) = [line for line in rows if "2 failed" in line]  # the lr=1000 row (json above)
     assert "│ 0 │ -" in row and rows.index(row) > 0  # ranked after lr=0.1's (folded) row
+
+
+def test_the_best_run_is_the_best_configurations_not_the_luckiest_seed(store):
+    # sgd's mean is the best (1.1); adam has the single best seed (0.5) and a worse mean (1.53):
+    # best_run_id and best/val/mse used to name that adam seed while best_group said sgd
+    from gradexp.mlflow_store import MlflowTracker
+    from gradexp.sweeps import summarize_sweep
+    from gradexp.tag_keys import BEST_RUN_ID_TAG, DIRECTION_TAG, OBJECTIVE_TAG, SWEPT_TAG
+
+    client = MlflowClient(store)
+    experiment = client.create_experiment("replicates")
+    parent = client.create_run(experiment, tags={SWEPT_TAG: "optimizer,seed",
+                                                 OBJECTIVE_TAG: "val/mse",
+                                                 DIRECTION_TAG: "minimize"})
+    ids = {}
+    for optimizer, values in (("sgd", (1.0, 1.1, 1.2)), ("adam", (0.5, 2.0, 2.1))):
+        for seed, value in enumerate(values):
+            child = client.create_run(experiment,
+                                      tags={"mlflow.parentRunId": parent.info.run_id})
+            client.log_batch(child.info.run_id, params=[
+                Param("optimizer.name", optimizer), Param("seed", str(seed))], metrics=[
+                Metric("val/mse", value, 0, 0), Metric("final_loss", value, 0, 0)])
+            client.set_terminated(child.info.run_id, "FINISHED")
+            ids[optimizer, seed] = child.info.run_id
+    tracker = MlflowTracker.reopen(store, parent.info.run_id)
+    summary = summarize_sweep(tracker)
+    tracker.end("FINISHED")  # its metrics stored
+    assert summary.groups[0].label == "optimizer=sgd"
+    ended = client.get_run(parent.info.run_id)
+    assert ended.data.tags[BEST_RUN_ID_TAG] == ids["sgd", 0]
+    assert ended.data.metrics["best/val/mse"] == 1.0

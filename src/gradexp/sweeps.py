@@ -351,6 +351,11 @@ def summarize_sweep(tracker, best_per: list[str] | None = None,
     tracker.log_dict(record, SUMMARY_FILE)
     finished = [row for row in rows if row["status"] == "FINISHED"
                 and math.isfinite(row["objective"]) and row["pruned_at_epoch"] is None]
+    # With replicates, the best run is the best replicate of the best configuration (by its
+    # mean), never a luckier seed of a worse one: gradexp.best_run_id agrees with best_group.
+    if summary.groups and summary.groups[0].n:
+        best_group = set(summary.groups[0].run_ids)
+        finished = [row for row in finished if row["run_id"] in best_group] or finished
     if finished:
         best = finished[0]
         if not best["reused"]:  # a reused run belongs to an earlier sweep: leave its tags alone
