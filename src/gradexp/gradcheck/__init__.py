@@ -43,7 +43,8 @@ also measures the finite-difference error (steps h and 2h, where a probe fails a
 and widens its tolerance by it, so a noisy function is reported as noisy instead of wrong. Kinks
 (relu or |x| at 0) inside the step make finite differences wrong, not the gradient: a failing
 probe whose analytical gradient jumps within the step is repeated with smaller steps and the
-report says so.
+report says so; one (or a scalar output's Jacobian column) still failing is judged against the
+mean of the analytical gradient along its step, which a central difference measures exactly.
 
 The package, one module per part, imports flowing one way (each only from those above it):
 

@@ -3,7 +3,8 @@
 ``_new_entry`` picks an entry's step and tolerances from its dtype and scale; ``_shape_error``
 and ``_linearity`` fail it for a mis-shaped gradient or a backward pass that is not linear in its
 upstream gradient; ``_errors`` turns analytical and numerical values into absolute error,
-relative error and error/tolerance; ``_noisy`` says when finite-difference noise limits a verdict.
+relative error and error/tolerance; ``_noisy`` says when finite-difference noise limits a verdict;
+``_along_the_step`` and ``_repeat_gap`` judge a step across kinks (both methods, see there).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import numpy as np
 from gradexp.gradcheck.checked_function import _Target
 from gradexp.gradcheck.options import _EPS, _coarsest, _defaults, _Options
 from gradexp.gradcheck.report import GradCheckEntry
+
+_ALONG_THE_STEP = 24  # midpoints of a failing step where the analytical gradient is averaged
 
 
 def _noisy(entry: GradCheckEntry) -> bool:
@@ -97,3 +100,61 @@ def _errors(analytical: Any, numerical: Any, noise: Any, entry: GradCheckEntry,
 
 def _index(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(int(k) for k in np.unravel_index(int(flat), shape)) if shape else ()
+
+
+def _along_the_step(target: _Target, i: int, low: np.ndarray, step: np.ndarray,
+                    cotangent: np.ndarray) -> tuple[float, float] | None:
+    """What a central difference measures exactly, kinks or not, from the analytical side.
+
+    For f continuous and differentiable but at finitely many points of the segment from
+    ``low`` to ``low + step`` (flat float64 arrays, the ends as realised in input i's dtype),
+    f(low + step) - f(low) is the integral of g·step along it (the fundamental theorem of
+    calculus), g the VJP of input i with ``cotangent``: the mean of g·step over
+    _ALONG_THE_STEP midpoints of the segment, and the gap to the midpoint rule of a third as
+    many panels (every third point from the second), which bounds the rule's own error (O(h²)
+    where smooth, the jumps' share at kinks). A split into two interleaved halves would not do:
+    their gap is first order in h even where f is smooth, and hid a 3e-5 error in a joint
+    check. None if a value is not finite. Costs _ALONG_THE_STEP backward passes (in calls of
+    two: one call each for a light-traced compiled f).
+
+    A wrong backward is wrong along the step too, so the mean is as wrong as the gradient at x;
+    only the value a backward picks *at* a kink goes unjudged, which no finite difference can
+    judge. It needs a backward that gives one gradient a point (_repeat_gap)."""
+    x = target.values[i]
+    fractions = (np.arange(_ALONG_THE_STEP) + 0.5) / _ALONG_THE_STEP
+    points = [(low + f * step).astype(x.dtype).reshape(x.shape) for f in fractions]
+    along = np.array([float(g @ step) for pair in range(0, len(points), 2)
+                      for g in target.vjps_at(i, points[pair:pair + 2], cotangent)])
+    if not np.all(np.isfinite(along)):
+        return None
+    mean = float(np.mean(along))
+    return mean, abs(mean - float(np.mean(along[1::3])))
+
+
+def _repeat_gap(target: _Target, i: int, cotangent: np.ndarray) -> np.ndarray:
+    """The difference of two VJPs of input i at its own value (two backward passes).
+
+    A random backward (noise or a mask drawn again in it) is no gradient of f, yet averages to
+    about the right one along a step: where two calls at x differ by a tenth of the
+    disagreement to be explained, _along_the_step must not judge it."""
+    x = target.values[i]
+    first, second = target.vjps_at(i, [x, x], cotangent)
+    return first - second
+
+
+def _along_notes(entry: GradCheckEntry, what: str, judged: int, unrepeatable: int,
+                 agree: bool) -> None:
+    """The notes of a judgment along the step: ``judged`` probes or columns (``what``) judged
+    so, ``unrepeatable`` left failing for a backward that gave two gradients at one point."""
+    if unrepeatable:
+        entry.notes.append(
+            f"{unrepeatable} {what}: the backward pass gave two different gradients at the "
+            "same point, so the gradient is not judged along the step (a random backward, "
+            "e.g. a mask drawn again in it, is no gradient of f)")
+    if judged:
+        entry.notes.append(
+            f"{judged} {what} still disagreed at their smallest step: judged against the mean "
+            f"of the analytical gradient along the step ({_ALONG_THE_STEP} points), which the "
+            "central difference measures exactly, kinks or not (relu at 0, a max over ties: "
+            "there the gradient at the point is not the slope across the step)"
+            + (": they agree." if agree else ": they still disagree."))

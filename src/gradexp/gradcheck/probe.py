@@ -25,13 +25,20 @@ import numpy as np
 
 from gradexp.gradcheck.bisection import _narrow
 from gradexp.gradcheck.checked_function import _Target
-from gradexp.gradcheck.entries import _linearity, _new_entry, _noisy, _shape_error
+from gradexp.gradcheck.entries import (
+    _along_notes,
+    _along_the_step,
+    _linearity,
+    _new_entry,
+    _noisy,
+    _repeat_gap,
+    _shape_error,
+)
 from gradexp.gradcheck.options import _EPS, _cotangent, _direction_bits, _Options, _rounding
 from gradexp.gradcheck.report import GradCheckEntry
 
 # How often a probe that stepped over a kink is repeated with a smaller step.
 _KINK_RETRIES = 3
-_ALONG_THE_STEP = 24  # midpoints of a failing probe's step where its gradient is averaged
 
 # A direction's elements are scaled down where the analytical gradient exceeds this many times
 # its median magnitude (_direction_weights).
@@ -185,19 +192,9 @@ def _probe_one(entry: GradCheckEntry, target: _Target, i: int, vs: list[np.ndarr
         ratio, noise = _judge(results, entry)
     along, unrepeatable = _judge_along_the_step(target, i, x, x64, directions, vs, results,
                                                 ratio)
-    if unrepeatable:
-        entry.notes.append(
-            f"{unrepeatable} probe(s): the backward pass gave two different gradients at the same "
-            "point, so the gradient is not judged along the step (a random backward, e.g. a "
-            "mask drawn again in it, is no gradient of f)")
     if along:
         ratio, noise = _judge(results, entry)
-        entry.notes.append(
-            f"{len(along)} probe(s) still disagreed at their smallest step: judged against the "
-            f"mean of the analytical gradient along the step ({_ALONG_THE_STEP} points), which "
-            "the central difference measures exactly, kinks or not (relu at 0, a max over ties: "
-            "there the gradient at the point is not the slope across the step)"
-            + (": they agree." if np.all(ratio[along] <= 1) else ": they still disagree."))
+    _along_notes(entry, "probe(s)", len(along), unrepeatable, bool(np.all(ratio[along] <= 1)))
     if kinks:
         steps = ", ".join(f"{results[k].step:.1e}" for k in sorted(set(kinks)))
         entry.notes.append(
@@ -426,53 +423,38 @@ def _crosses_kink(target: _Target, i: int, x: np.ndarray, x64: np.ndarray, u: np
 def _judge_along_the_step(target: _Target, i: int, x: np.ndarray, x64: np.ndarray,
                           directions: list[np.ndarray], vs: list[np.ndarray],
                           results: list[_Probe], ratio: np.ndarray) -> tuple[list[int], int]:
-    """The probes still failing at their smallest step, judged by what the central difference
-    measures exactly, kinks or not. For f continuous and differentiable but at finitely many
-    points of the segment, f(x⁺) - f(x⁻) is the integral of g·(x⁺ - x⁻) along it (the
-    fundamental theorem of calculus): the central difference is the mean of the analytical
-    directional derivative over the step, which _ALONG_THE_STEP midpoints of it give; the gap
-    to the rule of a third as many panels (every third of the points) goes into the probe's
-    noise. A split into two interleaved halves would not do: their gap is first order in h
-    even where the function is smooth, and hid a 3e-5 error in a joint check.
+    """The probes still failing at their smallest step, judged against the mean of the
+    analytical directional derivative over the step, which the central difference measures
+    exactly, kinks or not (entries._along_the_step); the gap to the coarser rule goes into the
+    probe's noise.
 
     What it settles: a kink at the point itself (an input exactly 0 under a relu, tied values
     under a max: no step is small enough, and the mean is that of the two sides), and kinks no
     usable step avoids, which a relu network in float32 puts near every point (a correct float32
-    relu MLP on digits failed 5 of 10 seeds at 1.3-18x its tolerance). What it cannot excuse: a
-    wrong backward is wrong along the step too, so its mean is as wrong as the gradient at x;
-    only the value a backward picks *at* a kink goes unjudged, which finite differences cannot
-    judge. The judgment needs a backward that gives one gradient a point: a random one (a mask
-    drawn again in it) averages to about the right one along the step, so a probe whose
-    backward gives two gradients at x that differ by a tenth of its disagreement is left as it
-    failed. Costs _ALONG_THE_STEP + 2 backward passes a probe that would otherwise fail.
-    Updates ``results`` in place; returns the probes it judged so, and how many it left for an
-    unrepeatable backward."""
+    relu MLP on digits failed 5 of 10 seeds at 1.3-18x its tolerance). A probe whose backward
+    gives two gradients at x that differ by a tenth of its disagreement is left as it failed
+    (entries._repeat_gap). Costs entries._ALONG_THE_STEP + 2 backward passes a probe that would
+    otherwise fail. Updates ``results`` in place; returns the probes it judged so, and how many
+    it left for an unrepeatable backward."""
     judged, unrepeatable = [], 0
-    fractions = (np.arange(_ALONG_THE_STEP) + 0.5) / _ALONG_THE_STEP
     for k in np.flatnonzero(~(ratio <= 1)):
         probe, u, v = results[k], directions[k], vs[k]
         h = probe.step
         cotangent = v.reshape(target.out0.shape)
         norm = float(np.linalg.norm(u) * np.linalg.norm(v)) or 1.0
-        first, second = target.vjps_at(i, [x, x], cotangent)
-        if not abs(float((first - second) @ u)) / norm \
+        if not abs(float(_repeat_gap(target, i, cotangent) @ u)) / norm \
                 <= 0.1 * abs(probe.analytical - probe.numerical):
             unrepeatable += 1
             continue
         # The step as realised in the input's dtype, as _step_h's analytical uses it.
         low = (x64 - h * u).astype(x.dtype).reshape(-1).astype(np.float64)
         step = (x64 + h * u).astype(x.dtype).reshape(-1).astype(np.float64) - low
-        points = [(low + f * step).astype(x.dtype).reshape(x.shape) for f in fractions]
-        along = np.array([float(g @ step) for pair in range(0, len(points), 2)
-                          for g in target.vjps_at(i, points[pair:pair + 2], cotangent)])
-        scale = 2 * h * norm
-        if not np.all(np.isfinite(along)):
+        along = _along_the_step(target, i, low, step, cotangent)
+        if along is None:
             continue
-        mean = float(np.mean(along)) / scale
-        # Every third point from the second is the midpoint rule of a third as many panels:
-        # their gap bounds the rule's own error (O(h²) where smooth, the jumps' share at kinks).
-        spread = abs(float(np.mean(along) - np.mean(along[1::3]))) / scale
-        results[k] = _Probe(mean, probe.numerical, max(probe.fd_error, spread), probe.rounding, h)
+        scale = 2 * h * norm
+        results[k] = _Probe(along[0] / scale, probe.numerical,
+                            max(probe.fd_error, along[1] / scale), probe.rounding, h)
         judged.append(int(k))
     return judged, unrepeatable
 
