@@ -135,7 +135,18 @@ def test_processes_below_one_is_one_line_before_any_run(tmp_path, store):
                       "hydra.launcher.processes=0", "optimizer=sgd,adam", "trainer.epochs=2",
                       launch_dir=tmp_path)
     assert str(raised.value) == (
-        "hydra.launcher.processes=0: the processes that replay a packed sweep's jobs, this one "
-        "included, are 1 or more (null: 2 on a machine with 2 cores or more for a sweep of 8 "
-        "jobs or more, else 1)")
+        "hydra.launcher.processes=0: the processes that run a packed sweep's jobs, this one "
+        "included, are 1 or more (1, the default: this one alone)")
     assert MlflowClient(store).search_runs(["0", "1"]) == []
+
+
+@pytest.mark.heavy  # ~5 s
+def test_gradexp_sweep_runs_every_job_in_its_own_process_and_says_so(tmp_path, store, capsys):
+    results = gradexp.sweep(f"tracking.uri={store}", "hydra/launcher=packed",
+                            "hydra.launcher.processes=2", "optimizer=sgd,adam",
+                            "trainer.epochs=3", "gradcheck=off", "tracking.log_model=false",
+                            launch_dir=tmp_path)
+    assert len(results) == 2  # every job's result, none left in another process
+    assert "note: hydra.launcher.processes=2: every job runs in this process: gradexp.sweep " \
+           "runs every job in its own process, so its list holds every result" \
+           in capsys.readouterr().err

@@ -36,17 +36,16 @@ def check_sweeper_direction(config: DictConfig) -> None:
 
 
 def check_launcher(config: DictConfig) -> None:
-    """hydra/launcher=packed: `hydra.launcher.processes` counts the processes that record its
-    jobs, this one included, so it is 1 or more (or null, its default)."""
+    """hydra/launcher=packed: `hydra.launcher.processes` counts the processes that run its
+    jobs, this one included, so it is 1 or more."""
     from gradexp.schema import ConfigError
 
     processes = OmegaConf.select(config, "hydra.launcher.processes", default=None)
     if plugin_name(config.hydra.launcher) == "PackedLauncher" and processes is not None \
             and processes < 1:
         raise ConfigError(
-            f"hydra.launcher.processes={processes}: the processes that replay a packed sweep's "
-            "jobs, this one included, are 1 or more (null: 2 on a machine with 2 cores or more "
-            "for a sweep of 8 jobs or more, else 1)")
+            f"hydra.launcher.processes={processes}: the processes that run a packed sweep's "
+            "jobs, this one included, are 1 or more (1, the default: this one alone)")
 
 
 def check_search(config: DictConfig) -> None:

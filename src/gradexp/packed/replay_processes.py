@@ -34,20 +34,23 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-# A helper earns its start (a Python process importing TensorFlow: ~5 s of a core and ~0.6 GB)
-# only with jobs to take: the launcher's default starts one for a sweep of this many jobs.
-JOBS_FOR_A_HELPER = 8
 STOP_TIMEOUT = 120.0  # seconds a helper gets to end its job's run KILLED before it is killed
 
 
-def default_processes(jobs: int) -> int:
-    """`hydra.launcher.processes=null`: 2 (this one and a helper) on a machine with 2 cores or
-    more for a sweep of JOBS_FOR_A_HELPER jobs or more, else 1. A helper gets its end of the
-    socket pair as an inherited descriptor, which Windows does not pass: 1 there."""
+def why_not_here(*, command_line: bool, pruned: bool, sweeper: str) -> str | None:
+    """Why a sweep asking for hydra.launcher.processes above 1 runs its jobs in this process
+    alone; None when helpers may run them."""
+    if not command_line:
+        return "gradexp.sweep runs every job in its own process, so its list holds every result"
+    if pruned:
+        return ("sweep.pruner judges each job against the jobs finished before it, in a "
+                "sequential sweep's order")
+    if sweeper != "BasicSweeper":
+        return (f"{sweeper} launches batch after batch, and a later batch has no planning "
+                "left to hide a helper's start behind")
     if os.name != "posix":
-        return 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return 2 if (cores or 1) >= 2 and jobs >= JOBS_FOR_A_HELPER else 1
+        return "a helper gets its end of a socket pair by inheritance, which Windows does not do"
+    return None
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
@@ -37,11 +36,11 @@ log = logging.getLogger(__name__)
 @dataclass
 class PackedLauncherConf:
     _target_: str = "hydra_plugins.gradexp_packed.packed_launcher.PackedLauncher"
-    # Processes that replay (record) the packed jobs once their groups trained, this one
-    # included. null: 2 on a machine with 2 cores or more for a sweep of 8 jobs or more, else 1.
-    # gradexp.sweep(...) replays in its own process whatever this says, so that the list it
-    # returns has every job's result.
-    processes: Optional[int] = None  # noqa: UP045 - OmegaConf reads typing's Optional
+    # Processes that run the jobs once the packed groups trained, this one included: 2 or more
+    # starts helpers (gradexp.packed.replay_processes), each a process start (~5 s of a core,
+    # ~0.6 GB); 5-20% faster on an idle 2-core machine, slower on a busy one (docs/sweeps.md).
+    # The command line's basic sweeper only, with no sweep.pruner.
+    processes: int = 1
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="packed", node=PackedLauncherConf,
@@ -49,13 +48,14 @@ ConfigStore.instance().store(group="hydra/launcher", name="packed", node=PackedL
 
 
 class PackedLauncher(Launcher):
-    def __init__(self, processes: Optional[int] = None) -> None:  # noqa: UP045
+    def __init__(self, processes: int = 1) -> None:
         super().__init__()
         self.processes = processes
         self.config: DictConfig | None = None
         self.task_function: TaskFunction | None = None
         self.hydra_context: HydraContext | None = None
         self.said_one_trial = False
+        self.said_one_process = False  # said why hydra.launcher.processes cannot apply
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
               config: DictConfig) -> None:
@@ -115,25 +115,28 @@ class PackedLauncher(Launcher):
                 helpers.close()
 
     def _start_helpers(self, configs: dict[int, DictConfig]):
-        """The helper processes that will run jobs beside this one, started now so
-        that their imports overlap the planning and the packed training; None for none. None
-        too for gradexp.sweep (its list of results is filled in this process), for a sweep
-        with a pruner (median and percentile judge each job against the jobs finished before
-        it, in a sequential sweep's order), and under a sweeper that launches batch after batch
-        (Optuna): a later batch has no planning left to hide a helper's start behind."""
+        """The helper processes that will run jobs beside this one (hydra.launcher.processes
+        above 1), started now so that their imports overlap the planning and the packed
+        training; None for none, said in one line where the setting cannot apply."""
         from gradexp.app import task
-        from gradexp.packed.replay_processes import ReplayHelpers, default_processes
+        from gradexp.console import note_line
+        from gradexp.packed.replay_processes import ReplayHelpers, why_not_here
         from gradexp.pruning import pruner_name
         from gradexp.sweep_checks import plugin_name
 
         assert self.config is not None
-        count = self.processes if self.processes is not None else \
-            default_processes(len(configs))
-        first = next(iter(configs.values()))
-        if count < 2 or self.task_function is not task or pruner_name(first) != "none" \
-                or plugin_name(self.config.hydra.sweeper) != "BasicSweeper":
+        if self.processes < 2:
             return None
-        return ReplayHelpers(count - 1, str(self.config.hydra.runtime.cwd))
+        why = why_not_here(command_line=self.task_function is task,
+                           pruned=pruner_name(next(iter(configs.values()))) != "none",
+                           sweeper=plugin_name(self.config.hydra.sweeper))
+        if why is not None:
+            if not self.said_one_process:
+                self.said_one_process = True
+                note_line(f"hydra.launcher.processes={self.processes}: every job runs in this "
+                          f"process: {why}")
+            return None
+        return ReplayHelpers(self.processes - 1, str(self.config.hydra.runtime.cwd))
 
     @staticmethod
     def _train(plan, trials: dict) -> dict:
