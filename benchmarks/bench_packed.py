@@ -2,6 +2,7 @@
 
     python benchmarks/bench_packed.py                      # the issue's sizes (several minutes)
     python benchmarks/bench_packed.py --seeds 1 --digits-epochs 10   # a quicker look
+    python benchmarks/bench_packed.py --only line --processes-rounds 3   # one vs two processes
 
 Two sweeps, each run as a person runs it (`python -m gradexp -m ...` in a fresh temp folder,
 wall time including the process's start-up), with the default checks and tracking on:
@@ -116,6 +117,28 @@ def compare_trees(trees: list[str], sweeps: dict, rounds: int) -> None:
         print(f"{name:<46} {tree:<12} {statistics.median(values):>14.1f}")
 
 
+def alternate_processes(sweeps: dict, rounds: int) -> None:
+    """--processes-rounds: one default process, then each packed sweep in one process and in
+    two (hydra.launcher.processes=2), alternated round by round; the medians and their ratios
+    to the default process."""
+    walls: dict[str, list[float]] = {}
+    for round_ in range(rounds):
+        runs = [("one default process", ())]
+        for name, sweep in sweeps.values():
+            runs += [(f"{name}: packed, one process", (*sweep, "hydra/launcher=packed")),
+                     (f"{name}: packed, two processes", (*sweep, "hydra/launcher=packed",
+                                                         "hydra.launcher.processes=2"))]
+        for what, args in runs:
+            walls.setdefault(what, []).append(timed(*args)[0])
+            print(f"round {round_ + 1}: {what}: {walls[what][-1]:.1f} s "
+                  f"(load {os.getloadavg()[0]:.1f})", flush=True)
+    one = statistics.median(walls["one default process"])
+    print(f"\n{'what':<52} {'median wall s':>14} {'/ one process':>14}")
+    for what, values in walls.items():
+        median = statistics.median(values)
+        print(f"{what:<52} {median:>14.1f} {median / one:>13.1f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=4, help="trainer seeds in the line sweep")
@@ -126,6 +149,9 @@ def main() -> None:
     parser.add_argument("--src", action="append", default=[], metavar="NAME=PATH",
                         help="compare trees' packed sweeps instead (repeat; e.g. before=/old/src)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of --src")
+    parser.add_argument("--processes-rounds", type=int, default=0, metavar="N",
+                        help="instead: the packed sweeps in one and in two processes "
+                             "(hydra.launcher.processes=2), alternated N rounds")
     options = parser.parse_args()
     print(f"load average before: {os.getloadavg()}")
     seeds = ",".join(map(str, range(options.seeds)))
@@ -137,6 +163,9 @@ def main() -> None:
     sweeps = {key: value for key, value in sweeps.items() if options.only in (None, key)}
     if options.src:
         compare_trees(options.src, sweeps, options.rounds)
+        return
+    if options.processes_rounds:
+        alternate_processes(sweeps, options.processes_rounds)
         return
     rows = []
     # A first import of TensorFlow after the machine booted reads it from disk (20 s once
