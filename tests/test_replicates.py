@@ -291,6 +291,15 @@ def test_compare_aggregate_shows_the_same_groups(replicated, capsys):
         assert f"{group['mean']:.6g}" in row and f"{group['std']:.6g}" in row
 
 
+def test_compare_aggregate_over_a_misspelt_key_says_which_key_it_meant(replicated, capsys):
+    code = compare_main(["--tracking-uri", replicated["store"], "--sweep",
+                         replicated["parent"].info.run_id, "--aggregate", "sed"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert ("do not differ in sed; no replicates to group; sed is no param of these runs: "
+            "did you mean seed?") in " ".join(out.split())
+
+
 # ---------------------------------------------------------------- what a group leaves out
 def test_pruned_and_failed_replicates_are_counted_not_averaged():
     from gradexp.replicates import group_runs

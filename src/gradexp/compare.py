@@ -528,7 +528,8 @@ def print_groups(selection: Selection, metric: str, desc: bool, over: list[str])
     swept = [key for key in swept if key not in derived_keys(swept)]
     if not any(key in over for key in swept):
         out.print(f"--aggregate: the runs shown do not differ in {', '.join(over)}; "
-                  "no replicates to group", highlight=False, markup=False)
+                  "no replicates to group" + _unknown_keys_hint(runs, swept, over),
+                  highlight=False, markup=False)
         return
     groups = group_runs([(run.info.run_id, run.data.params, run.data.metrics.get(metric, math.nan))
                          for run in runs], swept, over, "maximize" if desc else "minimize",
@@ -543,6 +544,20 @@ def print_groups(selection: Selection, metric: str, desc: bool, over: list[str])
     if selection.more:
         out.print(f"grouped the newest {len(selection.runs)} runs only: --limit N for every "
                   "replicate", highlight=False, markup=False)
+
+
+def _unknown_keys_hint(runs: list, swept: list[str], over: list[str]) -> str:
+    """'; seed is no param of these runs: did you mean seed?' for a key of --aggregate that no
+    run shown has (a typo, as `--aggregate sed`), or ''."""
+    from gradexp.config_checks import closest_key
+
+    params = {key for run in runs for key in run.data.params}
+    unknown = [key for key in over if key not in params]
+    if not unknown:
+        return ""
+    hint = closest_key(unknown[0], sorted(set(swept) | params))
+    return (f"; {unknown[0]} is no param of these runs"
+            + (f": did you mean {hint}?" if hint else ""))
 
 
 def write_plot(client, selection: Selection, path: Path) -> None:
