@@ -1,0 +1,56 @@
+"""Does the jacobian method in float32 catch a backward wrong in one element only?
+
+    python benchmarks/bench_jacobian_one_element.py [SEEDS]   # default 10 seeds, ~30 s
+
+A smooth float32 function of 32 normal inputs, sin(x)·x + 0.3x³, as a scalar loss (its sum
+weighted 1 to 2, about 40) and as the vector itself, its tf.custom_gradient backward off by 1%,
+3%, 10% and 30% (relative) in one element drawn per seed. No step excuses such an error: the
+function is smooth. Prints, per case, how many seeds passed (a correct backward should pass
+every seed, a wrong one none).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+def one_element_off(k: int, error: float, scalar: bool):
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def curve(x):
+        def backward(upstream):
+            exact = upstream * (tf.cos(x) * x + tf.sin(x) + 0.9 * x**2)
+            return exact * (1 + error * tf.one_hot(k, tf.size(x), dtype=x.dtype))
+
+        return tf.sin(x) * x + 0.3 * x**3, backward
+
+    if scalar:
+        return lambda x: tf.reduce_sum(curve(x) * tf.linspace(1.0, 2.0, tf.size(x)))
+    return curve
+
+
+def main(seeds: int) -> None:
+    from gradexp.gradcheck import check_gradients
+
+    print(f"{'output':8} {'element off':>12} {'passed':>8}")
+    for scalar in (True, False):
+        for error in (0.0, 0.01, 0.03, 0.1, 0.3):
+            passed = 0
+            for seed in range(seeds):
+                rng = np.random.default_rng(seed)
+                x, k = rng.normal(size=32).astype(np.float32), int(rng.integers(32))
+                passed += check_gradients(one_element_off(k, error, scalar), [x],
+                                          method="jacobian", dtype="float32", seed=seed,
+                                          compile=False).passed
+            print(f"{'scalar' if scalar else 'vector':8} {error:>12.0%} {passed:>5}/{seeds}",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 10)
