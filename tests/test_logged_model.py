@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mlflow import MlflowClient
 
 import conftest
 from conftest import compose_config
@@ -286,9 +287,19 @@ def test_a_binary_crossentropy_over_several_columns_serves_a_probability_per_col
     across them, so a row with both tags got probabilities summing to 1 (0.13 and 0.87 for a
     row whose tags are both yes)."""
     (tmp_path / "tags.py").write_text(TAGS)
-    result = run(store, "data=custom", "data._target_=tags.load", "data.task=classification",
-                 "model=mlp", "loss=binary_crossentropy", "optimizer=adam",
+    keys = ("data=custom", "data._target_=tags.load", "data.task=classification")
+    result = run(store, *keys, "model=mlp", "loss=binary_crossentropy", "optimizer=adam",
                  "optimizer.learning_rate=0.05", "trainer.epochs=150", launch_dir=tmp_path)
     rows = np.array([[2.0, 2.0], [-2.0, -2.0], [2.0, -2.0], [-2.0, 2.0]], np.float32)
-    probabilities = np.asarray(served(result.run_id).predict(rows))
+    model = served(result.run_id)
+    probabilities = np.asarray(model.predict(rows))
     assert ((probabilities > 0.5) == np.array([[1, 1], [0, 0], [1, 0], [0, 1]], bool)).all()
+    # Its accuracy is the share of labels right, as Keras' fit reports for a binary
+    # crossentropy; it was the categorical one (argmax against the first yes), 0.80 here.
+    data = raw_rows(*keys, launch_dir=tmp_path)
+    right = (np.asarray(model.predict(data.val.x)) > 0.5) == (data.val.y > 0.5)
+    assert result.metrics["val/accuracy"] == pytest.approx(np.mean(right), abs=1e-6)
+    assert result.metrics["val/accuracy"] > 0.95
+    # Several labels a row: no confusion matrix, whose argmax would call a row the first yes
+    files = {f.path for f in MlflowClient(store).list_artifacts(result.run_id, "plots")}
+    assert files == {"plots/loss_curve.png"}

@@ -47,13 +47,15 @@ def _r2(y: tf.Tensor, p: tf.Tensor) -> tf.Tensor:
     return tf.reduce_mean(tf.where(constant, exact, explained))
 
 
-def _keras_builtin(name: str, n_outputs: int) -> MetricFn:
+def _keras_builtin(name: str, n_outputs: int, independent: bool = False) -> MetricFn:
     """A built-in name (gradexp.metrics.BUILTIN_METRICS) as Keras computes it, on logits:
     Keras' per-row metric functions averaged over the split (what its stateful classes
-    accumulate, without their variables: cheaper to trace, and the same numbers)."""
+    accumulate, without their variables: cheaper to trace, and the same numbers).
+    `independent` (a binary crossentropy's columns, each its own label): binary per column,
+    averaged over columns and rows, as Keras' `fit` picks for that loss."""
     import keras
 
-    binary = n_outputs == 1  # one output: a binary label, the logit's sign
+    binary = n_outputs == 1 or independent  # a binary label a column: the logit's sign
     per_row = {
         "mse": keras.metrics.mean_squared_error,
         "rmse": keras.metrics.mean_squared_error,
@@ -82,14 +84,15 @@ def _on_whole_split(metric: Any) -> MetricFn:
     return compute
 
 
-def build_metric(spec: Any, n_outputs: int = 1) -> MetricFn:
+def build_metric(spec: Any, n_outputs: int = 1, independent: bool = False) -> MetricFn:
     """A built-in by name (a Keras metric; r2 our own), or a `_target_`: a Keras metric
     (stateful: reset, update, result on the whole split) or any callable (y_true, y_pred)
-    whose result is averaged."""
+    whose result is averaged. `independent`: the outputs are labels of their own
+    (gradexp.losses.independent_outputs)."""
     if spec == "r2":
         return _r2
     if isinstance(spec, str):
-        return _keras_builtin(spec, n_outputs)
+        return _keras_builtin(spec, n_outputs, independent)
     made = instantiate("eval.metrics", {key: value for key, value in spec.items()
                                         if key != "name"})
     if hasattr(made, "update_state") and hasattr(made, "result"):
@@ -102,12 +105,13 @@ class Evaluator:
     """Every metric on whole splits, one compiled call per evaluation."""
 
     def __init__(self, model: Callable[[tf.Tensor], tf.Tensor], specs: Iterable[Any],
-                 splits: Mapping[str, Split]):
+                 splits: Mapping[str, Split], independent_outputs: bool = False):
         self.model = model
         self.splits = {name: (tf.constant(split.x), tf.constant(split.y))
                        for name, split in splits.items()}
         outputs = next((y.shape[-1] for _, y in self.splits.values()), 1)
-        self.metrics = {metric_name(spec): build_metric(spec, outputs) for spec in specs}
+        self.metrics = {metric_name(spec): build_metric(spec, outputs, independent_outputs)
+                        for spec in specs}
         self._compiled = tf.function(self._evaluate)
         self.calls = 0
 

@@ -220,7 +220,7 @@ class Loop:
         from gradexp.callbacks.held_out import eval_epochs
         from gradexp.devices import select_device
         from gradexp.evaluation import Evaluator
-        from gradexp.losses import build_loss
+        from gradexp.losses import build_loss, independent_outputs
         from gradexp.models import build_model
         from gradexp.packed.replay import take_trained
         from gradexp.schedules import build_optimizer
@@ -258,7 +258,8 @@ class Loop:
             self.replay(trained)
             return device
         with device.run_scope():
-            run.evaluator = Evaluator(run.model, metric_specs(cfg, data.task), data.splits())
+            run.evaluator = Evaluator(run.model, metric_specs(cfg, data.task), data.splits(),
+                                      independent_outputs(cfg.loss))
         with device.scope():
             epochs = cfg.trainer.epochs
             batch_size = data.batch_size or cfg.trainer.batch_size  # a loader's batches win

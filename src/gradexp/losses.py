@@ -58,6 +58,14 @@ def check_loss(cfg: DictConfig) -> None:
                           "function (y_true, y_pred)")
 
 
+def independent_outputs(cfg: DictConfig) -> bool:
+    """Does the loss `cfg` judge each output column on its own (a binary crossentropy: yes/no
+    per column, several labels a row allowed)? Then accuracy and crossentropy are binary per
+    column and the served model takes a sigmoid per column, as Keras' `fit` picks the binary
+    accuracy for a binary crossentropy."""
+    return str(cfg.get("_target_", "")).rsplit(".", 1)[-1].lower().startswith("binary")
+
+
 def build_loss(cfg: DictConfig, dtype: str | None = None) -> Callable[[Any, Any], Any]:
     """The loss `cfg` names, called as loss(y_true, y_pred) -> scalar tensor.
 

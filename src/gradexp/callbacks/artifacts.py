@@ -1,7 +1,7 @@
 """The run's files, however it ended: Hydra's .hydra/ files, history.parquet (every epoch and
 every evaluation, gradexp.history) and the loss curve drawn from it; after a FINISHED
-classification run, the validation split's confusion matrix. (config.yaml goes in when the run
-opens: a resume reads it.)"""
+classification run of one class a row, the validation split's confusion matrix. (config.yaml
+goes in when the run opens: a resume reads it.)"""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from gradexp.run_view import RunView
 class Artifacts(Callback):
     def on_train_end(self, run: RunView, status: str) -> None:
         from gradexp.history import ARTIFACT, curves, write_table
+        from gradexp.losses import independent_outputs
         from gradexp.plots import loss_curves
 
         if run.hydra_dir is not None and (run.hydra_dir / ".hydra").is_dir():
@@ -32,8 +33,11 @@ class Artifacts(Callback):
         loss = curves(table, ["loss"])
         if "loss" in loss and len(loss["loss"][0]):
             run.log_artifact("figure", loss_curves(loss), "plots/loss_curve.png")
+        # Labels of their own a column (a binary crossentropy over several): no one class a row,
+        # so no confusion matrix (an argmax across them would call a row with two yes the first)
         if status == "FINISHED" and run.data.task == "classification" \
-                and run.data.val is not None:
+                and run.data.val is not None \
+                and (run.data.n_outputs == 1 or not independent_outputs(run.cfg.loss)):
             run.log_artifact("figure", confusion_matrix(run, "val"),
                              "plots/confusion_matrix_val.png")
 

@@ -14,6 +14,7 @@ from gradexp.tag_keys import MODEL_LOGGED_TAG
 class ModelLogger(Callback):
     def on_train_end(self, run: RunView, status: str) -> None:
         from gradexp.export import export
+        from gradexp.losses import independent_outputs
 
         if status != "FINISHED" or not run.cfg.tracking.log_model or run.run_id is None:
             return  # tracking=none: nowhere to log it
@@ -28,10 +29,9 @@ class ModelLogger(Callback):
                                         "tracking.log_model=false skips it")
 
         try:
-            loss = str(run.cfg.loss.get("_target_", "")).rsplit(".", 1)[-1].lower()
             served = export(run.model.network, run.data,
                             outputs_are_logits=bool(run.cfg.loss.get("from_logits", True)),
-                            independent_outputs=loss.startswith("binary"))
+                            independent_outputs=independent_outputs(run.cfg.loss))
         except Exception as error:  # noqa: BLE001 - the run's results stand without the file
             not_logged(error)
             return
