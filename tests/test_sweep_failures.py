@@ -64,6 +64,16 @@ def test_an_optuna_sweep_whose_objective_no_job_logs_opens_no_parent(tmp_path, s
     assert all_runs(store) == []
 
 
+def test_a_sweep_of_two_tasks_says_the_auto_objective_ranks_the_other_task_last(
+        tmp_path, store, capsys):
+    gradexp.sweep(f"tracking.uri={store}", "data=linear,blobs", *QUICK, launch_dir=tmp_path)
+    said = " ".join(capsys.readouterr().out.split())
+    assert ("warning: this sweep's jobs are of 2 tasks: sweep.objective=auto ranks them by "
+            "val/mse, which its classification jobs (e.g. data=blobs) do not log: they rank "
+            "last.") in said
+    assert len(all_runs(store)) == 3  # the parent and both jobs, recorded in full
+
+
 def test_a_typo_in_best_per_is_told_the_key_it_meant():
     from gradexp.sweep_checks import check_summary_keys, config_keys
 

@@ -106,6 +106,8 @@ def check_every_job(config: DictConfig) -> dict[str, bool]:
     parsed = OverridesParser.create(config_loader=loader).parse_overrides(
         [*arguments, *config.hydra.overrides.task])
     keys: dict[str, bool] = {}
+    tasks: dict[str, str] = {}  # each task's first job, as its swept overrides
+    swept = set(swept_keys(config))
     for batch in BasicSweeper.split_arguments(parsed, None):
         for job in batch:
             try:
@@ -122,8 +124,29 @@ def check_every_job(config: DictConfig) -> dict[str, bool]:
                 check_objective(job_cfg, task_of(job_cfg.data))
                 # the monitor's name, before any data loads: whether val/ has rows is the job's
                 check_monitor(job_cfg, task_of(job_cfg.data), ("train", "val"))
+                tasks.setdefault(task_of(job_cfg.data), ",".join(
+                    o for o in job if o.split("=")[0].lstrip("+~") in swept))
             keys.update(config_keys(job_cfg))
+    _warn_of_mixed_tasks(config, tasks)
     return keys
+
+
+def _warn_of_mixed_tasks(config: DictConfig, tasks: dict[str, str]) -> None:
+    """sweep.objective=auto is the launch config's task's objective (val/mse for a regression,
+    val/accuracy for a classification): jobs of the other task do not log it and rank last, so
+    say so in one line (the runs stand; each is recorded in full)."""
+    from gradexp.console import console
+    from gradexp.metrics import DEFAULT_OBJECTIVE
+
+    if config.sweep.objective != "auto" or len(tasks) < 2:
+        return
+    metric, _ = objective(config)
+    others = [f"{task} jobs (e.g. {job})" for task, job in sorted(tasks.items())
+              if DEFAULT_OBJECTIVE[task] != metric]
+    console().print(f"[yellow]warning:[/yellow] this sweep's jobs are of {len(tasks)} tasks: "
+                    f"sweep.objective=auto ranks them by {metric}, which its "
+                    f"{', '.join(others)} do not log: they rank last. Sweep one task at a "
+                    "time to rank each by its own objective", highlight=False)
 
 
 def check_shared_objective(config: DictConfig) -> None:
