@@ -104,14 +104,14 @@ def _retry_smaller(entry: GradCheckEntry, target: _Target, i: int, analytical: n
         step = float(steps[j])
         for _ in range(_RETRIES):
             step *= shrink
-            noise = rounding / float(steps[j]) + rounding / step  # of the two measurements
-            if not error - 0.5 * error > noise:
-                break  # smaller steps only add noise: no shrink could be told from rounding
+            # A shrink to half the error must exceed what the rounding of the two measurements
+            # could move it by; smaller steps only add rounding, so none would tell.
+            if not 0.5 * error > rounding / float(steps[j]) + rounding / step:
+                break
             col = target.numerical_column(i, j, step)
             _, _, r = _judge_columns(entry, target, analytical[:, j:j + 1], col[:, None],
                                      np.array([step]))
-            smaller = float(np.max(np.abs(analytical[:, j] - col)))
-            if np.all(r <= 1) and smaller <= 0.5 * error and error - smaller > noise:
+            if np.all(r <= 1) and np.max(np.abs(analytical[:, j] - col)) <= 0.5 * error:
                 numerical[:, j], steps[j] = col, step
                 smooth += 1
                 break
