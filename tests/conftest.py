@@ -228,8 +228,9 @@ def finish(process: subprocess.Popen, timeout: float) -> subprocess.CompletedPro
     except subprocess.TimeoutExpired:
         process.kill()
         stdout, stderr = process.communicate()
+        said = stderr[-3000:] if stderr is not None else "(redirected by the test)"
         raise AssertionError(f"{' '.join(process.args)} did not end in {timeout} s; "
-                             f"its stderr:\n{stderr[-3000:]}") from None
+                             f"its stderr:\n{said}") from None
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import cli_env, compose_config, run
 from gradexp.app import job_failure
 from gradexp.endings import Terminated
-from gradexp.interrupts import interrupts_deferred, sigterm_as_interrupt
+from gradexp.interrupts import interrupt_pending, interrupts_deferred, sigterm_as_interrupt
 
 SELF_TERMINATING = '''
 import os
@@ -48,6 +48,25 @@ def test_a_signal_in_a_deferred_block_lands_when_the_block_ends():
             os.kill(os.getpid(), signal.SIGTERM)
             reached.append("after the signal")
     assert reached == ["after the signal"]
+
+
+def test_work_held_for_long_stops_at_its_next_safe_point_and_the_signal_lands_after_it():
+    # The packed training is held as a whole (an interrupt raised inside TensorFlow's eager
+    # Python code was once swallowed there, a SystemError printed, and the training went on);
+    # it asks between its stretches whether a signal is held, and stops there.
+    stretches = []
+    with sigterm_as_interrupt(), pytest.raises(Terminated):
+        with interrupts_deferred():
+            for stretch in range(1000):
+                if interrupt_pending():
+                    break
+                with interrupts_deferred():  # a stretch, as PackedProgram.train holds each
+                    if stretch == 3:
+                        os.kill(os.getpid(), signal.SIGTERM)
+                    stretches.append(stretch)
+            stretches.append("after the stretches")
+    assert stretches == [0, 1, 2, 3, "after the stretches"]
+    assert not interrupt_pending()
 
 
 class _SignalledWhileCollected:

@@ -54,20 +54,32 @@ def _in_finalizer(frame) -> bool:
     return False
 
 
+# What each open interrupts_deferred block has caught, outermost first (main thread only).
+_held: list[list[int]] = []
+
+
+def interrupt_pending() -> bool:
+    """Whether an open interrupts_deferred block holds a signal: a long held stretch of work
+    (the packed training) asks at its safe points and stops there, so the signal lands soon."""
+    return any(_held)
+
+
 @contextlib.contextmanager
 def interrupts_deferred() -> Iterator[None]:
     """Hold Ctrl-C and SIGTERM until the block ends, then deliver them as their handlers would
     have (a signal that was ignored stays ignored). Blocks nest: an inner block hands what it
-    caught to the outer one."""
+    caught to the outer one. Work held for long asks interrupt_pending() at its safe points."""
     if threading.current_thread() is not threading.main_thread():
         yield  # signals reach only the main thread anyway
         return
     caught: list[int] = []
     previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum))
                 for sig in (signal.SIGINT, signal.SIGTERM)}
+    _held.append(caught)
     try:
         yield
     finally:
+        _held.pop()  # blocks nest: this one is the innermost
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if caught:

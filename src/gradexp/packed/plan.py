@@ -198,12 +198,15 @@ def train_groups(plan: Plan, trials: dict[int, Any] | None = None) -> dict[int, 
     """Train every packed group: job number -> its gradexp.packed.program.Trained. `trials`
     (job number -> gradexp.pruning.JobTrial, sweep.pruner=asha or hyperband): each such job is
     judged at its evaluations as its group trains, and a job stopped stops updating."""
+    from gradexp.interrupts import interrupt_pending
     from gradexp.packed.program import PackedProgram
     from gradexp.pruning import DecidedTrial
 
     trials = trials or {}
     trained = {}
     for members in plan.groups:
+        if interrupt_pending():  # held (the launcher's region): it lands once this returns
+            break
         first = plan.prepared[members[0]]
         keep = set().union(*(plan.prepared[n].keep for n in members))
         program = PackedProgram(first.model, first.loss,

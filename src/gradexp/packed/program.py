@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from gradexp.interrupts import interrupts_deferred
+from gradexp.interrupts import interrupt_pending, interrupts_deferred
 
 # The optimizers with a stateless update here (keras class name -> kinds below)
 SGD, MOMENTUM, NESTEROV, ADAGRAD, ADAM = range(5)
@@ -165,7 +165,10 @@ class PackedProgram:
         done = 0
         for end in sorted({e for e in keep if 0 < e <= epochs} | {epochs}):
             # A Ctrl-C or SIGTERM lands between stretches, never inside TensorFlow's Python
-            # code around the compiled call (gradexp.interrupts), as in a sequential run.
+            # code around the compiled call (gradexp.interrupts), as in a sequential run; one
+            # held by the caller (the packed launcher's training) stops the stretches here.
+            if interrupt_pending():
+                break
             with interrupts_deferred():
                 orders = (np.stack([job.orders[done:end] for job in program.jobs])
                           if self.n_batches > 1 else np.zeros((len(rows), end - done, 1)))
@@ -194,6 +197,8 @@ class PackedProgram:
                     program = PackedProgram(self.model, self.loss, [self.jobs[j] for j in rows],
                                             self.batch_size)
                     active = np.ones(len(rows), np.float32)
+        if interrupt_pending():
+            return trained  # cut short: the held signal lands as the caller's block ends
         for j in range(count):
             mine = [part[j] for part in parts if j in part]
             trained[j].values = {key: np.concatenate([part[key] for part in mine])

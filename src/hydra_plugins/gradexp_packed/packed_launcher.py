@@ -76,6 +76,7 @@ class PackedLauncher(Launcher):
 
     def _launch(self, job_overrides: Sequence[Sequence[str]],
                 initial_job_idx: int) -> Sequence[JobReturn]:
+        from gradexp.interrupts import interrupts_deferred
         from gradexp.packed.plan import plan_sweep
         from gradexp.pruning import fail_unfinished
 
@@ -103,7 +104,11 @@ class PackedLauncher(Launcher):
                                   Path(self.config.hydra.runtime.cwd))
                 self._say(plan, len(job_overrides))
                 trials.update(self._group_trials(plan, configs))
-                trained = self._train(plan, trials)
+                # Held while the groups train, landing at its stretches' ends: raised anywhere
+                # in TensorFlow's eager Python code, an interrupt was once swallowed there (a
+                # SystemError printed) and the training went on (gradexp.interrupts)
+                with interrupts_deferred():
+                    trained = self._train(plan, trials)
             return self._run_jobs(job_overrides, initial_job_idx, configs, trained, helpers)
         except BaseException:
             # Ctrl-C, SIGTERM, a job that stops the sweep: the trials the groups asked for are not
@@ -142,10 +147,13 @@ class PackedLauncher(Launcher):
     def _train(plan, trials: dict) -> dict:
         """Train the packed groups: job number -> its gradexp.packed.program.Trained."""
         from gradexp.console import note_line
+        from gradexp.interrupts import interrupt_pending
         from gradexp.packed.plan import drift_line, train_groups
 
         started = time.perf_counter()
         trained = train_groups(plan, trials)
+        if interrupt_pending():
+            return trained  # cut short: the signal lands as the caller's block ends
         if trained:  # the packed training alone (benchmarks/bench_packed.py reads this line)
             log.info(f"trained {len(trained)} packed jobs in {len(plan.groups)} "
                      f"program{'s' * (len(plan.groups) != 1)}: "
