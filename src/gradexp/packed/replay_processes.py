@@ -76,6 +76,7 @@ class ReplayHelpers:
         self._threads: list[threading.Thread] = []
         self.returns: dict[int, Any] = {}
         self.stopped: Stopped | None = None  # the first job that stopped the sweep
+        self._closing = False  # the sweep is stopping: no helper starts another job
 
     def replay(self, context: dict[str, Any], take: Callable[[], int | None],
                job: Callable[[int], tuple[Any, Any]]) -> None:
@@ -91,7 +92,7 @@ class ReplayHelpers:
                job: Callable[[int], tuple[Any, Any]]) -> None:
         try:
             helper.send(setup)
-            while self.stopped is None:
+            while self.stopped is None and not self._closing:
                 number = take()
                 if number is None:
                     break
@@ -134,7 +135,9 @@ class ReplayHelpers:
 
     def close(self) -> None:
         """Stop the helpers: SIGTERM ends a running job's run KILLED; a helper with no job
-        waiting for one ends at once."""
+        waiting for one ends at once. None starts another job meanwhile (the jobs still queued
+        would run while this process waits, and one past STOP_TIMEOUT would be left RUNNING)."""
+        self._closing = True
         for helper in self._helpers:
             helper.stop()
         for thread in self._threads:
@@ -258,7 +261,9 @@ def main() -> None:
         with sigterm_as_interrupt():
             code = _serve(connection)
     except (KeyboardInterrupt, EOFError):  # stopped with no job running: nothing to record
-        pass
+        from gradexp.callbacks.recorder import wait_for_ends
+
+        wait_for_ends()  # but the last job's run, ending in the background, is stored first
     finally:
         gc.freeze()  # as app.main: no cycle collection of TensorFlow's graph at exit
     sys.exit(code)
