@@ -17,22 +17,9 @@ import sys
 import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-
-def one_element_off(k: int, error: float, scalar: bool):
-    import tensorflow as tf
-
-    @tf.custom_gradient
-    def curve(x):
-        def backward(upstream):
-            exact = upstream * (tf.cos(x) * x + tf.sin(x) + 0.9 * x**2)
-            return exact * (1 + error * tf.one_hot(k, tf.size(x), dtype=x.dtype))
-
-        return tf.sin(x) * x + 0.3 * x**3, backward
-
-    if scalar:
-        return lambda x: tf.reduce_sum(curve(x) * tf.linspace(1.0, 2.0, tf.size(x)))
-    return curve
+from op_bugs import one_element_off  # noqa: E402 - the tests' own, as bench_op_suite.py
 
 
 def main(seeds: int) -> None:

@@ -113,3 +113,23 @@ def drop(which: int) -> Callable:
     return corrupt
 
 
+
+
+def one_element_off(k: int, error: float, scalar: bool = True) -> Callable:
+    """A smooth float32 function of a vector, sin(x)·x + 0.3x³, whose backward is `error`
+    (relative) off in element k only, so no step excuses it; `scalar`: as a loss, its sum
+    weighted 1 to 2 (~40 on 32 normal inputs). tests/test_gradcheck.py and
+    benchmarks/bench_jacobian_one_element.py."""
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def curve(x):
+        def backward(upstream):
+            exact = upstream * (tf.cos(x) * x + tf.sin(x) + 0.9 * x**2)
+            return exact * (1 + error * tf.one_hot(k, tf.size(x), dtype=x.dtype))
+
+        return tf.sin(x) * x + 0.3 * x**3, backward
+
+    if scalar:
+        return lambda x: tf.reduce_sum(curve(x) * tf.linspace(1.0, 2.0, tf.size(x)))
+    return curve

@@ -13,6 +13,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from op_bugs import one_element_off
 
 from gradexp.gradcheck import (
     GradCheckEntry,
@@ -225,21 +226,6 @@ def test_probe_finds_one_wrong_element_among_20000():
     assert check_gradients(lambda x: tf.reduce_sum(x * x), [x]).passed
 
 
-def _one_element_off(k: int, error: float):
-    """A float32 loss (a weighted sum, ~40 on 32 normal inputs) whose backward is `error`
-    (relative) off in element k only: a smooth function, so no step excuses it."""
-
-    @tf.custom_gradient
-    def curve(x):
-        def backward(upstream):
-            exact = upstream * (tf.cos(x) * x + tf.sin(x) + 0.9 * x**2)
-            return exact * (1 + error * tf.one_hot(k, tf.size(x), dtype=x.dtype))
-
-        return tf.sin(x) * x + 0.3 * x**3, backward
-
-    return lambda x: tf.reduce_sum(curve(x) * tf.linspace(1.0, 2.0, tf.size(x)))
-
-
 def test_jacobian_in_float32_catches_one_element_ten_percent_off_at_every_seed():
     """A column that disagrees is measured again at smaller steps, where float32 rounding is
     large: a gradient 10% off in one element once agreed there by chance (1 seed in 10, 3% off
@@ -247,13 +233,13 @@ def test_jacobian_in_float32_catches_one_element_ten_percent_off_at_every_seed()
     for seed in range(10):
         rng = np.random.default_rng(seed)
         x, k = rng.normal(size=32).astype(np.float32), int(rng.integers(32))
-        report = check_gradients(_one_element_off(k, 0.1), [x], method="jacobian",
+        report = check_gradients(one_element_off(k, 0.1), [x], method="jacobian",
                                  dtype="float32", seed=seed, compile=False)
         assert not report.passed, f"seed {seed}: {report}"
         assert report.entries[0].worst_input_index == (k,)
         assert "agree at smaller steps" not in str(report)
     # The same loss with its right gradient passes.
-    assert check_gradients(_one_element_off(0, 0.0), [x], method="jacobian", dtype="float32",
+    assert check_gradients(one_element_off(0, 0.0), [x], method="jacobian", dtype="float32",
                            compile=False).passed
 
 
