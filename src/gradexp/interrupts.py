@@ -73,8 +73,11 @@ def interrupts_deferred() -> Iterator[None]:
         yield  # signals reach only the main thread anyway
         return
     caught: list[int] = []
+    # An ignored signal (Ctrl-C under `nohup ... &`) stays ignored, never held: held, it would
+    # count as pending and stop held work (the packed training) for nothing
     previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
+                for sig in (signal.SIGINT, signal.SIGTERM)
+                if signal.getsignal(sig) is not signal.SIG_IGN}
     _held.append(caught)
     try:
         yield
