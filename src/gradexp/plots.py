@@ -64,7 +64,9 @@ def loss_curves(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], title: str 
         _log_scale(axes)
     axes.set_xlabel("epoch")
     axes.set_ylabel(ylabel)
-    axes.set_title(title, fontsize=12 if "\n" not in title else 10)
+    # y=1.0 places the title where matplotlib's automatic placement puts it on these axes (no
+    # tick labels on top), without measuring every tick label at each draw: ~30% of savefig.
+    axes.set_title(title, fontsize=12 if "\n" not in title else 10, y=1.0)
     axes.grid(alpha=0.3)
     if len(curves) > 1:
         _legend_outside(figure, axes)
