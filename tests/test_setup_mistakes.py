@@ -96,6 +96,22 @@ def forgets_variables_training(n_features, n_outputs):
     return forgets_variables(n_features, n_outputs, ScaleWhenTraining)
 
 
+class ScaleWithVariablesKeyword(Scale):  # as TensorFlow's docs write it for a variable read
+    def call(self, x):
+        @tf.custom_gradient
+        def scale(x):
+            w = tf.convert_to_tensor(self.w)
+
+            def grad(upstream, variables=None):
+                return upstream * w, [tf.reduce_sum(upstream * x, axis=0)]
+            return x * w, grad
+        return scale(x)
+
+
+def variables_keyword(n_features, n_outputs):
+    return forgets_variables(n_features, n_outputs, ScaleWithVariablesKeyword)
+
+
 class EagerL2(keras.regularizers.Regularizer):
     """Reads the weights with .numpy(): runs only eagerly."""
 
@@ -210,9 +226,9 @@ MISTAKES = [
     # while a YAML Sequential is made
     *[(["model=custom", f"model._target_=wrong_models.{builder}"],
        f"model._target_=wrong_models.{builder}: a tf.custom_gradient function reads variables "
-       f"it is not given as inputs ({variable}), so TensorFlow requires its grad_fn to accept "
-       "a keyword argument 'variables': define grad_fn(upstream, variables=None) returning "
-       "(input gradients, [one gradient per variable])")
+       f"it is not given as inputs ({variable}): pass each of them to the function as an "
+       "input (f(x, tf.convert_to_tensor(self.w)), its grad_fn returning one gradient per "
+       "input), which both training and the gradient check differentiate")
       for builder, variable in (("forgets_variables", "scale/w"),
                                 ("forgets_variables_shaped", "scale/w"),
                                 ("forgets_variables_subclassed", "net/w"),
@@ -231,8 +247,7 @@ MISTAKES = [
      "reads variables it is not given as inputs (scale/w)"),
     (["model=keras", "model.layers=[{_target_:wrong_models.Scale,name:scale}]"],
      "model=keras: a tf.custom_gradient function reads variables it is not given as inputs "
-     "(keras/scale/w), so TensorFlow requires its grad_fn to accept a keyword argument "
-     "'variables'"),
+     "(keras/scale/w): pass each of them to the function as an input"),
     # a built-in model whose layers are written for other data (64 pixels, not 1 feature)
     (["model=digits_cnn"],
      "model=digits_cnn: its layers do not take data=linear's rows of 1 feature (Reshape: The "
@@ -346,6 +361,26 @@ def test_a_mistake_is_one_line_exit_2_and_leaves_no_run(launch, capsys, override
     assert says in errors[0]
     assert "Traceback" not in err
     assert recorded_runs(launch) == []
+
+
+def test_a_grad_fn_with_a_variables_keyword_ends_its_run_failed_in_one_line(launch, capsys):
+    # TensorFlow's way for a weight read inside a tf.custom_gradient, grad_fn(upstream,
+    # variables=None): it trains, but the check (the weights as tensors) ended the run FAILED
+    # with a protocol-buffer dump as its reason. Met where the check traces, inside the run.
+    with pytest.raises(SystemExit) as exited:
+        run_as_command_line(launch, ["model=custom", "gradcheck=default",
+                                     "model._target_=wrong_models.variables_keyword"])
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert exited.value.code == 2, err
+    assert errors == ["error: the model's tf.custom_gradient grad_fn returns gradients for "
+                      "variables it reads (grad_fn(upstream, variables=None)), but the gradient "
+                      "check runs the model with its weights as tensors, where TensorFlow gives "
+                      "it none: pass each weight to the function as an input instead "
+                      "(f(x, tf.convert_to_tensor(self.w)), grad_fn returning one gradient per "
+                      "input), or set gradcheck=off to train it unchecked"], err
+    assert "Traceback" not in err
+    assert [status for _, status in recorded_runs(launch)] == ["FAILED"]
 
 
 @pytest.mark.heavy  # ~3 s

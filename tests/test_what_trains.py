@@ -109,6 +109,61 @@ def raw_noise_mlp(n_features, n_outputs):
     return keras.Sequential([keras.Input((n_features,)),
                              keras.layers.Dense(8, activation="tanh", name="dense0"),
                              RawNoise(name="noise"), keras.layers.Dense(n_outputs, name="out")])
+
+
+class DefaultSized(keras.Model):
+    """Subclassed, its layers made in __init__ without dtype=, its size a keyword with a
+    default: Keras rebuilds it from its config (the check's float64 twin)."""
+
+    def __init__(self, n_outputs=1, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden = keras.layers.Dense(8, activation="tanh")
+        self.out = keras.layers.Dense(n_outputs)
+
+    def call(self, x):
+        return self.out(self.hidden(x))
+
+
+def default_sized(n_features, n_outputs):
+    return DefaultSized(n_outputs=n_outputs)
+
+
+def float64_mlp(n_features, n_outputs):
+    inputs = keras.Input((n_features,), dtype="float64")
+    hidden = keras.layers.Dense(8, activation="tanh", dtype="float64")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(n_outputs, dtype="float64")(hidden))
+
+
+class ScaleByInput(keras.layers.Layer):
+    """x * w, a hand-written gradient for both, w handed to it as an input (the way training
+    and the check both differentiate); `off` scales w's gradient."""
+
+    def __init__(self, off=1.0, **kwargs):
+        super().__init__(**kwargs)
+        self.off = off
+
+    def build(self, shape):
+        self.w = self.add_weight(shape=(shape[-1],), initializer="ones", name="w")
+
+    def call(self, x):
+        off = self.off
+
+        @tf.custom_gradient
+        def scale(x, w):
+            def grad(upstream):
+                return upstream * w, tf.reduce_sum(upstream * x, axis=0) * off
+            return x * w, grad
+        return scale(x, tf.convert_to_tensor(self.w))
+
+    def get_config(self):
+        return {**super().get_config(), "off": self.off}
+
+
+def scaled_by_input(n_features, n_outputs, off=1.0):
+    inputs = keras.Input((n_features,))
+    hidden = keras.layers.Dense(8, activation="tanh", name="enc")(inputs)
+    hidden = ScaleByInput(off, name="scale")(hidden)
+    return keras.Model(inputs, keras.layers.Dense(n_outputs, name="head")(hidden))
 '''
 
 
@@ -308,3 +363,38 @@ def test_a_subclassed_model_without_training_argument_trains_and_is_checked(stor
                  "optimizer=adam", "optimizer.learning_rate=0.05", "trainer.epochs=200")
     assert result.metrics["val/r2"] > 0.9  # it learned seed 004's line: its variables exist
     assert result.gradcheck_passed is True
+
+
+def test_a_subclassed_model_keras_can_rebuild_is_checked_in_float64_and_passes(
+        store, client, tmp_path, user_models):
+    # Its Dense layers, made in __init__ without dtype=, stayed float32 in the float64 twin:
+    # float32 arithmetic held to float64 steps and tolerances failed at 1e9x its tolerance
+    result = run(store, tmp_path, "model=custom", f"model._target_={user_models}.default_sized",
+                 "data.n_features=3", "trainer.epochs=5")
+    assert result.gradcheck_passed is True
+    report = client.download_artifacts(result.run_id, "gradcheck/report_epoch_00000.json",
+                                       str(tmp_path))
+    import json
+
+    assert json.loads(open(report).read())["dtype"] == "float64"
+
+
+def test_a_float64_model_trains_and_is_evaluated(store, tmp_path, user_models):
+    # the float64 outputs met the float32 targets in the held-out metrics: a TypeError
+    result = run(store, tmp_path, "model=custom", f"model._target_={user_models}.float64_mlp",
+                 "data.n_features=3", "trainer.epochs=5")
+    assert result.gradcheck_passed is True
+    assert np.isfinite(result.metrics["val/mse"]) and -1 < result.metrics["val/r2"] <= 1
+
+
+@pytest.mark.parametrize(("off", "passes"), [(1.0, True), (1.1, False)])
+def test_a_custom_gradient_given_its_weight_as_an_input_is_checked(store, client, tmp_path,
+                                                                  user_models, off, passes):
+    from gradexp.tag_keys import CULPRITS_TAG
+
+    result = run(store, tmp_path, "model=custom", f"model._target_={user_models}.scaled_by_input",
+                 f"+model.kwargs.off={off}", "data.n_features=3", "trainer.epochs=2",
+                 "gradcheck.at_end=false")
+    assert result.gradcheck_passed is passes
+    if not passes:  # the wrong gradient is w's: the layer is named
+        assert client.get_run(result.run_id).data.tags[CULPRITS_TAG] == "scale"

@@ -82,5 +82,6 @@ def _forward_backward(function: Callable[[], tf.Tensor], params: list[tf.Tensor]
 
 
 def first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0] if lines else ''}"[:200]
+    from gradexp.console import reason
+
+    return reason(error)

@@ -81,6 +81,14 @@ def error_line(message: str) -> None:
         f"[bold red]error:[/bold red] {escape(message)}", markup=True)
 
 
+def reason(error: BaseException, limit: int = 200) -> str:
+    """`Type: message` in one line: the message's first paragraph, its line breaks joined
+    (Keras wraps its messages, and starts some with a blank line: their first line alone was
+    "Object SubObj was created by passing", or nothing)."""
+    paragraph = str(error).strip().split("\n\n")[0]
+    return f"{type(error).__name__}: {' '.join(paragraph.split())}"[:limit]
+
+
 def note_line(message: str) -> None:
     """One line about something gradexp did instead of what was asked; not an error."""
     from rich.markup import escape

@@ -141,8 +141,11 @@ class Evaluator:
         for split in names:
             x, y = self.splits[split]
             predictions = self.model(x)
+            # A float64 model's outputs beside the float32 targets: the metrics are computed in
+            # the model's dtype, their values reported in float32 as every other metric's.
+            y = tf.cast(y, predictions.dtype)
             for metric, compute in self.metrics.items():
-                values[f"{split}/{metric}"] = compute(y, predictions)
+                values[f"{split}/{metric}"] = tf.cast(compute(y, predictions), tf.float32)
         return values
 
     def predictions(self, split: str) -> tuple[np.ndarray, np.ndarray]:

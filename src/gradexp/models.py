@@ -18,7 +18,9 @@ statistics) is read, never written (`sync_twins` copies it into the twins before
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import keras
@@ -106,20 +108,24 @@ class Model:
 
             network = self.network
             try:
-                if _built_from_layers(network):
-                    # Its input too: a float32 Input would round x, and the check of d/dinputs
-                    # would measure float32 rounding.
-                    twin = keras.models.clone_model(
-                        network, input_tensors=keras.Input((self.n_features,), dtype=dtype),
-                        clone_function=in_dtype)
-                else:  # a subclassed model (LinearModel): rebuilt from its config
-                    twin = network.__class__.from_config({**network.get_config(),
-                                                          "dtype": dtype})
-                    twin(tf.zeros((1, self.n_features), dtype))  # builds its variables
-                if len(twin.non_trainable_variables) != len(network.non_trainable_variables):
-                    raise ValueError("its rebuilt copy holds other state (seeds, statistics)")
+                # Under `dtype` as Keras' global policy: layers that a layer or a subclassed
+                # model makes in its __init__ without dtype= take the policy of the moment, and
+                # would stay float32 in a float64 twin.
+                with _dtype_policy(dtype):
+                    if _built_from_layers(network):
+                        # Its input too: a float32 Input would round x, and the check of
+                        # d/dinputs would measure float32 rounding.
+                        twin = keras.models.clone_model(
+                            network, input_tensors=keras.Input((self.n_features,), dtype=dtype),
+                            clone_function=in_dtype)
+                    else:  # a subclassed model (LinearModel): rebuilt from its config
+                        twin = network.__class__.from_config({**network.get_config(),
+                                                              "dtype": dtype})
+                    outputs = twin(tf.zeros((1, self.n_features), dtype))  # builds its variables
+                _check_twin(network, twin, outputs, dtype)
             except Exception as error:  # a model of the person's that cannot be rebuilt
-                raise TypeError(f"cannot rebuild the model in {dtype}: {error}") from error
+                why = " ".join(str(error).strip().split("\n\n")[0].split())
+                raise TypeError(f"cannot rebuild the model in {dtype}: {why}") from error
             self._copy_state(twin)
             self._twins[dtype] = twin
         return self._twins[dtype]
@@ -158,6 +164,41 @@ def _summed(losses: list, dtype: tf.DType) -> tf.Tensor | None:
     if not losses:
         return None
     return tf.add_n([tf.cast(tf.reduce_sum(loss), dtype) for loss in losses])
+
+
+@contextlib.contextmanager
+def _dtype_policy(dtype: str) -> Iterator[None]:
+    """Keras' global dtype policy set to `dtype` for the block, then restored."""
+    before = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(dtype)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(before)
+
+
+def _check_twin(network: keras.Model, twin: keras.Model, outputs: Any, dtype: str) -> None:
+    """Raise ValueError unless the rebuilt `twin` is `network` in `dtype`: the same variables
+    (a subclassed model whose config leaves out an argument of its __init__ comes back with
+    its default), every floating one and the output in `dtype`. A layer that fixes its own
+    dtype (dtype="float32") would compute in float32 inside a float64 check, held to float64
+    tolerances: a false alarm on a correct model."""
+    shapes = [tuple(v.shape) for v in network.trainable_variables]
+    if [tuple(v.shape) for v in twin.trainable_variables] != shapes:
+        raise ValueError("its rebuilt copy has other variables (does get_config() return every "
+                         "argument of its __init__?)")
+    if len(twin.non_trainable_variables) != len(network.non_trainable_variables):
+        raise ValueError("its rebuilt copy holds other state (seeds, statistics)")
+    stray = [(v.path, v.dtype) for v in twin.variables
+             if keras.backend.is_float_dtype(v.dtype) and v.dtype != dtype]
+    if stray:
+        raise ValueError(f"{', '.join(path for path, _ in stray[:3])}"
+                         f"{' ...' if len(stray) > 3 else ''} stay {stray[0][1]} (a layer given "
+                         "its own dtype)")
+    for output in tf.nest.flatten(outputs):
+        if tf.as_dtype(output.dtype).name != dtype:
+            raise ValueError(f"it returns {tf.as_dtype(output.dtype).name} (a layer given its "
+                             "own dtype, or a cast in its call)")
 
 
 def _built_from_layers(network: keras.Model) -> bool:
@@ -346,9 +387,37 @@ def custom_gradient_refusal(where: str, error: BaseException) -> ConfigError | N
     names = ", ".join(dict.fromkeys(_VARIABLE_NAME.findall(text)))
     return ConfigError(
         f"{where}: a tf.custom_gradient function reads variables it is not given as inputs"
-        + (f" ({names})" if names else "") + ", so TensorFlow requires its grad_fn to accept a "
-        "keyword argument 'variables': define grad_fn(upstream, variables=None) returning "
-        "(input gradients, [one gradient per variable])")
+        + (f" ({names})" if names else "") + ": pass each of them to the function as an "
+        "input (f(x, tf.convert_to_tensor(self.w)), its grad_fn returning one gradient per "
+        "input), which both training and the gradient check differentiate (TensorFlow's other "
+        "way, grad_fn(upstream, variables=None), trains but cannot be checked: the check runs "
+        "the model with its weights as tensors)")
+
+
+# TensorFlow's words when a grad_fn returns more gradients than it is asked for (eagerly;
+# compiled: "too few gradients" or "Num gradients N generated for op")
+_GRADIENT_COUNT = re.compile(r"custom_gradient function expected to return \d+ gradients|"
+                             r"returned too few gradients|Num gradients \d+ generated for op")
+
+
+def variables_keyword_refusal(error: BaseException) -> ConfigError | None:
+    """The gradient check runs the model with its weights given as tensors (Keras'
+    stateless_call on the float64 values it varies), where a layer's weight is no variable. A
+    tf.custom_gradient that reads a weight as a variable, its grad_fn(upstream,
+    variables=None) returning (input gradients, variable gradients), trains (TensorFlow hands
+    it the variable), but there TensorFlow hands it none and refuses the extra gradients: the
+    check ended the run with a protocol-buffer dump. One line instead, with the way that works
+    in both (None for any other error). Met only where the check traces its loss: an eager
+    trial before the run passes, TensorFlow's eager path quietly sending that gradient to the
+    variable."""
+    if not _GRADIENT_COUNT.search(str(error)):
+        return None
+    return ConfigError(
+        "the model's tf.custom_gradient grad_fn returns gradients for variables it reads "
+        "(grad_fn(upstream, variables=None)), but the gradient check runs the model with its "
+        "weights as tensors, where TensorFlow gives it none: pass each weight to the function "
+        "as an input instead (f(x, tf.convert_to_tensor(self.w)), grad_fn returning one "
+        "gradient per input), or set gradcheck=off to train it unchecked")
 
 
 def _rejected(target: str, kwargs: dict, error: Exception) -> ConfigError | None:

@@ -22,10 +22,8 @@ class ModelLogger(Callback):
         def not_logged(error: BaseException) -> None:
             run.set_tags({MODEL_LOGGED_TAG: "false"})
             if not run.quiet:
-                text = str(error).strip()
-                first = text.splitlines()[0][:200] if text else ""
                 console.console().print(f"[yellow]warning:[/yellow] the trained model was not "
-                                        f"logged ({type(error).__name__}: {first}); "
+                                        f"logged ({console.reason(error)}); "
                                         "tracking.log_model=false skips it")
 
         try:
