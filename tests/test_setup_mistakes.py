@@ -489,6 +489,10 @@ SWEEP_MISTAKES = [
     (["optimizer=sgd,adamm", "trainer.epochs=2"],
      "optimizer=adamm: no such option; available: adagrad, adam,"),
     (["trainer.epochs=2,0"], "trainer.epochs=0: must be an integer >= 1"),
+    # Keras' SGD refused it only when built, inside the job: the sweep ran every job, then
+    # ended on Hydra's error with its parent KILLED
+    (["optimizer=momentum", "optimizer.momentum=1.5,0.5", "trainer.epochs=2"],
+     "optimizer.momentum=1.5: must be a number in [0, 1]"),
     (["model=linear,mlp", "model._target_=wrong_models.build", "trainer.epochs=2"],
      "model._target_=wrong_models.build: model=linear builds with its own code"),
     (["optimizer=sgd,adam", "trainer.early_stopping.monitor=loss", "trainer.epochs=2"],

@@ -21,6 +21,7 @@ from omegaconf import MISSING
 
 from gradexp.schema_fields import (  # noqa: F401  (re-exported: gradexp.schema.setting, ...)
     COLUMNS,
+    MOMENTUM,
     NAME,
     NON_NEGATIVE,
     SEED,
@@ -345,7 +346,7 @@ class Optimizer:
 
 @dataclass
 class SgdOptimizer(Optimizer):
-    momentum: float = setting(0.0, "fraction of the previous step kept", NON_NEGATIVE)
+    momentum: float = setting(0.0, "fraction of the previous step kept", MOMENTUM)
     nesterov: bool = setting(False, "Nesterov momentum")
 
 
@@ -364,7 +365,7 @@ class AdamWOptimizer(AdamOptimizer):
 @dataclass
 class RmspropOptimizer(Optimizer):
     rho: float = setting(0.9, "decay of the squared-gradient average", fraction("a number"))
-    momentum: float = setting(0.0, "fraction of the previous step kept", NON_NEGATIVE)
+    momentum: float = setting(0.0, "fraction of the previous step kept", MOMENTUM)
     epsilon: float = setting(1e-7, "added to the denominator for stability", positive())
 
 

@@ -41,6 +41,9 @@ def fraction(what: str = "a fraction") -> Rule:
 # Every seed (data.seed, model.seed, trainer.seed, any *_seed): what numpy and TensorFlow accept.
 SEED_MAX = 2**32 - 1
 NON_NEGATIVE = Rule(lambda v: v >= 0, "must be a number >= 0")
+# Keras' SGD refuses a momentum outside [0, 1] when it is built, inside the run (a sweep's job
+# with momentum=1.5 ended the whole sweep after it); RMSprop takes any and diverges.
+MOMENTUM = Rule(lambda v: 0 <= v <= 1, "must be a number in [0, 1]")
 SEED = Rule(lambda v: _is_int(v) and 0 <= v <= SEED_MAX, f"must be an integer in [0, {SEED_MAX}]")
 NAME = Rule(lambda v: isinstance(v, str) and v.strip() != "", "must be a name (not empty)")
 COLUMNS = Rule(lambda v: len(v) > 0,
