@@ -354,6 +354,42 @@ def test_a_resumed_run_that_finishes_drops_the_reason_it_was_killed(store, clien
     assert REASON_TAG not in resumed.data.tags
 
 
+def resume_as_command_line(store: str, tmp_path: Path, run_id: str):
+    """`python -m gradexp trainer.resume=RUN_ID` in this process: Hydra's config with the
+    command line's overrides (what a resume reads them from), then the run."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    from gradexp.loop import run_experiment
+
+    with initialize_config_dir(config_dir=str(conftest.CONF), version_base="1.3"):
+        cfg = compose(config_name="config", return_hydra_config=True,
+                      overrides=[f"tracking.uri={store}", f"trainer.resume={run_id}"])
+    before = HydraConfig.instance().cfg
+    HydraConfig.instance().set_config(cfg)
+    try:
+        with open_dict(cfg):
+            del cfg["hydra"]
+        return run_experiment(cfg, quiet=True, launch_dir=tmp_path)
+    finally:
+        HydraConfig.instance().cfg = before
+
+
+def test_a_plain_resume_trains_to_the_recorded_epochs(store, client, tmp_path):
+    # `trainer.resume=ID` alone trained a 30-epoch run on to the default trainer.epochs, 100,
+    # with the run's param still saying 30
+    from gradexp.tag_keys import RESUMED_TO_EPOCH_TAG
+
+    run_id = interrupted_run(store, tmp_path, epochs=30)
+    result = resume_as_command_line(store, tmp_path, run_id)
+    assert result.epochs == 30
+    resumed = client.get_run(run_id)
+    assert resumed.info.status == "FINISHED"
+    assert resumed.data.tags[RESUMED_TO_EPOCH_TAG] == "30"
+    assert max(m.step for m in client.get_metric_history(run_id, "loss")) == 30
+
+
 def test_a_resume_that_raises_the_epochs_records_them_for_the_next_resume(store, client,
                                                                            tmp_path):
     import yaml

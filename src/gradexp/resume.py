@@ -1,14 +1,14 @@
 """`trainer.resume=RUN_ID`: continue a run from its last checkpoint, as the same MLflow run.
 
 The run's recorded config (its config.yaml artifact, written when the run started) is what runs
-again; from the command line only a larger `trainer.epochs` is taken, to train on (then written
-into config.yaml and tag gradexp.resumed_to_epoch: the param keeps the first value), and the
-store to find the run in. Any other override that changes a recorded value is refused in one
-line before the run is touched: it would otherwise be ignored without a word. The
-checkpoint (model, optimizer state, epoch, shuffling generator) is in checkpoints/RUN_ID/ in the
-launch folder; metrics already recorded are not written twice (gradexp.mlflow_store). A run KILLED
-before its first checkpoint (kill -9: gradexp.liveness marks it) starts again from epoch 0 as a
-new run, tagged gradexp.restart_of=RUN_ID.
+again, to its recorded trainer.epochs; from the command line only a larger `trainer.epochs` is
+taken, to train on (then written into config.yaml and tag gradexp.resumed_to_epoch: the param
+keeps the first value), and the store to find the run in. Any other override that changes a
+recorded value is refused in one line before the run is touched: it would otherwise be ignored
+without a word. The checkpoint (model, optimizer state, epoch, shuffling generator) is in
+checkpoints/RUN_ID/ in the launch folder; metrics already recorded are not written twice
+(gradexp.mlflow_store). A run KILLED before its first checkpoint (kill -9: gradexp.liveness
+marks it) starts again from epoch 0 as a new run, tagged gradexp.restart_of=RUN_ID.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from gradexp.schema import ConfigError
@@ -76,12 +77,18 @@ def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
     except Exception:  # noqa: BLE001
         raise ConfigError(f"{key}: the run has no config.yaml artifact to resume from") from None
     recorded = OmegaConf.create(text)
-    check_overrides(key, cfg, recorded, command_line_overrides())
+    overrides = command_line_overrides()
+    check_overrides(key, cfg, recorded, overrides)
     folder = checkpoint_folder(launch_dir, run_id)
     # Quietly (TensorFlow's start-up chatter would break the one-line answer), and only
     # once the run is known: `trainer.resume=<a typo>` answers without it.
     latest = import_tensorflow().train.latest_checkpoint(str(folder))
-    epochs = max(recorded.trainer.epochs, cfg.trainer.epochs)
+    # Where it stopped: the recorded epochs, unless more were asked for. On a command line
+    # that means trainer.epochs among its overrides; a plain `trainer.resume=ID` trained a
+    # 20-epoch run on to the default 100. (A config composed some other way says its epochs.)
+    asked = not HydraConfig.initialized() or "trainer.epochs" in _keys(overrides)
+    epochs = max(recorded.trainer.epochs, cfg.trainer.epochs) if asked \
+        else recorded.trainer.epochs
     if latest is None:
         if _killed(client, run, cfg.tracking.stale_after):
             # Nothing to continue from: the same config again, as a new run (the killed one
@@ -115,11 +122,13 @@ def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
 TAKEN = ("trainer.resume", "trainer.epochs", "tracking.uri", "tracking.stale_after")
 
 
+def _keys(overrides: list[str]) -> list[str]:
+    return [override.split("=", 1)[0].lstrip("+~") for override in overrides]
+
+
 def command_line_overrides() -> list[str]:
     """The job's overrides as Hydra parsed them (the command line, gradexp.run); none when the
     config was composed some other way (a test's compose: nothing to check)."""
-    from hydra.core.hydra_config import HydraConfig
-
     return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
 
 
@@ -135,7 +144,7 @@ def check_overrides(key: str, cfg: DictConfig, recorded: DictConfig,
     from gradexp.run_params import as_recorded, masked_value
 
     given = as_recorded(cfg)  # the config as the run recorded it
-    names = [override.split("=", 1)[0].lstrip("+~") for override in overrides]
+    names = _keys(overrides)
     asked = "trainer.resume" in names
     changes = []
     for override, name in zip(overrides, names):
