@@ -108,6 +108,16 @@ class ScaleWithVariablesKeyword(Scale):  # as TensorFlow's docs write it for a v
         return scale(x)
 
 
+def dict_outputs(n_features, n_outputs):
+    inputs = keras.Input((n_features,))
+    return keras.Model(inputs, {"y": keras.layers.Dense(n_outputs)(inputs)})
+
+
+def tuple_outputs(n_features, n_outputs):
+    inputs = keras.Input((n_features,))
+    return keras.Model(inputs, (keras.layers.Dense(n_outputs)(inputs), inputs))
+
+
 def variables_keyword(n_features, n_outputs):
     return forgets_variables(n_features, n_outputs, ScaleWithVariablesKeyword)
 
@@ -248,6 +258,13 @@ MISTAKES = [
     (["model=keras", "model.layers=[{_target_:wrong_models.Scale,name:scale}]"],
      "model=keras: a tf.custom_gradient function reads variables it is not given as inputs "
      "(keras/scale/w): pass each of them to the function as an input"),
+    # several outputs: said as "outputs of shape ()" with "build the last layer with n_outputs
+    # units", which it had
+    (["model=custom", "model._target_=wrong_models.dict_outputs"],
+     "model._target_=wrong_models.dict_outputs: returns a dict of 1 output (y), but gradexp "
+     "trains a model of one output, a tensor of (rows, 1): return that tensor alone"),
+    (["model=custom", "model._target_=wrong_models.tuple_outputs"],
+     "model._target_=wrong_models.tuple_outputs: returns a tuple of 2 outputs, but gradexp"),
     # a built-in model whose layers are written for other data (64 pixels, not 1 feature)
     (["model=digits_cnn"],
      "model=digits_cnn: its layers do not take data=linear's rows of 1 feature (Reshape: The "

@@ -257,6 +257,14 @@ def _check_built(cfg: DictConfig, data: Any, where: str, model: Any) -> None:
         raise ConfigError(
             f"{where}: does not take data={cfg.data.name}'s rows of "
             f"{features} ({type(error).__name__}: {reason_of(error)[:200]})") from None
+    if isinstance(out, (dict, list, tuple)):  # its shape read as (): "build the last layer
+        kind = "dict" if isinstance(out, dict) else type(out).__name__  # with n_outputs units"
+        names = f" ({', '.join(map(str, out))})" if isinstance(out, dict) else ""
+        raise ConfigError(
+            f"{where}: returns a {kind} of {len(out)} output{'s' * (len(out) != 1)}{names}, but "
+            "gradexp trains a model "
+            f"of one output, a tensor of (rows, {data.n_outputs}): return that tensor alone "
+            "(keras.Model(inputs, outputs))")
     try:  # its own losses eagerly, as the run's final loss reads them after training: a
         model.own_loss(out)  # regularizer's tf.custom_gradient on its weight fails only there
     except Exception as error:  # noqa: BLE001 - only TensorFlow's custom_gradient rule is ours
