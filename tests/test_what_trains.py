@@ -164,6 +164,21 @@ def scaled_by_input(n_features, n_outputs, off=1.0):
     hidden = keras.layers.Dense(8, activation="tanh", name="enc")(inputs)
     hidden = ScaleByInput(off, name="scale")(hidden)
     return keras.Model(inputs, keras.layers.Dense(n_outputs, name="head")(hidden))
+
+
+def token_ids(n=120, vocab=10, length=4):
+    """Rows of token ids, their target the sum of a table's values."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, vocab, size=(n, length)).astype("int32")
+    return x, rng.normal(size=vocab)[x].sum(axis=1, keepdims=True)
+
+
+def token_sum(n_features, n_outputs, vocab=10):
+    inputs = keras.Input((n_features,), dtype="int32")
+    embedded = keras.layers.Flatten()(keras.layers.Embedding(vocab, 4, name="emb")(inputs))
+    return keras.Model(inputs, keras.layers.Dense(n_outputs, name="head")(embedded))
 '''
 
 
@@ -398,3 +413,19 @@ def test_a_custom_gradient_given_its_weight_as_an_input_is_checked(store, client
     assert result.gradcheck_passed is passes
     if not passes:  # the wrong gradient is w's: the layer is named
         assert client.get_run(result.run_id).data.tags[CULPRITS_TAG] == "scale"
+
+
+def test_token_ids_are_not_checked_as_inputs_and_say_so(store, client, tmp_path, user_models):
+    # The ids reach the model as floats: a derivative by them compared the Embedding's zero
+    # gradient with a finite difference's jump, a false alarm at 1e5x its tolerance
+    import json
+
+    result = run(store, tmp_path, "model=custom", f"model._target_={user_models}.token_sum",
+                 "data=custom", f"data._target_={user_models}.token_ids",
+                 "data.standardize=false", "trainer.epochs=2", "gradcheck.wrt=both",
+                 "gradcheck.at_end=false")
+    assert result.gradcheck_passed is True
+    report = json.loads(open(client.download_artifacts(
+        result.run_id, "gradcheck/report_epoch_00000.json", str(tmp_path))).read())
+    assert "inputs: not checked, the model's Input takes int32" in " ".join(report["notes"])
+    assert set(report["reports"]) == {"variables/probe"}  # its weights are checked

@@ -304,6 +304,17 @@ def _check_dtype(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Data
     return result
 
 
+def _integer_inputs(model: Model) -> str | None:
+    """The integer dtype the model's declared Input takes (an Embedding's token ids), if it
+    does: the data reach it as floats, so a finite difference would step an id by 1e-6 and a
+    check of d/dinputs compare the Embedding's zero gradient with a jump (a false alarm)."""
+    for tensor in getattr(model.network, "inputs", None) or []:
+        dtype = tf.as_dtype(getattr(tensor, "dtype", "float32"))
+        if dtype.is_integer:
+            return dtype.name
+    return None
+
+
 def _check_in(losses: _Losses, cfg: DictConfig, model: Model, data: Dataset, epoch: int,
               eager: bool, values: list[np.ndarray]) -> CheckResult:
     method, wrt, probes, max_size = cfg.method, cfg.wrt, cfg.probes, cfg.max_jacobian_size
@@ -318,16 +329,21 @@ def _check_in(losses: _Losses, cfg: DictConfig, model: Model, data: Dataset, epo
                "compile": False}
 
     targets: list[tuple[str, Callable, list[tf.Tensor], list[str]]] = []
+    notes = [losses.note] if losses.note else []
     if wrt in ("variables", "both"):
         # Resolved (compiled) below only if a check asks for it: probe checks of the
         # variables use losses.joint, compiled on its own.
         targets.append(("variables", losses.of_params, params, names))
-    if wrt in ("inputs", "both"):
+    integer = _integer_inputs(model)
+    if wrt in ("inputs", "both") and integer:
+        notes.append(f"inputs: not checked, the model's Input takes {integer} (ids, not "
+                     "quantities: no derivative by them)")
+    elif wrt in ("inputs", "both"):
         of_inputs = (losses.of_inputs.function if eager
                      else losses.of_inputs([losses.x, *params]))
         targets.append(("inputs", lambda xs: of_inputs(xs, *params), [losses.x], ["inputs"]))
 
-    result = CheckResult(epoch, dtype=dtype, notes=[losses.note] if losses.note else [],
+    result = CheckResult(epoch, dtype=dtype, notes=notes,
                          rows=int(losses.x.shape[0]), rows_total=len(data.x))
     for target, function, xs, xs_names in targets:
         joint = target == "variables" and len(xs) > 1
