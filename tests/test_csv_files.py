@@ -259,3 +259,21 @@ def test_a_run_on_a_file_with_pandas_index_says_so_and_its_model_takes_the_featu
     assert model.metadata.signature.inputs.input_names() == ["area", "rooms"]
     rows = pd.read_csv(tmp_path / "houses.csv", index_col=0).drop(columns="price")
     assert model.predict(rows).shape == (len(rows), 1)
+
+
+def test_parquet_npz_and_excel_files_get_their_own_advice_and_a_tilde_is_home(tmp_path,
+                                                                              monkeypatch):
+    # Before: parquet "not UTF-8 text", .npz and .xlsx "a zip archive: unzip it first", and
+    # data.path='~/x.csv' "no such file".
+    import pandas as pd
+
+    rows = pd.DataFrame({"x": [1.0, 2.0], "y": [2.0, 4.0]})
+    rows.to_parquet(tmp_path / "reg.parquet")
+    np.savez(tmp_path / "reg.npz", x=rows.x.to_numpy())
+    (tmp_path / "reg.xlsx").write_bytes(b"PK\x03\x04" + b"\0" * 40)
+    assert refusal(tmp_path / "reg.parquet", "y").startswith("cannot read it (a parquet file")
+    assert refusal(tmp_path / "reg.npz", "y").startswith("cannot read it (a numpy .npz archive")
+    assert refusal(tmp_path / "reg.xlsx", "y").startswith("cannot read it (an Excel workbook")
+    rows.to_csv(tmp_path / "home.csv", index=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert read_csv("~/home.csv", "y").x[:, 0].tolist() == [1.0, 2.0]

@@ -352,6 +352,17 @@ def text_column():                        # a DataFrame with a column of text
 
 def text_labels():                        # class labels, task left at regression
     return _x(), np.array(["yes", "no"] * 10)
+
+def own_split_other_columns():            # x_val has a column x has not
+    import pandas as pd
+    x = pd.DataFrame(_x(), columns=["x1", "k"])
+    return (x, np.zeros(20)), (x.assign(z=0.0).iloc[:5], np.zeros(5))
+
+def own_split_wider():                    # arrays: 3 columns of x_val against 2
+    return (_x(), np.zeros(20)), (np.ones((5, 3)), np.zeros(5))
+
+def one_class():                          # every label 'a'
+    return _x(), np.array(["a"] * 20)
 """
 
 LOADER_MISTAKES = [
@@ -372,11 +383,21 @@ LOADER_MISTAKES = [
      "out, or encode them as numbers, in your loader"),
     ("text_labels", "the targets must be numbers ('yes'); class labels? "
      "data.task=classification"),
+    # Before: silently trained on no column of x_val's z / a numpy broadcast traceback
+    ("own_split_other_columns", "x_val's columns (x1, k, z) are not x's (x1, k); x_val needs "
+     "the same columns, matched by name"),
+    ("own_split_wider", "x_val has 3 columns but x has 2; x_val needs x's features, column for "
+     "column"),
+    # Before: trained to val/accuracy 1 and exit 0
+    ("one_class", "only one class ('a') in 20 rows; a classification needs 2 or more",
+     "data.task=classification"),
 ]
 
 
-@pytest.mark.parametrize(("loader", "said"), LOADER_MISTAKES, ids=[m[0] for m in LOADER_MISTAKES])
-def test_a_loaders_row_counts_and_nan_are_one_line_before_any_run(tmp_path, loader, said):
+@pytest.mark.parametrize(("loader", "said", "task"),
+                         [(*m, "data.task=regression")[:3] for m in LOADER_MISTAKES],
+                         ids=[m[0] for m in LOADER_MISTAKES])
+def test_a_loaders_row_counts_and_nan_are_one_line_before_any_run(tmp_path, loader, said, task):
     # Before: rows 20 vs 10 was an IndexError traceback from the split (exit 1); a NaN trained
     # and ended "diverged ... the learning rate is probably too high", or a run finished with
     # NaN metrics (a NaN in y or in a validation split).
@@ -384,10 +405,64 @@ def test_a_loaders_row_counts_and_nan_are_one_line_before_any_run(tmp_path, load
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"  # none made yet: a refusal makes none
     with pytest.raises(gradexp.GradexpError) as refused:
         gradexp.run(f"tracking.uri={store}", "data=custom",
-                    f"data._target_=bad_loaders.{loader}", launch_dir=tmp_path)
+                    f"data._target_=bad_loaders.{loader}", task, launch_dir=tmp_path)
     assert str(refused.value) == f"data._target_=bad_loaders.{loader}: {said}"
     assert refused.value.exit_code == 2
     assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_a_csv_of_one_class_is_refused_naming_the_target(tmp_path):
+    (tmp_path / "single.csv").write_text("x,label\n" + "".join(f"{i},a\n" for i in range(200)))
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with pytest.raises(gradexp.GradexpError) as refused:
+        gradexp.run(f"tracking.uri={store}", "data=csv", "data.path=single.csv",
+                    "data.target=label", "data.task=classification", launch_dir=tmp_path)
+    assert str(refused.value) == ("data.target=label: only one class ('a') in 200 rows; a "
+                                  "classification needs 2 or more")
+    assert refused.value.exit_code == 2 and not (tmp_path / "mlflow.db").exists()
+
+
+OWN_SPLITS = """
+import numpy as np
+import pandas as pd
+
+def swapped():                            # x_val's columns in another order than x's
+    x = pd.DataFrame({"x1": np.linspace(0, 1, 30), "k": np.arange(30) + 100.0})
+    return (x.iloc[:20], np.zeros(20)), (x.iloc[20:][["k", "x1"]], np.zeros(10))
+
+def timestamps():                         # a large offset, a small spread: float64 matters
+    t = 1.7e9 + np.arange(40.0) * 25
+    return (t[:30], np.zeros(30)), (t[30:], np.zeros(10))
+"""
+
+
+def test_a_loaders_own_validation_columns_are_matched_by_name_and_scaled_in_float64(tmp_path):
+    # Before: x_val's [k, x1] was taken as x's [x1, k] by position (val/mse 9.9, not 0.012),
+    # and a loader's own split was cast to float32 before its standardization.
+    (tmp_path / "own_splits.py").write_text(OWN_SPLITS)
+    cfg = compose_config("data=custom", "data._target_=own_splits.swapped",
+                         "data.standardize=false")
+    data = load_data(cfg.data, tmp_path)
+    assert data.features == ["x1", "k"]
+    np.testing.assert_allclose(data.val.x[:, 1], np.arange(20, 30) + 100.0)
+    cfg = compose_config("data=custom", "data._target_=own_splits.timestamps")
+    data = load_data(cfg.data, tmp_path)
+    t = 1.7e9 + np.arange(40.0) * 25
+    expected = (t - t[:30].mean()) / t[:30].std()
+    np.testing.assert_allclose(data.x[:, 0], expected[:30], atol=1e-6)
+    np.testing.assert_allclose(data.val.x[:, 0], expected[30:], atol=1e-6)
+
+
+def test_a_tf_data_dicts_integer_and_bool_features_are_typed_so(tmp_path):
+    (tmp_path / "typed_tf.py").write_text(
+        "import numpy as np\nimport tensorflow as tf\n"
+        "def load():\n"
+        "    x = np.linspace(0, 1, 40)\n"
+        "    return tf.data.Dataset.from_tensor_slices(({'x1': x.astype('float32'),\n"
+        "        'k': np.arange(40), 'flag': x > 0.5}, x.astype('float32')))\n")
+    cfg = compose_config("data=custom", "data._target_=typed_tf.load")
+    data = load_data(cfg.data, tmp_path)
+    assert (data.integer_features, data.boolean_features) == (["k"], ["flag"])
 
 
 def test_nan_in_a_tf_data_loaders_rows_is_refused_as_in_arrays(launch):

@@ -303,3 +303,78 @@ def test_a_binary_crossentropy_over_several_columns_serves_a_probability_per_col
     # Several labels a row: no confusion matrix, whose argmax would call a row the first yes
     files = {f.path for f in MlflowClient(store).list_artifacts(result.run_id, "plots")}
     assert files == {"plots/loss_curve.png"}
+
+
+def test_timestamps_far_from_zero_are_served_as_the_run_trained_on_them(tmp_path, store,
+                                                                        served):
+    """Unix timestamps (~1.7e9, spread 1000 s): the run standardizes them in float64, but the
+    logged model cast the raw rows to float32 first (128 s apart there) and standardized in
+    float32: val/mse 0.00013, the model's on the same raw rows 0.22."""
+    import pandas as pd
+
+    rng = np.random.default_rng(5)
+    t = (1.7e9 + rng.uniform(0, 1000, 200).round()).astype(np.int64)
+    y = (t - 1.7e9) / 100 + rng.normal(size=200) * 0.01
+    pd.DataFrame({"t": t, "y": y}).to_csv(tmp_path / "ts.csv", index=False)
+    result = run(store, "data=csv", "data.path=ts.csv", "data.target=y", "model=linear",
+                 "trainer.epochs=30", launch_dir=tmp_path)
+    assert result.metrics["val/mse"] < 0.01
+    model = served(result.run_id)
+    rows = pd.read_csv(tmp_path / "ts.csv").iloc[_val_index(200)]  # t: int64, as written
+    predicted = model.predict(rows[["t"]]).to_numpy()[:, 0]
+    mse = np.mean((predicted - rows["y"].to_numpy()) ** 2)
+    assert mse == pytest.approx(result.metrics["val/mse"], rel=1e-3)
+    # The Keras model itself takes float64 rows (called, not Keras' predict: see docs/mlflow.md)
+    network = model.get_raw_model()
+    assert network.inputs[0].dtype == "float64"
+    called = np.asarray(network(rows[["t"]].to_numpy(np.float64)))[:, 0]
+    np.testing.assert_allclose(called, predicted, rtol=1e-6)
+
+
+TYPED = '''
+import numpy as np
+import pandas as pd
+
+
+def load():
+    """Columns as a person's DataFrame has them: int64, nullable Int64, bool, float."""
+    rng = np.random.default_rng(3)
+    x1, k = rng.normal(size=150), rng.integers(1, 6, 150)
+    rows = pd.DataFrame({"x1": x1, "k": k, "m": pd.array(k * 2, dtype="Int64"),
+                         "flag": x1 > 0})
+    return rows, 2 * x1 + k + rng.normal(size=150) * 0.1
+'''
+
+
+def test_a_loaders_integer_and_bool_columns_are_typed_so_in_the_signature(tmp_path, store,
+                                                                          served):
+    """Before: the signature said double for every column of a loader's DataFrame, and MLflow
+    refused the loader's own rows: "Can not safely convert int64 to float64" (a csv's bool
+    column likewise)."""
+    import pandas as pd
+
+    (tmp_path / "typed.py").write_text(TYPED)
+    result = run(store, "data=custom", "data._target_=typed.load", "trainer.epochs=5",
+                 launch_dir=tmp_path)
+    model = served(result.run_id)
+    inputs = model.metadata.signature.inputs
+    assert [(spec.name, spec.type.name) for spec in inputs.inputs] == [
+        ("x1", "double"), ("k", "long"), ("m", "long"), ("flag", "boolean")]
+    sys.path.insert(0, str(tmp_path))
+    try:
+        rows, _ = __import__("typed").load()
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("typed", None)
+    assert model.predict(rows).shape == (150, 1)
+    # A csv's true/false column, read by pandas as bool
+    rows = rows.assign(y=np.arange(150.0))
+    rows.drop(columns="m").to_csv(tmp_path / "flags.csv", index=False)
+    result = run(store, "data=csv", "data.path=flags.csv", "data.target=y", "trainer.epochs=2",
+                 launch_dir=tmp_path)
+    model = served(result.run_id)
+    assert [spec.type.name for spec in model.metadata.signature.inputs.inputs] == [
+        "double", "long", "boolean"]
+    read = pd.read_csv(tmp_path / "flags.csv")
+    assert read["flag"].dtype == bool
+    assert model.predict(read.drop(columns="y")).shape == (150, 1)

@@ -29,6 +29,9 @@ class CsvTable(NamedTuple):
     # signature says so, since MLflow refuses int64 for a float64 column (not a safe cast).
     integer_features: list[str]
     notes: list[str]  # what was read otherwise than written, for the console (a pandas index)
+    # true/false columns, which pandas.read_csv reads as bool: MLflow refuses bool for a
+    # float64 column too, so the signature says boolean (they train as 1 and 0).
+    boolean_features: list[str] = []
 
 
 def read_csv(path: str, target: str, task: str = "regression",
@@ -49,8 +52,9 @@ def read_csv(path: str, target: str, task: str = "regression",
     import pyarrow as pa
 
     where = f"data.path={path}"
-    lines = FileLines(Path(path))
-    table = _read_table(Path(path), where, lines)
+    file = Path(path).expanduser()  # data.path='~/x.csv', quoted past the shell, is home's
+    lines = FileLines(file)
+    table = _read_table(file, where, lines)
     header = [name.strip() for name in table.column_names]
     table = table.rename_columns(header)
     notes = []
@@ -76,7 +80,8 @@ def read_csv(path: str, target: str, task: str = "regression",
         y = _numbers(column, target, where, lines,
                      " (class labels? data.task=classification)")[:, None]
     integers = [name for name in chosen if pa.types.is_integer(table.column(name).type)]
-    return CsvTable(x, y, chosen, integers, notes)
+    booleans = [name for name in chosen if pa.types.is_boolean(table.column(name).type)]
+    return CsvTable(x, y, chosen, integers, notes, booleans)
 
 
 def _chosen_columns(header: list[str], target: str, features: list[str] | None,
@@ -247,7 +252,14 @@ def _still_quoted(content: str, quoted: bool) -> bool:
 NOT_UTF8 = "cannot read it (not UTF-8 text)"
 # Files that are not a table but hold one, by their first bytes: the hint says what to do.
 PACKED = {b"\x1f\x8b": "gzip-compressed: gunzip it first",
+          b"PAR1": "a parquet file: convert it, e.g. pandas.read_parquet(path).to_csv("
+                   "'out.csv', index=False)",
           b"PK\x03\x04": "a zip archive: unzip it first"}
+# Zip archives that are not a folder of files to unzip, by their name.
+ZIPPED_FORMATS = {".npz": "a numpy .npz archive: return its arrays from a loader "
+                          "(data=custom, numpy.load(path))",
+                  ".xlsx": "an Excel workbook: convert it, e.g. pandas.read_excel(path).to_csv("
+                           "'out.csv', index=False)"}
 TEXT_SNIFF_BYTES = 64 * 1024
 DECOMPRESSED_BY_NAME = (".gz", ".bz2", ".lz4", ".zst")  # pyarrow's codecs by file extension
 
@@ -264,6 +276,8 @@ def _check_text(file: Path, where: str) -> None:
         head = handle.read(TEXT_SNIFF_BYTES)
     for magic, hint in PACKED.items():
         if head.startswith(magic):
+            if magic == b"PK\x03\x04":
+                hint = ZIPPED_FORMATS.get(file.suffix.lower(), hint)
             raise ConfigError(f"{where}: cannot read it ({hint})")
     try:  # incremental: a character cut at the 64 KiB boundary is not an error
         codecs.getincrementaldecoder("utf-8")().decode(head, final=False)

@@ -67,6 +67,7 @@ class Dataset:
     test: Split | None = None
     features: list[str] | None = None  # the columns' names (a csv's header, scikit-learn's)
     integer_features: list[str] | None = None  # those whose values are all integers in the file
+    boolean_features: list[str] | None = None  # true/false columns (a csv's, a DataFrame's bool)
     labels: list | None = None  # a classification: the class of each one-hot column, your values
     standardization: Standardization | None = None  # None: x is as given
     batch_size: int | None = None  # a loader's tf.data batches: their rows (trainer's otherwise)
@@ -271,22 +272,25 @@ def csv_table(*, path: str, target: str, task: str, val_fraction: float, test_fr
     """Your own table: the `target` column is y, every other column (or `features`) a feature."""
     table = read_csv(path, target, task, features)
     data = tabular(Path(path).stem, task, table.x, table.y, val_fraction, test_fraction,
-                   split_seed, standardize, features=table.features)
+                   split_seed, standardize, features=table.features,
+                   where=f"data.target={target.strip()}")
     data.integer_features = table.integer_features
+    data.boolean_features = table.boolean_features
     data.notes = table.notes
     return data
 
 
 def tabular(name: str, task: str, x: np.ndarray, y: np.ndarray, val_fraction: float,
             test_fraction: float, split_seed: int, standardize: bool,
-            features: list[str] | None = None) -> Dataset:
+            features: list[str] | None = None, where: str = "data.target") -> Dataset:
     """Split rows into train / val / test (shuffled by split_seed), one-hot the labels of a
     classification, and standardize the features with the training rows' mean and std only, so
     nothing of the held-out rows leaks into training. The Dataset records the classes and the
-    standardization, which the logged model carries (gradexp.export)."""
+    standardization, which the logged model carries (gradexp.export). `where`: what a mistake
+    in the labels names (the csv's data.target, a loader's data._target_)."""
     labels = None
     if task == "classification":
-        (y,), labels = encode_labels(y)
+        (y,), labels = encode_labels(y, where=where)
     n = len(x)
     n_test, n_val = _held_out(n, test_fraction), _held_out(n, val_fraction)
     if n - n_val - n_test < 1:
@@ -327,11 +331,13 @@ def standardized(data: Dataset) -> Dataset:
                    standardization=scaling)
 
 
-def encode_labels(*parts: np.ndarray) -> tuple[list[np.ndarray], list]:
+def encode_labels(*parts: np.ndarray, where: str = "data.target"
+                  ) -> tuple[list[np.ndarray], list]:
     """One-hot targets of a classification and the label of each column: the sorted distinct
     values of every part together (as scikit-learn's LabelEncoder sorts them), so 'setosa' is
     column 0 of every split. Targets of more than one column are taken as one-hot (or class
-    probabilities) already, their labels the column numbers."""
+    probabilities) already, their labels the column numbers. A single class is refused,
+    naming `where`: it would train to accuracy 1 on nothing to tell apart."""
     if parts[0].ndim == 2 and parts[0].shape[1] > 1:
         return [_float32(part) for part in parts], list(range(parts[0].shape[1]))
     values = [np.asarray(part).reshape(-1) for part in parts]
@@ -342,6 +348,10 @@ def encode_labels(*parts: np.ndarray) -> tuple[list[np.ndarray], list]:
     except TypeError as error:  # e.g. numbers and text mixed in an object array
         raise ConfigError(f"the class labels cannot be sorted ({error}); give labels of one kind "
                           "(all text or all numbers)") from None
+    if len(classes) == 1:
+        rows = sum(len(part) for part in values)
+        raise ConfigError(f"{where}: only one class ({_plain(classes)[0]!r}) in {rows} rows; a "
+                          "classification needs 2 or more")
     eye = np.eye(len(classes), dtype=np.float32)
     return [eye[np.searchsorted(classes, part)] for part in values], _plain(classes)
 
@@ -396,31 +406,38 @@ def from_user_loader(load, *, name: str, task: str, val_fraction: float, test_fr
         parts = [(x, _columns(y, f"{where}: the targets",
                               "; class labels? data.task=classification"), names)
                  for x, y, names in parts]
+    parts = _same_columns(parts, where)
     # Before any split or run: mismatched rows would fail deep in the split (an IndexError)
     # or the loss, and a NaN would reach training as a "learning rate too high" divergence.
     for (x, y, names), (x_name, y_name, what) in zip(parts, (("x", "y", ""),
                                                              ("x_val", "y_val", "validation "))):
         _check_part(where, x, y, names, x_name, y_name, what)
     if stream is not None:
-        data = _streamed(name, task, stream, parts, standardize)
+        data = _streamed(name, task, stream, parts, standardize, where)
     elif len(parts) == 1:
         (x, y, features), = parts
         data = tabular(name, task, x, y, val_fraction, test_fraction, split_seed, standardize,
-                       features)
+                       features, where)
     else:
         (x, y, features), (x_val, y_val, _) = parts
         labels = None
         if task == "classification":
-            (y, y_val), labels = encode_labels(y, y_val)
-        data = Dataset(name, task, _float32(x), _float32(y),
-                       Split(_float32(x_val), _float32(y_val)), features=features,
-                       labels=labels)
-        data = standardized(data) if standardize else data
+            (y, y_val), labels = encode_labels(y, y_val, where=where)
+        # x and x_val as given (float64): standardized before any float32 cast, as tabular
+        # does, so the training rows are the ones the logged model makes of the raw values.
+        data = Dataset(name, task, x, _float32(y), Split(x_val, _float32(y_val)),
+                       features=features, labels=labels)
+        data = standardized(data) if standardize else replace(
+            data, x=_float32(x), val=Split(_float32(x_val), data.val.y))
     data.batch_size = batch_size
+    if data.features is not None:  # the signature takes the user's columns as they are typed
+        data.integer_features, data.boolean_features = _typed_columns(
+            _train_x(loaded), data.features)
     return data
 
 
-def _streamed(name: str, task: str, stream, parts: list, standardize: bool) -> Dataset:
+def _streamed(name: str, task: str, stream, parts: list, standardize: bool,
+              where: str = "data._target_") -> Dataset:
     """A training stream (gradexp.tfdata): one pass for the features' statistics and the
     classes, then the Dataset of its first rows (what checks and train/ metrics use), the
     validation part if any, and the prepared stream the trainer iterates."""
@@ -432,7 +449,8 @@ def _streamed(name: str, task: str, stream, parts: list, standardize: bool) -> D
     labels = None
     if task == "classification":
         given = [y] + ([y_val] if rest else [])
-        encoded, labels = encode_labels(*([classes] if classes is not None else []), *given)
+        encoded, labels = encode_labels(*([classes] if classes is not None else []), *given,
+                                        where=where)
         y, y_val = encoded[-len(given)], (encoded[-1] if rest else None)
     scaling = Standardization(mean, np.where(std > 0, std, 1.0)) if standardize else None
 
@@ -447,6 +465,59 @@ def _streamed(name: str, task: str, stream, parts: list, standardize: bool) -> D
                                   labels if classes is not None else None)
     data.stream_rows, data.stream_steps = rows, stream.steps_per_epoch
     return data
+
+
+def _same_columns(parts: list, where: str) -> list:
+    """A loader's own split, x_val's columns matched to x's: by name when both have names
+    (DataFrames, tf.data dicts), reordered as x's; else by position, as many as x's. Before,
+    x_val's columns [k, x1] were evaluated as x's [x1, k] without a word, and a different
+    count was a numpy broadcast or Keras traceback."""
+    if len(parts) < 2:
+        return parts
+    (x, y, names), (x_val, y_val, val_names) = parts
+    if names is not None and val_names is not None and names != val_names:
+        if sorted(names) != sorted(val_names) or len(set(names)) < len(names):
+            raise ConfigError(f"{where}: x_val's columns ({', '.join(val_names)}) are not x's "
+                              f"({', '.join(names)}); x_val needs the same columns, matched by "
+                              "name")
+        x_val = x_val[:, [val_names.index(name) for name in names]]
+        return [(x, y, names), (x_val, y_val, names)]
+    if x.shape[1] != x_val.shape[1]:
+        raise ConfigError(f"{where}: x_val has {x_val.shape[1]} columns but x has "
+                          f"{x.shape[1]}; x_val needs x's features, column for column")
+    return parts
+
+
+def _train_x(loaded: Any) -> Any:
+    """The training features as the loader returned them: x of (x, y) or of ((x, y), ...), or
+    the (training) tf.data.Dataset."""
+    from gradexp import tfdata
+
+    first = loaded[0] if isinstance(loaded, tuple | list) and loaded else loaded
+    if isinstance(first, tuple | list) and len(first) == 2 and not tfdata.is_dataset(first[0]):
+        return first[0]  # ((x, y), (x_val, y_val))
+    return loaded if tfdata.is_dataset(loaded) else first
+
+
+def _typed_columns(x: Any, features: list[str]) -> tuple[list[str], list[str]]:
+    """The integer and the true/false columns among `features`, by the type the loader gave
+    them (a DataFrame's int64, Int64 or bool column; a tf.data dict's int64 or bool feature):
+    the logged model's signature must take the rows as typed, since MLflow refuses int64 or bool
+    for a double column. A vector feature's columns (name[i]) take its type."""
+    from gradexp import tfdata
+
+    if tfdata.is_dataset(x):
+        spec = x.element_spec[0]
+        kinds = ({name: ("i" if part.dtype.is_integer else "b" if part.dtype.is_bool else "f")
+                  for name, part in spec.items()} if isinstance(spec, dict) else {})
+    elif hasattr(x, "dtypes") and hasattr(x, "columns"):  # a pandas DataFrame
+        kinds = {str(column): dtype.kind for column, dtype in zip(x.columns, x.dtypes)}
+    else:
+        return [], []
+    kind = {name: kinds.get(name.split("[")[0] if name not in kinds else name, "f")
+            for name in features}
+    return ([name for name in features if kind[name] in "iu"],
+            [name for name in features if kind[name] == "b"])
 
 
 def _check_part(where: str, x: np.ndarray, y: np.ndarray, names: list[str] | None,

@@ -1,8 +1,9 @@
 """The model a run logs, built for the person who will call it on the raw features they have:
 
-    raw features ─> Normalization (the training rows' mean and variance, as gradexp.data
-    standardized them) ─> the trained network, as trained ─> softmax (sigmoid for one output)
-    for a classification, so predict() gives class probabilities as a Keras classifier does
+    raw features ─> Normalization (the training rows' mean and variance, in float64 as
+    gradexp.data standardized them) ─> the trained network, as trained ─> softmax (sigmoid
+    for one output) for a classification, so predict() gives class probabilities as a Keras
+    classifier does
 
 The trained network is not copied or changed: the served model calls it as a layer, so it holds
 the network's current weights (after early stopping's restore_best, the restored ones: the run
@@ -35,6 +36,7 @@ class Export:
     n_outputs: int
     features: list[str] | None = None  # the signature's column names, when the data has names
     integer_features: list[str] = field(default_factory=list)  # int64 columns (a csv's)
+    boolean_features: list[str] = field(default_factory=list)  # bool columns
     labels: list | None = None  # a classification: the label of each output column
     standardized: bool = False
     custom_objects: dict[str, list[str]] = field(default_factory=dict)  # name -> [module, attr]
@@ -68,8 +70,8 @@ def export(network, data: Dataset, outputs_are_logits: bool = True,
         labels = data.labels or list(range(max(data.n_outputs, 2)))
     custom, code = user_code(served)
     return Export(served, data.task, data.n_features, data.n_outputs, data.features,
-                  data.integer_features or [], labels, data.standardization is not None, custom,
-                  code)
+                  data.integer_features or [], data.boolean_features or [], labels,
+                  data.standardization is not None, custom, code)
 
 
 def served_network(network, n_features: int, standardization: Standardization | None,
@@ -78,18 +80,35 @@ def served_network(network, n_features: int, standardization: Standardization | 
     `network` called as a layer, then `activation`."""
     import keras
 
-    inputs = keras.Input((n_features,), name="features")
-    x = inputs
-    if standardization is not None:
-        x = keras.layers.Normalization(mean=standardization.mean,
-                                       variance=standardization.scale ** 2,
-                                       name="standardize")(x)
+    if standardization is None:
+        inputs = keras.Input((n_features,), name="features")
+        x = inputs
+    else:
+        # In float64, as gradexp.data standardized the training rows: a float32 input or
+        # mean rounds a Unix timestamp (~1.7e9) to 128 s, more than such a column's spread.
+        # The network (float32) casts the standardized values, as training did.
+        inputs = keras.Input((n_features,), name="features", dtype="float64")
+        x = _standardize(standardization, n_features)(inputs)
     outputs = network(x)
     if activation == "softmax":
         outputs = keras.layers.Softmax(name="probabilities")(outputs)
     elif activation is not None:
         outputs = keras.layers.Activation(activation, name="probabilities")(outputs)
     return keras.Model(inputs, outputs, name="served")
+
+
+def _standardize(standardization: Standardization, n_features: int):
+    """A float64 Normalization holding the mean and variance as its weights: given to its
+    constructor they would be saved in its config as Python floats, which Keras reads back as
+    float32 when the model loads."""
+    import keras
+
+    layer = keras.layers.Normalization(dtype="float64", name="standardize")
+    layer.build((None, n_features))
+    layer.adapt_mean.assign(standardization.mean)
+    layer.adapt_variance.assign(standardization.scale ** 2)
+    layer.finalize_state()
+    return layer
 
 
 def user_code(network) -> tuple[dict[str, list[str]], list[Path]]:

@@ -36,15 +36,17 @@ def _no_requirement_check() -> Iterator[None]:
 
 def model_signature(served):
     """Raw features in, by column name where the data has names (a csv's header, scikit-learn's
-    feature names: predict takes a DataFrame; a csv's integer columns are int64, as
-    pandas.read_csv reads them), else one float32 tensor of n_features columns;
+    feature names: predict takes a DataFrame; integer columns (a csv's, as pandas.read_csv
+    reads them; a loader DataFrame's or tf.data dict's) are int64, true/false ones boolean:
+    MLflow refuses either for a double column), else one float32 tensor of n_features columns;
     one float32 output per class (probabilities) or per target."""
     import numpy as np
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, Schema, TensorSpec
 
     if served.features is not None:
-        inputs = Schema([ColSpec("long" if name in served.integer_features else "double", name)
+        inputs = Schema([ColSpec("long" if name in served.integer_features else
+                                 "boolean" if name in served.boolean_features else "double", name)
                          for name in served.features])
     else:
         inputs = Schema([TensorSpec(np.dtype("float32"), (-1, served.n_features))])

@@ -69,10 +69,16 @@ class ServedModel:
 
         if isinstance(data, pd.DataFrame):
             columns = self.features if self.features is not None else list(data.columns)
-            outputs = self._outputs(data[columns].to_numpy(dtype=np.float32))
+            outputs = self._outputs(data[columns].to_numpy(dtype=self._input_dtype()))
             names = self.labels if self.labels and len(self.labels) == outputs.shape[1] else None
             return pd.DataFrame(outputs, index=data.index, columns=names)
-        return self._outputs(np.asarray(data, dtype=np.float32))
+        return self._outputs(np.asarray(data, dtype=self._input_dtype()))
+
+    def _input_dtype(self) -> str:
+        """float64 when the model standardizes (gradexp.export): the raw rows reach its
+        Normalization with every digit they have (a float32 cast first rounds a timestamp to
+        128 s); float32 for a model without it, or one logged before."""
+        return str(getattr(self.network.inputs[0], "dtype", "float32"))
 
     def _outputs(self, x):
         import keras

@@ -164,9 +164,12 @@ def prepared(stream: Stream, mean: np.ndarray | None, scale: np.ndarray | None,
 
     def convert(x, y):
         parts = [x[name] for name in stream.names] if stream.names else [x]
-        x = tf.concat([flat(part) for part in parts], axis=-1)
+        # Standardized in float64, then float32, as gradexp.data scales rows in memory and the
+        # logged model does: a float32 timestamp (~1.7e9) is rounded to 128 s first.
+        x = tf.concat([flat(part, tf.float64) for part in parts], axis=-1)
         if mean is not None:
-            x = (x - tf.constant(mean, tf.float32)) / tf.constant(scale, tf.float32)
+            x = (x - tf.constant(mean, tf.float64)) / tf.constant(scale, tf.float64)
+        x = tf.cast(x, tf.float32)
         if labels is not None and flat(y, None).shape[-1] in (1, None):
             y = tf.one_hot(index(tf.squeeze(flat(y, None), -1)), len(labels))
         return x, flat(y)
