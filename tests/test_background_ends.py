@@ -71,3 +71,33 @@ def test_a_write_that_fails_after_the_job_ends_its_run_failed_and_fails_the_swee
     assert sorted(run.info.status for run in runs) == ["FAILED", "FAILED"]
     said = capfd.readouterr().err
     assert said.count("its last writes failed") == 2 and "no/such/file.txt" in said
+
+
+def test_a_tracker_whose_writer_has_stopped_still_writes_its_last_points(tmp_path):
+    # At interpreter exit concurrent.futures stops the writer's thread before atexit hooks run:
+    # the last points of a run ended then were lost ("cannot schedule new futures").
+    from gradexp.mlflow_store import MlflowTracker
+
+    store = empty_store(tmp_path)
+    tracker = MlflowTracker(store, "gradexp", "late")
+    tracker._writer.shutdown(wait=True)  # as the interpreter's exit leaves it
+    tracker.log_metric("final_loss", 0.5, 3)
+    tracker.end("FINISHED")
+    run = MlflowClient(store).get_run(tracker.run_id)
+    assert (run.info.status, run.data.metrics) == ("FINISHED", {"final_loss": 0.5})
+
+
+def test_a_finished_run_whose_last_writes_fail_ends_failed(tmp_path, monkeypatch):
+    from gradexp.mlflow_store import MlflowTracker
+
+    store = empty_store(tmp_path)
+    tracker = MlflowTracker(store, "gradexp", "broken")
+    tracker.log_metric("final_loss", 0.5, 3)
+
+    def refuse(*args, **kwargs):
+        raise OSError("the store went away")
+
+    monkeypatch.setattr(tracker.client, "log_batch", refuse)
+    with pytest.raises(OSError, match="the store went away"):
+        tracker.end("FINISHED")
+    assert MlflowClient(store).get_run(tracker.run_id).info.status == "FAILED"

@@ -280,3 +280,96 @@ def test_a_signal_right_after_a_sweeps_parent_is_created_ends_it_killed(tmp_path
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert [(r.data.tags.get("gradexp.sweep"), r.info.status) for r in runs] == [
         ("true", "KILLED")]  # the parent alone: no job had started
+
+
+# A sweep that signals itself just after its first job returned to Hydra: that job's run is
+# still ending in the background (gradexp.callbacks.recorder) when the process starts to exit.
+SIGNALLED_AFTER_THE_FIRST_JOB = '''
+import os
+import signal
+import sys
+
+import gradexp.app
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # not ignored, even under nohup
+returned = gradexp.app.sweeper_value
+
+
+def sweeper_value(outcome):
+    value = returned(outcome)
+    os.kill(os.getpid(), getattr(signal, SIGNAL))  # lands here, between the two jobs
+    return value
+
+
+gradexp.app.sweeper_value = sweeper_value
+SIGNAL = sys.argv[1]
+sys.argv = ["gradexp", *sys.argv[2:]]
+gradexp.app.main()
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "launcher", "code"), [("SIGTERM", "basic", 143),
+                                                       ("SIGINT", "packed", 130)])
+def test_a_signal_between_jobs_keeps_every_metric_of_the_job_that_finished(tmp_path, sig,
+                                                                           launcher, code):
+    # The process used to leave the finished job's background end to an atexit hook, after
+    # concurrent.futures had stopped its threads: the run stayed FINISHED without its last
+    # metrics, and a line said its writes failed and that it was FAILED.
+    from mlflow import MlflowClient
+
+    from conftest import empty_store
+
+    store = empty_store(tmp_path)
+    child = subprocess.run([sys.executable, "-c", SIGNALLED_AFTER_THE_FIRST_JOB, sig, "-m",
+                            f"tracking.uri={store}", f"hydra/launcher={launcher}",
+                            "gradcheck=off", "tracking.log_model=false", "trainer.epochs=12",
+                            "optimizer=sgd,adam"], cwd=tmp_path, env=cli_env(), text=True,
+                           capture_output=True, timeout=300, check=False)
+    assert child.returncode == code, child.stderr[-3000:]
+    assert "Traceback" not in child.stderr and "failed" not in child.stderr, child.stderr
+    assert child.stderr.strip().splitlines()[-1].endswith(
+        "the sweep's parent run is recorded as KILLED; the jobs that ended keep their runs")
+    client = MlflowClient(store)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    (parent,) = [r for r in runs if r.data.tags.get("gradexp.sweep") == "true"]
+    (job,) = [r for r in runs if r is not parent]
+    assert (parent.info.status, job.info.status) == ("KILLED", "FINISHED")
+    assert {"final_loss", "val/mse", "val/mae", "val/r2", "loss"} <= set(job.data.metrics)
+    assert max(m.step for m in client.get_metric_history(job.info.run_id, "loss")) == 12
+
+
+def test_a_signal_while_a_finished_job_hands_its_end_over_leaves_it_finished(tmp_path,
+                                                                           monkeypatch):
+    # The recorder marked itself ended, then saved the model and handed the end to the
+    # background: a Ctrl-C in between left the run RUNNING with no metrics (1 in 3 tries).
+    from mlflow import MlflowClient
+
+    import gradexp
+    from conftest import empty_store
+    from gradexp.callbacks.recorder import MlflowRecorder, wait_for_ends
+    from gradexp.sweeps import _OPENED
+
+    store = empty_store(tmp_path)
+    saves = MlflowRecorder.save_models
+
+    def save_models(self, run):
+        os.kill(os.getpid(), signal.SIGINT)  # lands in the hand-off, or held over it
+        return saves(self, run)
+
+    monkeypatch.setattr(MlflowRecorder, "save_models", save_models)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # even under nohup
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            gradexp.sweep(f"tracking.uri={store}", "optimizer=sgd,adam", "trainer.epochs=3",
+                          "gradcheck=off", launch_dir=tmp_path)
+        wait_for_ends()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        for sweep in _OPENED:  # the parent, KILLED as the command line ends it on its way out
+            sweep._end_if_interrupted()
+    client = MlflowClient(store)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    (job,) = [r for r in runs if r.data.tags.get("gradexp.sweep") != "true"]
+    assert job.info.status == "FINISHED"
+    assert {"final_loss", "val/mse", "loss"} <= set(job.data.metrics)

@@ -176,3 +176,26 @@ def test_keys_only_an_optuna_search_creates_are_not_refused():
     check_summary_keys(cfg, config_keys(cfg), ["+model.kwargs.width"])
     with pytest.raises(ConfigError, match="model.kwargs.width is not a key of the config"):
         check_summary_keys(cfg, config_keys(cfg))
+
+
+@pytest.mark.slow
+def test_a_job_that_stops_the_sweep_ends_the_parent_failed_not_killed(tmp_path):
+    # sweep.continue_on_failure=false: the failing job stops the sweep, nothing is killed;
+    # the parent was left to the exit hook for interrupts, which marked it KILLED.
+    from conftest import empty_store
+
+    store = empty_store(tmp_path)
+    done = run_cli("-m", f"tracking.uri={store}", "optimizer.learning_rate=0.1,1000,0.01",
+                   "sweep.continue_on_failure=false", "trainer.epochs=10", "gradcheck=off",
+                   "tracking.log_model=false", cwd=tmp_path, timeout=180)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    runs = {run.info.run_name: run for run in all_runs(store)}
+    parent = next(run for name, run in runs.items() if name.startswith("sweep:"))
+    assert parent.info.status == "FAILED"
+    assert parent.data.tags["gradexp.status_reason"].startswith(
+        "the sweep stopped before its end: the loss or its gradient became NaN or infinite")
+    assert runs["optimizer.learning_rate=0.1"].info.status == "FINISHED"
+    assert "final_loss" in runs["optimizer.learning_rate=0.1"].data.metrics
+    assert runs["optimizer.learning_rate=1000"].info.status == "FAILED"
+    assert "optimizer.learning_rate=0.01" not in runs  # the sweep stopped at the failure

@@ -77,7 +77,10 @@ def what_was_recorded(error: BaseException, cfg: DictConfig) -> str:
     """What an interrupt left recorded: the run KILLED only if one had opened (run_experiment
     puts its id on the error); an interrupt while the data loads or the store is made has none."""
     if getattr(error, "run_id", None) is not None:
-        return "the run is recorded as KILLED"
+        status = getattr(error, "run_status", None) or "KILLED"
+        if status == "FINISHED":  # it landed once the run had ended: trained to its end
+            return "the run had finished and is recorded as FINISHED"
+        return f"the run is recorded as {status}"
     tracking = OmegaConf.select(cfg, "tracking.name", default=None)
     if getattr(tracking, "value", tracking) == "none":
         return "nothing is recorded (tracking=none)"
@@ -138,8 +141,12 @@ def _recorded_outside_jobs() -> str:
     return "nothing was recorded (no run had opened)"
 
 
+_SAID: list[str] = []  # the failure line this process exits with (a sweep parent's reason)
+
+
 def _exit(failure: Failure) -> NoReturn:
     error_line(failure.line)
+    _SAID.append(failure.line)
     sys.exit(failure.exit_code)
 
 
@@ -266,13 +273,58 @@ def main() -> None:
     # on stderr; faulthandler prints the Python stack of every thread first.
     faulthandler.enable()
     try:
-        _main()
+        try:
+            _main()
+        except BaseException as error:
+            _settle(error)
+            raise
+        _settle(None)
     finally:
         # The process ends next. Python's shutdown would walk TensorFlow's, Keras' and MLflow's
         # object graphs with its cycle collector: 1.4-2 s here, even after a bare `import
         # tensorflow, mlflow` (benchmarks/bench_fixed_cost.py). Frozen objects are skipped;
         # atexit handlers, finalizers and flushes still run, and the OS takes the memory back.
         gc.freeze()
+
+
+def _settle(error: BaseException | None) -> None:
+    """Before the process ends, however it ends (`error`: what ends it, None for a return):
+    the sweep child still ending in the background is stored, then a sweep's parent left open
+    is ended as the way out says: KILLED for Ctrl-C or SIGTERM, FAILED for a failure (a job
+    that stopped the sweep, an error), each with its reason. Here, not in atexit hooks:
+    those run after concurrent.futures stopped every executor's thread, and a run's last
+    writes failed there. A further Ctrl-C or SIGTERM stops the wait, one line, its exit code
+    (the end still completes as the threads are joined)."""
+    if "gradexp.callbacks.recorder" not in sys.modules:  # no run was made: nothing to wait for
+        return
+    from gradexp.callbacks.recorder import wait_for_ends
+    from gradexp.sweeps import end_open_parents
+
+    exiting = isinstance(error, SystemExit)
+    code = error.code if exiting else None
+    try:
+        with sigterm_as_interrupt():
+            wait_for_ends()
+            if isinstance(error, KeyboardInterrupt) or code in (EXIT_INTERRUPTED,
+                                                                  EXIT_TERMINATED):
+                end_open_parents("KILLED")
+            elif error is not None and not (exiting and code in (0, None)):
+                end_open_parents("FAILED", f"the sweep stopped before its end: {_said(error)}")
+    except KeyboardInterrupt as again:
+        _exit(interrupt_failure(again, "the runs still being stored end as the process exits",
+                                "the sweep's last writes"))
+
+
+def _said(error: BaseException) -> str:
+    """What stopped the process, in one line: the line it said, else its error."""
+    from gradexp.endings import reason_of
+
+    if _SAID:
+        return _SAID[-1]
+    cause = error.__context__ if isinstance(error, SystemExit) else error
+    if cause is None:
+        return f"exit code {error.code}"
+    return f"{type(cause).__name__}: {reason_of(cause)}"
 
 
 def _main() -> None:

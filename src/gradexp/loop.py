@@ -94,8 +94,9 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
     except BaseException as error:
         # The run this error ended, if it opened one (it holds the error, FAILED or KILLED): a
         # sweep's job that fails before then has no child run, and says so itself (app.run_job).
+        # An interrupt that lands once the run had ended (FINISHED) leaves it so.
         with contextlib.suppress(AttributeError):
-            error.run_id = run.run_id
+            error.run_id, error.run_status = run.run_id, run.ended_as
         raise
 
 
@@ -138,6 +139,7 @@ class Loop:
         self.run = run
         self.callbacks = callbacks
         self.ended = False
+        self.told: set[int] = set()  # the callbacks on_train_end was called on (by id)
 
     def emit(self, event: str, *args: Any) -> None:
         """Tell every callback that has a method for `event`, in order."""
@@ -162,8 +164,9 @@ class Loop:
                 self.emit("on_run_begin")
                 self.train()
             except BaseException as error:
-                if not self.ended:
-                    self.end(*status_of(error))
+                # Also when the end had begun: an interrupt between two callbacks' ends
+                # would leave the later ones (the recorder: the run RUNNING) never told.
+                self.end(*status_of(error))
                 raise
         return self.run.result()
 
@@ -189,19 +192,22 @@ class Loop:
             self.end("FINISHED")
 
     def end(self, status: str, reason: str | None = None, trace: str | None = None) -> None:
-        """on_train_end(status) to every callback, once. A callback that fails here does not
-        keep the others (the recorder last) from theirs: a FINISHED run becomes FAILED (or
-        KILLED) with that failure's reason, and the failure is raised at the end."""
+        """on_train_end(status) to every callback, once (a second call tells only those not
+        told yet). A callback that fails here does not keep the others (the recorder last)
+        from theirs: a FINISHED run becomes FAILED (or KILLED) with that failure's reason, and
+        the failure is raised at the end."""
         self.ended = True
         run = self.run
+        untold = [callback for callback in self.callbacks
+                  if hasattr(callback, "on_train_end") and id(callback) not in self.told]
+        if not untold:
+            return
         run.status_reason, run.traceback = reason, trace
         first: BaseException | None = None
-        for callback in self.callbacks:
-            method = getattr(callback, "on_train_end", None)
-            if method is None:
-                continue
+        for callback in untold:
             try:
-                method(run, status)
+                self.told.add(id(callback))
+                callback.on_train_end(run, status)
             except BaseException as error:  # noqa: BLE001 - raised below, after the others
                 if first is None:
                     first = error

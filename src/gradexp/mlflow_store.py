@@ -334,6 +334,7 @@ class NullTracker:
     run_id: str | None = None
     uri: str | None = None
     experiment_id: str | None = None
+    ended_as: str | None = None
 
     def log_params(self, params: Mapping[str, Any]) -> None: ...
     def log_metric(self, key: str, value: float, step: int) -> None: ...
@@ -422,6 +423,7 @@ class MlflowTracker(NullTracker):
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow-metrics")
         self._writes: list[Future] = []
         self._last_heartbeat = time.monotonic()  # process_tags() gave the first one
+        self.ended_as: str | None = None  # the status end() stored
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         from mlflow.entities import Param
@@ -460,9 +462,24 @@ class MlflowTracker(NullTracker):
         while len(self._pending) >= (MAX_METRICS_PER_BATCH if full_batches_only else 1):
             batch = self._pending[:MAX_METRICS_PER_BATCH]
             del self._pending[:MAX_METRICS_PER_BATCH]
-            self._writes.append(self._writer.submit(
-                retry_locked, lambda batch=batch: self.client.log_batch(self.run_id,
-                                                                        metrics=batch)))
+            self._writes.append(self._submit(
+                lambda batch=batch: self.client.log_batch(self.run_id, metrics=batch)))
+
+    def _submit(self, write: Callable[[], Any]) -> Future:
+        """`write` on the writer's thread; in this one when the writer can no longer take work.
+        At interpreter exit concurrent.futures stops every executor's thread before atexit
+        hooks run: a run's end written then (a sweep's child ending in the background, a parent
+        ended by its exit hook) lost its last points ("cannot schedule new futures after
+        interpreter shutdown")."""
+        try:
+            return self._writer.submit(retry_locked, write)
+        except RuntimeError:  # shut down, or the interpreter's exit shut it down
+            done: Future = Future()
+            try:
+                done.set_result(retry_locked(write))
+            except Exception as error:  # noqa: BLE001 - raised by wait(), as the writer's
+                done.set_exception(error)
+            return done
 
     def wait(self) -> None:
         """Block until every metric handed to the writer is stored; raise its first error."""
@@ -487,8 +504,8 @@ class MlflowTracker(NullTracker):
             return
         self._last_heartbeat = time.monotonic()
         tag = now_utc()
-        self._writes.append(self._writer.submit(
-            retry_locked, lambda: self.client.set_tag(self.run_id, HEARTBEAT_TAG, tag)))
+        self._writes.append(self._submit(
+            lambda: self.client.set_tag(self.run_id, HEARTBEAT_TAG, tag)))
 
     # Artifact calls look the run up in the store first, so they meet sqlite locks too.
     def log_dict(self, data: dict, artifact_file: str) -> None:
@@ -584,10 +601,23 @@ class MlflowTracker(NullTracker):
         return model.model_id
 
     def end(self, status: str) -> None:
-        """Store what is pending and mark the run FINISHED, FAILED or KILLED."""
-        try:
-            self.flush()
-            self.wait()
-        finally:
-            self._writer.shutdown(wait=True)
-            retry_locked(lambda: self.client.set_terminated(self.run_id, status))
+        """Store what is pending and mark the run FINISHED, FAILED or KILLED; once (a second
+        call does nothing). A FINISHED run whose last writes fail ends as their error says
+        (FAILED), never FINISHED without them. Signals are held over it: one landing between
+        the writes and the status would leave the run RUNNING; it lands once the run ended."""
+        if self.ended_as is not None:
+            return
+        from gradexp.endings import status_of
+
+        with interrupts_deferred():
+            try:
+                self.flush()
+                self.wait()
+            except BaseException as error:
+                if status == "FINISHED":
+                    status = status_of(error)[0]
+                raise
+            finally:
+                self._writer.shutdown(wait=True)
+                retry_locked(lambda: self.client.set_terminated(self.run_id, status))
+                self.ended_as = status

@@ -104,6 +104,8 @@ class RunView:
     # How it ended, for on_train_end: the reason and traceback of a failure
     status_reason: str | None = None
     traceback: str | None = None
+    # The status the recorder ended the run with, or handed to its end in the background
+    ended_as: str | None = None
     records: Records = field(default_factory=Records)
     # Set by the recorder: write everything in `records` now and wait for it (a checkpoint
     # calls it before saving, so a resumed run has no gap in its metrics).

@@ -6,8 +6,9 @@ it. When the sweep ends it writes the summary (every child's overrides, sweep ob
 final val/mse), final loss, gradient-check verdict and status; the best child by the objective
 tagged, and the best of each `sweep.best_per` group listed; the loss and objective curves overlaid;
 the params that differ beyond the swept ones; an Optuna sweep's best parameters and value) and
-ends the parent. If the sweep is interrupted, an exit hook still ends the
-parent (KILLED), so nothing stays RUNNING.
+ends the parent. If the sweep stops before that, the command line ends the parent as it
+stops (gradexp.app.main): KILLED for Ctrl-C or SIGTERM, FAILED for a failure; an exit hook is
+the last resort (KILLED), so nothing stays RUNNING.
 
 Any Hydra launcher or sweeper works underneath (basic, joblib, ray, submitit; basic, optuna): the
 callback only needs the jobs to share the tracking store and the sweep folder.
@@ -79,6 +80,13 @@ def parent_left_open() -> bool:
     """Whether a sweep of this process has a parent run not yet ended (an interrupt outside
     any job: its exit hook ends it KILLED)."""
     return any(callback.tracker is not None and not callback.ended for callback in _OPENED)
+
+
+def end_open_parents(status: str, reason: str | None = None) -> None:
+    """End the parent runs of this process's sweeps that are still open, `status` (KILLED,
+    FAILED) with `reason`: the command line's way out (gradexp.app.main) says why."""
+    for callback in _OPENED:
+        callback.end_early(status, reason)
 
 
 class MlflowSweepCallback(Callback):
@@ -190,9 +198,20 @@ class MlflowSweepCallback(Callback):
             sys.exit(1)  # every job ran; the sweep as a whole did not succeed
 
     def _end_if_interrupted(self) -> None:
-        if self.tracker is not None and not self.ended:
+        self.end_early("KILLED")
+
+    def end_early(self, status: str, reason: str | None = None) -> None:
+        """End the parent, if still open, before the sweep's end: KILLED (interrupted), or
+        FAILED (a job stopped the sweep: sweep.continue_on_failure=false; an error)."""
+        from gradexp.interrupts import interrupts_deferred
+
+        if self.tracker is None or self.ended:
+            return
+        with interrupts_deferred():  # marked and ended at once, as _close_parent does
             self.ended = True
-            self.tracker.end("KILLED")
+            if reason:
+                self.tracker.set_tags({REASON_TAG: reason[:5000]})
+            self.tracker.end(status)
 
 
 @contextmanager

@@ -11,20 +11,21 @@ child's last writes (the plots, history.parquet, the reports, its thinned metric
 to one background thread, `ENDS`, and overlap the next job, and so do its model's LoggedModel
 records and MLmodel files; the model's Keras file is saved here first, since the served network
 holds the weights the next job of its shape resets (gradexp.shared_programs). At most one run
-ends in the background at a time; `wait_for_ends` (the sweep's end, this process's exit) blocks
-until it is stored, and says in one line a write that failed there (that run then ends FAILED,
-with its reason, as it would have here).
+ends in the background at a time; `wait_for_ends` (the sweep's end, a job's failure, every way
+out of the command line: gradexp.app.main) blocks until it is stored, and says in one line a
+write that failed there (that run then ends FAILED, with its reason, as it would have here).
 """
 
 from __future__ import annotations
 
 import atexit
 import shutil
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from gradexp.callbacks.base import Callback
 from gradexp.endings import status_of
+from gradexp.interrupts import interrupts_deferred
 from gradexp.mlflow_store import NullTracker
 from gradexp.run_view import Records, RunView
 from gradexp.tag_keys import REASON_TAG, RESTART_OF_TAG
@@ -102,13 +103,21 @@ class MlflowRecorder(Callback):
     def on_train_end(self, run: RunView, status: str) -> None:
         if self.ended:
             return
-        self.ended = True
         if status == "FINISHED" and _ends_in_background(run, self.tracker):
-            saved = self.save_models(run)  # the weights as trained, before the next job resets
-            _end_in_background(lambda: (self.write_saved_models(saved), self.finish(run, status)),
-                               run.run_id)
+            # The hand-off is held whole (the model's save takes a moment): a Ctrl-C inside it
+            # once left the run ended here but never handed over, RUNNING with no metrics. It
+            # lands right after, the run's end already in the background's hands.
+            with interrupts_deferred():
+                saved = self.save_models(run)  # the weights as trained, before the next job
+                _end_in_background(lambda: (self.write_saved_models(saved),
+                                            self.finish(run, status)), run.run_id)
+                self.ended, run.ended_as = True, status
             return
-        self.finish(run, status)
+        self.ended = True
+        try:
+            self.finish(run, status)
+        finally:
+            run.ended_as = self.tracker.ended_as  # what an interrupt's line says of the run
 
     def finish(self, run: RunView, status: str) -> None:
         """The last writes, then the run's end status (FAILED, with why, if a write fails)."""
@@ -212,7 +221,10 @@ def _ends_in_background(run: RunView, tracker) -> bool:
 def _end_in_background(finish, run_id: str | None) -> None:
     wait_for_ends()  # the run before this one: at most one pending, so memory stays bounded
     if not _pending:
-        atexit.register(wait_for_ends)  # runs before the sweep's own exit hook (LIFO)
+        # A last resort (gradexp.sweep in a session that then exits): the command line waits
+        # before it returns (app.main), as atexit hooks run after concurrent.futures stopped
+        # its threads; the tracker then writes in this thread (MlflowTracker._submit).
+        atexit.register(wait_for_ends)
     _pending.append((ENDS.submit(finish), run_id))
 
 
@@ -224,10 +236,11 @@ def wait_for_ends() -> None:
     from gradexp.console import error_line
 
     while _pending:
-        ending, run_id = _pending.pop(0)
-        try:
-            ending.result()
-        except BaseException as error:  # noqa: BLE001 - said, and the run says it too
+        ending, run_id = _pending[0]
+        wait([ending])  # an interrupt here leaves it pending, for the next wait to see
+        _pending.pop(0)
+        error = ending.exception()
+        if error is not None:  # said, and the run says it too
             error_line(escape(f"run {run_id}: its last writes failed ({type(error).__name__}:"
                               f" {error}); the run is recorded as FAILED"))
 
