@@ -431,3 +431,41 @@ def test_the_best_run_is_the_best_configurations_not_the_luckiest_seed(store):
     ended = client.get_run(parent.info.run_id)
     assert ended.data.tags[BEST_RUN_ID_TAG] == ids["sgd", 0]
     assert ended.data.metrics["best/val/mse"] == 1.0
+
+
+def test_a_job_run_twice_is_one_replicate_and_equal_replicates_are_said(store):
+    # `-m optimizer=sgd,momentum seed=0,0,1`: the sweep's groups counted seed 0 twice (n=3)
+    # where gradexp compare --aggregate counted it once; and replicates that all gave one
+    # value (trainer.seed on a full-batch run) showed std 0 with no word
+    from gradexp.mlflow_store import MlflowTracker
+    from gradexp.sweeps import summarize_sweep
+    from gradexp.tag_keys import DIRECTION_TAG, OBJECTIVE_TAG, SWEPT_TAG
+
+    client = MlflowClient(store)
+    experiment = client.create_experiment("duplicates")
+    parent = client.create_run(experiment, tags={SWEPT_TAG: "optimizer,seed",
+                                                 OBJECTIVE_TAG: "val/mse",
+                                                 DIRECTION_TAG: "minimize"})
+    for optimizer, seeds in (("sgd", ((0, 1.0), (0, 1.0), (1, 1.4))),
+                             ("momentum", ((0, 2.0), (1, 2.0)))):
+        for seed, value in seeds:
+            child = client.create_run(experiment,
+                                      tags={"mlflow.parentRunId": parent.info.run_id})
+            client.log_batch(child.info.run_id, params=[
+                Param("optimizer.name", optimizer), Param("seed", str(seed))], metrics=[
+                Metric("val/mse", value, 0, 0), Metric("final_loss", value, 0, 0)])
+            client.set_terminated(child.info.run_id, "FINISHED")
+    tracker = MlflowTracker.reopen(store, parent.info.run_id)
+    summary = summarize_sweep(tracker)
+    tracker.end("FINISHED")
+    assert {group.label: group.n for group in summary.groups} == {"optimizer=sgd": 2,
+                                                                  "optimizer=momentum": 2}
+    assert summary.groups[0].mean == pytest.approx(1.2)
+    assert summary.group_notes == [
+        "left out 1 duplicate run (the same params as a newer run: a job run again is one "
+        "replicate, its newest run counts)",
+        "optimizer=momentum: its 2 replicates gave one value; seed changes nothing these runs "
+        "compute (the master seed= varies the weights, dropout, batch order and data too)"]
+    recorded = json.load(open(client.download_artifacts(parent.info.run_id,
+                                                        "sweep_summary.json")))
+    assert recorded["groups_notes"] == summary.group_notes

@@ -517,6 +517,7 @@ def print_groups(selection: Selection, metric: str, desc: bool, over: list[str])
         duplicates_note,
         group_runs,
         groups_table,
+        identical_note,
         overlap_note,
     )
 
@@ -537,8 +538,10 @@ def print_groups(selection: Selection, metric: str, desc: bool, over: list[str])
                         failed={run.info.run_id for run in runs
                                 if run.info.status != "FINISHED"})
     out.print(groups_table(groups, metric, "↓" if desc else "↑",
-                           f"groups over {', '.join(over)}: mean, best first"))
-    for line in (duplicates_note(duplicates), overlap_note(groups)):
+                           f"groups over {', '.join(over)}: mean, "
+                           f"{'highest' if desc else 'lowest'} first"))
+    for line in (duplicates_note(duplicates), identical_note(groups, over),
+                 overlap_note(groups)):
         if line:
             out.print(line, highlight=False, markup=False)
     if selection.more:

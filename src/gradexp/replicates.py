@@ -166,6 +166,19 @@ def overlap_note(groups: Sequence[Group]) -> str | None:
     return None
 
 
+def identical_note(groups: Sequence[Group], aggregate_over: Sequence[str]) -> str | None:
+    """One line when some configuration's replicates all gave the same value: what they differ
+    in changes nothing these runs compute (trainer.seed on a full-batch run seeds only the
+    batch order), so their std of 0 and interval of one point say nothing of the noise."""
+    same = [group for group in groups if group.n > 1 and len(set(group.values)) == 1]
+    if not same:
+        return None
+    return (f"{', '.join(group.label for group in same[:3])}{' ...' if len(same) > 3 else ''}: "
+            f"its {same[0].n} replicates gave one value; {', '.join(aggregate_over)} changes "
+            "nothing these runs compute (the master seed= varies the weights, dropout, batch "
+            "order and data too)")
+
+
 def number(value: float | None) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value:.6g}"
 

@@ -302,6 +302,8 @@ class SweepSummary:
     also_differ: list[str] = field(default_factory=list)  # params that differ beyond the swept
     groups: list = field(default_factory=list)  # gradexp.replicates.Group, best mean first
     overlap: str | None = None  # the best group's interval overlaps the next one's
+    # Said below the groups: duplicate jobs left out, replicates that gave one value
+    group_notes: list[str] = field(default_factory=list)
 
 
 def summarize_sweep(tracker, best_per: list[str] | None = None,
@@ -358,15 +360,23 @@ def summarize_sweep(tracker, best_per: list[str] | None = None,
         # epoch's) and a failed one are counted there, not averaged, so a configuration whose
         # every replicate failed still shows, n=0. A job that failed before its run opened has
         # no params to place it by.
-        opened = [row for row in rows if row["run_id"] is not None]
+        # A job run twice (seed=0,0,1) is one replicate: counted twice it narrowed the
+        # interval for nothing, and gradexp compare --aggregate said otherwise
+        distinct, duplicates = replicates.distinct_runs(runs)
+        kept = {run.info.run_id for run in distinct}
+        opened = [row for row in rows if row["run_id"] is not None and row["run_id"] in kept]
         summary.groups = replicates.group_runs(
             [(row["run_id"], params[row["run_id"]], row["objective"]) for row in opened],
             swept, over, direction,
             pruned={row["run_id"] for row in opened if row["pruned_at_epoch"] is not None},
             failed={row["run_id"] for row in opened if row["status"] != "FINISHED"})
         summary.overlap = replicates.overlap_note(summary.groups)
+        summary.group_notes = [note for note in (replicates.duplicates_note(duplicates),
+                                                 replicates.identical_note(summary.groups, over))
+                               if note]
         record["groups"] = [group.record() for group in summary.groups]
         record["groups_note"] = summary.overlap
+        record["groups_notes"] = summary.group_notes
     tracker.log_dict(record, SUMMARY_FILE)
     finished = [row for row in rows if row["status"] == "FINISHED"
                 and math.isfinite(row["objective"]) and row["pruned_at_epoch"] is None]
@@ -518,8 +528,9 @@ def print_sweep(summary: SweepSummary, tracker) -> None:
 
         print_table(groups_table(summary.groups, summary.metric, arrow,
                                  "replicates: each configuration's mean, best first"))
-        if summary.overlap:  # names the groups by their override text: not markup
-            out.print(summary.overlap, highlight=False, markup=False)
+        for note in [*summary.group_notes, summary.overlap]:
+            if note:  # names the groups by their override text: not markup
+                out.print(note, highlight=False, markup=False)
     if summary.also_differ:
         out.print(f"besides the swept keys, these differ between the runs: "
                   f"{', '.join(summary.also_differ)}", highlight=False, markup=False)
