@@ -305,6 +305,34 @@ def test_a_binary_crossentropy_over_several_columns_serves_a_probability_per_col
     assert files == {"plots/loss_curve.png"}
 
 
+def test_a_yes_no_label_under_a_binary_crossentropy_is_one_sigmoid_column(tmp_path, store,
+                                                                        served):
+    """A label column of two classes with loss=binary_crossentropy, as a Keras user trains it:
+    its two one-hot columns were two labels of their own, val/accuracy the share of both
+    columns right (0.9875 where 0.975 of the rows were) and the logged model two sigmoids
+    whose rows did not sum to 1."""
+    import pandas as pd
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(200, 2))
+    label = np.where(x[:, 0] + 0.3 * rng.normal(size=200) > 0, "yes", "no")
+    pd.DataFrame({"a": x[:, 0], "b": x[:, 1], "label": label}).to_csv(tmp_path / "yes_no.csv",
+                                                                      index=False)
+    keys = ("data=csv", "data.path=yes_no.csv", "data.target=label",
+            "data.task=classification")
+    result = run(store, *keys, "model=mlp", "loss=binary_crossentropy", "optimizer=adam",
+                 "trainer.epochs=20", launch_dir=tmp_path)
+    model = served(result.run_id)
+    data = raw_rows(*keys, launch_dir=tmp_path)
+    probabilities = model.predict(frame(data.val.x, ["a", "b"]))
+    assert list(probabilities.columns) == ["yes"]  # the probability of the second label
+    truth = data.val.y.argmax(axis=1) == 1  # one-hot, as any other loss reads the label
+    right = (probabilities["yes"].to_numpy() > 0.5) == truth
+    assert result.metrics["val/accuracy"] == pytest.approx(np.mean(right), abs=1e-6)
+    files = {f.path for f in MlflowClient(store).list_artifacts(result.run_id, "plots")}
+    assert "plots/confusion_matrix_val.png" in files  # one class a row: its matrix
+
+
 def test_timestamps_far_from_zero_are_served_as_the_run_trained_on_them(tmp_path, store,
                                                                         served):
     """Unix timestamps (~1.7e9, spread 1000 s): the run standardizes them in float64, but the

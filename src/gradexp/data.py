@@ -98,12 +98,39 @@ class Dataset:
         return {name: split for name, split in named.items() if split is not None}
 
 
-def load_data(cfg: DictConfig, base_dir: Path | None = None) -> Dataset:
+def load_data(cfg: DictConfig, base_dir: Path | None = None,
+              independent_outputs: bool = False) -> Dataset:
     """Build the data set `data._target_` names, with the other `data.*` keys as its arguments.
 
     Relative paths (`data.path`, a user loader's own files) start at `base_dir`, the launch
-    folder: a sweep job may run in another working folder (Ray, SLURM).
+    folder: a sweep job may run in another working folder (Ray, SLURM). `independent_outputs`:
+    the loss judges each output column on its own (gradexp.losses.independent_outputs), and a
+    yes/no label is then one column (binary_label_column).
     """
+    data = _load(cfg, base_dir)
+    return binary_label_column(data) if independent_outputs else data
+
+
+def binary_label_column(data: Dataset) -> Dataset:
+    """A classification of two classes, one a row, as one column: 1 for labels[1], 0 for
+    labels[0], as a Keras user trains a yes/no label with a binary crossentropy (one sigmoid
+    output). Its two one-hot columns were two labels of their own: val/accuracy the share of
+    both columns right (0.9875 where 0.975 of the rows were), the logged model two sigmoids
+    whose rows did not sum to 1. Columns that are not one class a row in every split (two
+    labels of their own, a row may have both) stay as they are."""
+    if data.task != "classification" or data.n_outputs != 2 or data.stream is not None:
+        return data
+    splits = [data.y, *(split.y for split in (data.val, data.test) if split is not None)]
+    if not all(np.isin(y, (0.0, 1.0)).all() and (y.sum(axis=1) == 1).all() for y in splits):
+        return data
+
+    def second(split: Split | None) -> Split | None:
+        return None if split is None else Split(split.x, split.y[:, 1:])
+    return replace(data, y=data.y[:, 1:], val=second(data.val), test=second(data.test),
+                   labels=data.labels or [0, 1])
+
+
+def _load(cfg: DictConfig, base_dir: Path | None) -> Dataset:
     from gradexp.user_code import importable, locate
 
     kwargs = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)

@@ -28,6 +28,7 @@ from gradexp.data import data_record, load_data
 from gradexp.devices import check_device
 from gradexp.endings import Diverged, GradientCheckFailed, RunFailed, Terminated, status_of
 from gradexp.interrupts import interrupts_deferred, sigterm_as_interrupt
+from gradexp.losses import independent_outputs
 from gradexp.metrics import check_monitor, check_objective, metric_specs, objective
 from gradexp.mlflow_store import (
     check_server,
@@ -72,7 +73,7 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
             restart_of, run_name, resume = resume.run_id, resume.run_name or run_name, None
     derive_seeds(cfg)  # seed=N: model.seed, trainer.seed, data's seed from it (gradexp.seeds)
     label_by_target(cfg)  # loss.name=mylosses.pseudo_huber, not the name of the option it replaced
-    data = load_data(cfg.data, launch_dir)
+    data = load_data(cfg.data, launch_dir, independent_outputs(cfg.loss))
     recorded = data_record(data, cfg.trainer.batch_size)  # rows, standardized, batches, labels
     check_objective(cfg, data.task)
     check_monitor(cfg, data.task, tuple(data.splits()))  # early stopping's metric exists
@@ -226,7 +227,7 @@ class Loop:
         from gradexp.callbacks.held_out import eval_epochs
         from gradexp.devices import select_device
         from gradexp.evaluation import Evaluator
-        from gradexp.losses import build_loss, independent_outputs
+        from gradexp.losses import build_loss
         from gradexp.models import build_model
         from gradexp.packed.replay import take_trained
         from gradexp.schedules import build_optimizer

@@ -71,6 +71,8 @@ class ServedModel:
             columns = self.features if self.features is not None else list(data.columns)
             outputs = self._outputs(data[columns].to_numpy(dtype=self._input_dtype()))
             names = self.labels if self.labels and len(self.labels) == outputs.shape[1] else None
+            if self.labels and len(self.labels) == 2 and outputs.shape[1] == 1:
+                names = self.labels[1:]  # a yes/no label: the probability of its second class
             return pd.DataFrame(outputs, index=data.index, columns=names)
         return self._outputs(np.asarray(data, dtype=self._input_dtype()))
 

@@ -112,16 +112,17 @@ def prepare(cfg: DictConfig, launch_dir: Path, built: dict | None = None
     import keras
 
     from gradexp.data import load_data
-    from gradexp.losses import build_loss
+    from gradexp.losses import build_loss, independent_outputs
     from gradexp.models import build_model
     from gradexp.packed.program import JobSetup, optimizer_update, shuffle_orders
     from gradexp.schedules import build_optimizer
     from gradexp.user_code import importable
 
     importable(launch_dir)
-    data_key = ("data", OmegaConf.to_yaml(cfg.data, resolve=True))
+    independent = independent_outputs(cfg.loss)  # a yes/no label: one column, or two
+    data_key = ("data", OmegaConf.to_yaml(cfg.data, resolve=True), independent)
     if data_key not in built:
-        built[data_key] = load_data(cfg.data, launch_dir)
+        built[data_key] = load_data(cfg.data, launch_dir, independent)
     data = built[data_key]
     if data.stream is not None:
         return None, "a streamed tf.data set"
