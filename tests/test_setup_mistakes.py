@@ -265,6 +265,11 @@ MISTAKES = [
      "trains a model of one output, a tensor of (rows, 1): return that tensor alone"),
     (["model=custom", "model._target_=wrong_models.tuple_outputs"],
      "model._target_=wrong_models.tuple_outputs: returns a tuple of 2 outputs, but gradexp"),
+    # an optimizer that refuses the option's arguments in its constructor: the opened run
+    # ended FAILED with Hydra's traceback (a sweep: its whole batch, after the last job)
+    (["optimizer._target_=keras.optimizers.Lion"],
+     "optimizer=sgd: keras.optimizers.Lion refused its arguments (ValueError: Argument(s) not "
+     "recognized: {'momentum': 0.0, 'nesterov': False})"),
     # a built-in model whose layers are written for other data (64 pixels, not 1 feature)
     (["model=digits_cnn"],
      "model=digits_cnn: its layers do not take data=linear's rows of 1 feature (Reshape: The "

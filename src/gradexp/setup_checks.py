@@ -116,6 +116,27 @@ def check_against_data(cfg: DictConfig, data: Any, say=warning_line) -> None:
     check_loss_fits_task(cfg, data, say)
     check_classes(cfg, data, say)
     check_model_fits_data(cfg, data)
+    check_optimizer_builds(cfg)
+
+
+def check_optimizer_builds(cfg: DictConfig) -> None:
+    """Build the optimizer once, as the run will: a value Keras refuses only in its constructor
+    (clipnorm with global_clipnorm, an argument a user optimizer rejects) ended the opened run
+    FAILED with Hydra's traceback, and a sweep's whole batch with Hydra's error after its last
+    job. One line now, before any run."""
+    from hydra.errors import InstantiationException
+
+    from gradexp.schedules import build_optimizer
+
+    try:
+        build_optimizer(cfg.optimizer, 1, int(cfg.trainer.epochs))
+    except InstantiationException as error:
+        cause = error.__cause__
+        if not isinstance(cause, (ValueError, TypeError)):
+            raise
+        raise ConfigError(f"optimizer={cfg.optimizer.name}: {cfg.optimizer._target_} refused "
+                          f"its arguments ({type(cause).__name__}: {reason_of(cause)[:200]})"
+                          ) from None
 
 
 # A classification with fewer rows than this a class, on average, warns: its target is most
