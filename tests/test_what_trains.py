@@ -429,3 +429,18 @@ def test_token_ids_are_not_checked_as_inputs_and_say_so(store, client, tmp_path,
         result.run_id, "gradcheck/report_epoch_00000.json", str(tmp_path))).read())
     assert "inputs: not checked, the model's Input takes int32" in " ".join(report["notes"])
     assert set(report["reports"]) == {"variables/probe"}  # its weights are checked
+
+
+def test_a_joint_probe_check_logs_no_per_variable_copies_of_its_one_verdict(store, client,
+                                                                          tmp_path):
+    # One probe set over all the variables has one error: logged under each variable's name,
+    # every gradcheck/<variable>/error_to_tolerance was the same number, read in the UI as
+    # each variable's own margin
+    result = run(store, tmp_path, "model=mlp", "data=sine", "trainer.epochs=2",
+                 "gradcheck.method=probe", "gradcheck.at_end=false")
+    assert result.gradcheck_passed is True
+    metrics = client.get_run(result.run_id).data.metrics
+    assert 0 < metrics["gradcheck/error_to_tolerance"] < 1
+    per_variable = [key for key in metrics
+                    if key.startswith("gradcheck/") and key.count("/") >= 3]
+    assert per_variable == [], per_variable

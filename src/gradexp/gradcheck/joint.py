@@ -179,6 +179,7 @@ def check_jointly(f: Callable[..., Any], xs: Sequence[Any], *, names: Sequence[s
     k = int(np.searchsorted(offsets, j, side="right") - 1)
     wrong = _entry_for(entry, names[k], shapes[k], xs[k].dtype.name, scales[k])
     wrong.worst_input_index = tuple(int(i) for i in np.unravel_index(j - offsets[k], shapes[k]))
+    wrong.joint = False  # its worst element is its own: its reported error is this input's
     if wrong.worst_analytical is not None:  # dθ'/dθ = 1/c_k: back to this input's units
         wrong.worst_analytical /= scales[k]
     if wrong.worst_numerical is not None:
@@ -213,7 +214,7 @@ def _entry_for(entry: GradCheckEntry, name: str, shape: tuple[int, ...], dtype: 
     notes = [f"checked jointly with the other variables: one probe set over all of them "
              f"(its elements scaled by {scale:.3g} in the direction)", *entry.notes]
     return dataclasses.replace(entry, name=name, shape=shape, dtype=dtype,
-                               delta=entry.delta * scale, notes=notes)
+                               delta=entry.delta * scale, notes=notes, joint=True)
 
 
 def _report(joint: GradCheckReport, entries: list[GradCheckEntry],

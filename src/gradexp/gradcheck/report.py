@@ -96,6 +96,9 @@ class GradCheckEntry:
     worst_kind: str = ""
     notes: list[str] = field(default_factory=list)
     mode: str = "rev"  # "fwd": forward-mode JVPs against reverse mode and finite differences
+    # The verdict of one probe set over several inputs (gradcheck.joint), copied to each: its
+    # errors are the set's, not this input's own
+    joint: bool = False
     # Full Jacobians (output size x input size) of the jacobian method, for heat maps.
     # Kept out of to_dict(): they can be large and are not JSON.
     analytical: np.ndarray | None = field(default=None, repr=False, compare=False)
