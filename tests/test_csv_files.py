@@ -148,8 +148,17 @@ LINES = [  # (file's text, target, task, what is said): each bad cell is on line
 ]
 
 
+LINES.append(  # a price written with thousands separators: it was pointed at classification,
+    # which then trained it as hundreds of classes
+    ("x,price\n\n1,2\n\n3,4\n5,\"209,014.08\"\n", "price", "regression",
+     "column 'price' line 6 is not a number: '209,014.08' (a number with thousands separators: "
+     "write it without them, e.g. pandas.read_csv(path, thousands=',').to_csv(path, "
+     "index=False))"))
+
+
 @pytest.mark.parametrize(("text", "target", "task", "said"), LINES,
-                         ids=["blank", "ragged", "quoted", "label", "crlf", "top", "inner"])
+                         ids=["blank", "ragged", "quoted", "label", "crlf", "top", "inner",
+                              "thousands"])
 def test_errors_name_the_files_line_past_blank_lines_and_quoted_line_breaks(tmp_path, text,
                                                                            target, task, said):
     # Before: the line was the row's count plus 2 (pyarrow skips blank lines, and a quoted cell
@@ -274,6 +283,8 @@ def test_parquet_npz_and_excel_files_get_their_own_advice_and_a_tilde_is_home(tm
     assert refusal(tmp_path / "reg.parquet", "y").startswith("cannot read it (a parquet file")
     assert refusal(tmp_path / "reg.npz", "y").startswith("cannot read it (a numpy .npz archive")
     assert refusal(tmp_path / "reg.xlsx", "y").startswith("cannot read it (an Excel workbook")
+    rows.to_json(tmp_path / "reg.json", orient="records")  # one line: "the file is empty"
+    assert refusal(tmp_path / "reg.json", "y").startswith("cannot read it (JSON, not csv")
     rows.to_csv(tmp_path / "home.csv", index=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     assert read_csv("~/home.csv", "y").x[:, 0].tolist() == [1.0, 2.0]

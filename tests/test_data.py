@@ -363,6 +363,15 @@ def own_split_wider():                    # arrays: 3 columns of x_val against 2
 
 def one_class():                          # every label 'a'
     return _x(), np.array(["a"] * 20)
+
+def pandas_na():                          # an Int64 column with pandas' NA
+    import pandas as pd
+    x = pd.DataFrame(_x(), columns=["x1", "k"])
+    x["k"] = pd.array([1, 2, None, 4] * 5, dtype="Int64")
+    return x, np.zeros(20)
+
+def thousands():                          # prices written with thousands separators
+    return _x(), np.array(["8,208.8", "1,020.5"] * 10)
 """
 
 LOADER_MISTAKES = [
@@ -388,6 +397,13 @@ LOADER_MISTAKES = [
      "the same columns, matched by name"),
     ("own_split_wider", "x_val has 3 columns but x has 2; x_val needs x's features, column for "
      "column"),
+    # Before: "column 'k': '<NA>'" and the advice for text columns
+    ("pandas_na", "the features must be numbers (column 'k': a missing value: gradexp does not "
+     "impute: fill or drop those rows)"),
+    # Before: "class labels? data.task=classification", which trained a price as classes
+    ("thousands", "the targets must be numbers ('8,208.8') (a number with thousands "
+     "separators: write it without them, e.g. pandas.read_csv(path, thousands=',')"
+     ".to_csv(path, index=False))"),
     # Before: trained to val/accuracy 1 and exit 0
     ("one_class", "only one class ('a') in 20 rows; a classification needs 2 or more",
      "data.task=classification"),

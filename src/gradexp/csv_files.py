@@ -11,6 +11,7 @@ refuse_non_finite is the one NaN check, a csv's columns and a loader's arrays al
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -283,6 +284,9 @@ def _check_text(file: Path, where: str) -> None:
         codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
     except UnicodeDecodeError:
         raise ConfigError(f"{where}: {NOT_UTF8}") from None
+    if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"[", b"{"):  # read as csv: "the file is empty"
+        raise ConfigError(f"{where}: cannot read it (JSON, not csv: convert it, e.g. "
+                          "pandas.read_json(path).to_csv('out.csv', index=False))")
 
 
 @contextmanager
@@ -344,7 +348,21 @@ def _not_a_number(cell: str | None, hint: str) -> str:
         return "empty"
     if cell.strip() in MISSING_MARKERS:  # a gap in the data, not a text column to leave out
         return f"{cell.strip()!r}, which reads as a missing value ({NOT_IMPUTED})"
-    return f"not a number: {cell!r}{hint}"
+    return f"not a number: {cell!r}{thousands_hint(cell) or hint}"
+
+
+# 209,014.08 or -1,250: a number written with thousands separators
+THOUSANDS = re.compile(r"^[-+]?\d{1,3}(,\d{3})+(\.\d*)?$")
+
+
+def thousands_hint(cell: object) -> str:
+    """For a cell that is a number written with thousands separators ('209,014.08'): how to
+    read it (the hint was "class labels? data.task=classification", which trained a price as
+    hundreds of classes); "" for any other."""
+    if not isinstance(cell, str) or not THOUSANDS.match(cell.strip()):
+        return ""
+    return (" (a number with thousands separators: write it without them, e.g. "
+            "pandas.read_csv(path, thousands=',').to_csv(path, index=False))")
 
 
 NOT_FINITE = "NaN or infinite values cannot be trained on"

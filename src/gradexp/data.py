@@ -598,7 +598,12 @@ def _columns(array, where: str = "data", hint: str = "") -> np.ndarray:
     try:
         values = np.asarray(array, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ConfigError(f"{where} must be numbers ({_first_text(array)}){hint}") from None
+        from gradexp.csv_files import thousands_hint
+
+        text = _first_text(array)
+        hint = "" if "a missing value" in text else \
+            thousands_hint(text.rsplit(": ", 1)[-1].strip("'")) or hint
+        raise ConfigError(f"{where} must be numbers ({text}){hint}") from None
     return values.reshape(len(values), -1)
 
 
@@ -608,10 +613,14 @@ def _first_text(array) -> str:
     values = ([(f"column '{column}': ", value) for column in columns
                for value in array[column].tolist()] if columns is not None
               else [("", value) for value in np.asarray(array, dtype=object).ravel().tolist()])
+    from gradexp.csv_files import NOT_IMPUTED
+
     for place, value in values:
         try:
             float(value)
         except (TypeError, ValueError):
+            if value is None or str(value) == "<NA>":  # None, pandas' NA of an Int64 column
+                return f"{place}a missing value: {NOT_IMPUTED}"
             return f"{place}{str(value)!r}"
     return "a value that is not a number"
 
