@@ -88,6 +88,9 @@ BAD_INPUTS = [
      "(model=linear accepts: _target_, name, init_scale, seed)"),
     (["trainer.patience=10"], 2, "trainer.patience=10: unknown key (trainer options accept: name,"),
     (["optimzer=adam"], 2, "did you mean the group optimizer=adam?"),
+    # the config's own keys are named too: `seeds` was told only the groups
+    (["seeds=1"], 2, "seeds=1: unknown key (top-level keys are: data, model, loss, optimizer, "
+     "device, trainer, gradcheck, tracking, seed, eval, sweep, callbacks); did you mean seed=1?"),
     (["optimizer.lr=0.01"], 2, "did you mean optimizer.learning_rate?"),
     (["trainer.batch_size=[[["], 2, "cannot read the override trainer.batch_size=[[[:"),
     (["data.seed=-99999999999"], 2,

@@ -130,6 +130,10 @@ def _nested_key(group: str, name: str) -> str | None:
     return None
 
 
+# The root config's own keys besides the groups (gradexp.schema.Config)
+ROOT_KEYS = ["seed", "eval", "sweep", "callbacks"]
+
+
 def did_you_mean(key: str, value: Any, accepted: list[str] | None = None) -> str:
     """'; did you mean ...?' for a key no schema declares, or ''. A top-level key may be a
     misspelt group (`optimzer=adam` -> the group optimizer=adam) or a key of some group
@@ -145,6 +149,9 @@ def did_you_mean(key: str, value: Any, accepted: list[str] | None = None) -> str
     close = difflib.get_close_matches(name, list(SCHEMAS), n=1, cutoff=0.7)
     if close:
         return f"; did you mean the group {close[0]}={value}?"
+    own = difflib.get_close_matches(name, ROOT_KEYS, n=1, cutoff=0.7)
+    if own:  # the config's own keys: `seeds=0,1` -> seed
+        return f"; did you mean {own[0]}={value}?"
     for other in SCHEMAS:
         hint = ALIASES.get(name) if ALIASES.get(name) in group_keys(other) else None
         if hint:

@@ -22,7 +22,7 @@ from omegaconf.errors import (
     ValidationError,
 )
 
-from gradexp.config_checks import did_you_mean, group_keys
+from gradexp.config_checks import ROOT_KEYS, did_you_mean, group_keys
 from gradexp.schema import SCHEMAS, SweepConfig, accepted_words
 
 USER_ERRORS = (HydraException, OmegaConfBaseException)
@@ -94,8 +94,8 @@ def _unknown_key(key: str, override: str | None) -> str:
         # model.kwargs.width=8: kwargs holds your own keys, and a new key takes a +
         return (f"{override or key}: {parent} has no key {key.rsplit('.', 1)[1]} yet; add it "
                 f"with a +: +{override or key}")
-    accepted = group_keys(group) if "." in key else list(SCHEMAS)
-    where = f"{group} options accept" if "." in key else "groups are"
+    accepted = group_keys(group) if "." in key else [*SCHEMAS, *ROOT_KEYS]
+    where = f"{group} options accept" if "." in key else "top-level keys are"
     hint = did_you_mean(key, value)
     return f"{override or key}: unknown key ({where}: {', '.join(accepted)}){hint}"
 
