@@ -288,3 +288,19 @@ def test_parquet_npz_and_excel_files_get_their_own_advice_and_a_tilde_is_home(tm
     rows.to_csv(tmp_path / "home.csv", index=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     assert read_csv("~/home.csv", "y").x[:, 0].tolist() == [1.0, 2.0]
+
+
+def test_a_file_without_a_header_or_with_trailing_commas_or_a_comment_says_so(tmp_path):
+    # "no such column (columns: 0.12, 43.3, 9.01)", "column '' line 2 is empty" and "line 2
+    # has 2 fields, the header has 1" said what, not why
+    (tmp_path / "bare.csv").write_text("0.12,43.3,9.01\n0.5,40.1,8.2\n")
+    assert refusal(tmp_path / "bare.csv", "y").endswith(
+        "; its first line is numbers, not names: the file needs a header row of column names")
+    (tmp_path / "trailing.csv").write_text("x,y,\n1,2,\n3,4,\n")
+    assert refusal(tmp_path / "trailing.csv", "y") == (
+        "a column has no name (columns: x, y, ); lines that end with a comma make one: remove "
+        "the trailing commas, or choose the features with data.features=[...]")
+    (tmp_path / "comment.csv").write_text("# prices of 2025\nx,y\n1,2\n")
+    assert refusal(tmp_path / "comment.csv", "y") == (
+        "line 2 has 2 fields, the header has 1; the first line, a comment, is read as the "
+        "header: remove the comment lines above it")

@@ -511,7 +511,9 @@ def test_a_gzipped_or_binary_csv_is_the_documented_line_without_raw_bytes(tmp_pa
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
     for name, said in [("h.csv", "cannot read it (gzip-compressed: gunzip it first)"),
                        ("h.csv.GZ", "cannot read it (gzip-compressed: gunzip it first)"),
-                       ("late.csv", "cannot read it (not UTF-8 text)")]:
+                       ("late.csv", "cannot read it (not UTF-8 text: save it as UTF-8, e.g. "
+                        "pandas.read_csv(path, encoding='latin-1').to_csv('out.csv', "
+                        "index=False) for a Latin-1 file)")]:
         with pytest.raises(ConfigError) as refused:
             read_csv(str(tmp_path / name), "y")
         assert str(refused.value) == f"data.path={tmp_path / name}: {said}"

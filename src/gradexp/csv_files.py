@@ -90,7 +90,8 @@ def _chosen_columns(header: list[str], target: str, features: list[str] | None,
     """The feature columns, once the target and `features` are found in the (trimmed) header."""
     if target not in header:
         raise ConfigError(f"data.target={target}: no such column in {path} "
-                          f"(columns: {', '.join(header)}){_separator_hint(header, path)}")
+                          f"(columns: {', '.join(header)}){_separator_hint(header, path)}"
+                          f"{_headerless_hint(header)}")
     for name in features or ():
         if name not in header:
             raise ConfigError(f"data.features: no such column {name!r} in {path} "
@@ -100,8 +101,22 @@ def _chosen_columns(header: list[str], target: str, features: list[str] | None,
         raise ConfigError(f"data.features: the target column '{target}' cannot be a feature")
     if not chosen:
         raise ConfigError(f"data.path={path}: no feature columns besides the target '{target}'")
+    if "" in chosen:  # "column '' line 2 is empty" said what, not why
+        raise ConfigError(f"data.path={path}: a column has no name (columns: {', '.join(header)})"
+                          "; lines that end with a comma make one: remove the trailing commas, "
+                          "or choose the features with data.features=[...]")
     _refuse_repeated_columns(header, [target, *chosen], path)
     return chosen
+
+
+def _headerless_hint(header: list[str]) -> str:
+    """When every name of the header is a number: the file has no header row, and its first
+    row of data was read as the columns' names."""
+    try:
+        [float(name) for name in header]
+    except ValueError:
+        return ""
+    return "; its first line is numbers, not names: the file needs a header row of column names"
 
 
 def _refuse_repeated_columns(header: list[str], used: list[str], path: str) -> None:
@@ -183,7 +198,10 @@ def _ragged(row, lines: FileLines) -> str:
     line = (f"line {lines.of_record(row.number)}" if row.number is not None
             else f"the row {row.text!r}")
     hint = ""
-    if row.expected_columns == 1:  # and its rows have commas: numbers written 1,5?
+    if lines.header().lstrip().startswith("#"):  # a comment line above the header
+        hint = ("; the first line, a comment, is read as the header: remove the comment lines "
+                "above it")
+    elif row.expected_columns == 1:  # and its rows have commas: numbers written 1,5?
         hint = _separator_hint([lines.header()], str(lines.file), decimal_commas=True)
     return (f"{line} has {row.actual_columns} fields, the header has {row.expected_columns}"
             f"{hint}")
@@ -250,7 +268,8 @@ def _still_quoted(content: str, quoted: bool) -> bool:
     return quoted
 
 
-NOT_UTF8 = "cannot read it (not UTF-8 text)"
+NOT_UTF8 = ("cannot read it (not UTF-8 text: save it as UTF-8, e.g. pandas.read_csv(path, "
+            "encoding='latin-1').to_csv('out.csv', index=False) for a Latin-1 file)")
 # Files that are not a table but hold one, by their first bytes: the hint says what to do.
 PACKED = {b"\x1f\x8b": "gzip-compressed: gunzip it first",
           b"PAR1": "a parquet file: convert it, e.g. pandas.read_parquet(path).to_csv("
