@@ -444,6 +444,24 @@ def test_a_real_valued_target_read_as_classes_runs_with_one_warning(launch, caps
     assert "warning:" not in capsys.readouterr().err
 
 
+def test_class_codes_left_at_regression_run_with_one_warning(launch, capsys):
+    """Grades 1, 2, 3 with data.task left at regression: a line through class codes, trained
+    with no word."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(60, 2))
+    grade = 1 + (x[:, 0] > -0.4).astype(int) + (x[:, 0] > 0.4)
+    rows = "\n".join(f"{a},{b},{g}" for (a, b), g in zip(x, grade))
+    (launch / "grades.csv").write_text(f"a,b,grade\n{rows}\n")
+    run_as_command_line(launch, ["data=csv", "data.path=grades.csv", "data.target=grade",
+                                 "tracking.log_model=false"])
+    warnings = [line for line in capsys.readouterr().err.splitlines()
+                if line.startswith("warning:")]
+    assert warnings == [
+        "warning: data.task=regression: data.target=grade holds only 3 distinct integers "
+        "(1, 2, 3) in 60 rows: class labels? data.task=classification learns them as classes"]
+    assert [status for _, status in recorded_runs(launch)] == ["FINISHED"]
+
+
 @pytest.mark.heavy  # ~4 s
 def test_the_matching_setups_say_nothing(launch, capsys):
     run_as_command_line(launch, ["model=custom", "model._target_=wrong_models.build",

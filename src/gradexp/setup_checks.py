@@ -115,6 +115,7 @@ def check_against_data(cfg: DictConfig, data: Any, say=warning_line) -> None:
     """The loss against the data's task, and a person's model against the data's shapes."""
     check_loss_fits_task(cfg, data, say)
     check_classes(cfg, data, say)
+    check_label_like_target(cfg, data, say)
     check_model_fits_data(cfg, data)
     check_optimizer_builds(cfg)
 
@@ -163,6 +164,30 @@ def check_classes(cfg: DictConfig, data: Any, say=warning_line) -> None:
     say(f"data.task=classification: {target} has {len(data.labels)} distinct values in {rows} "
         f"rows{some}, each a class of its own: a real-valued target read as class labels? "
         "data.task=regression fits it as numbers")
+
+
+# A regression whose one target column holds at most this many distinct integers warns: most
+# likely class labels (1, 2, 3) left at data.task=regression, fit as numbers.
+MAX_LABEL_LIKE_VALUES = 10
+
+
+def check_label_like_target(cfg: DictConfig, data: Any, say=warning_line) -> None:
+    """data.task=regression on a column of a few integers (grades 1..3, classes coded 0..9)
+    trains a line through class codes, with no word: one warning naming the values (some
+    counts and ratings are meant as numbers: it trains either way)."""
+    if data.task != "regression" or data.stream is not None or data.n_outputs != 1:
+        return
+    import numpy as np
+
+    values = np.unique(np.concatenate([split.y[:, 0] for split in data.splits().values()]))
+    rows = sum(len(split.x) for split in data.splits().values())
+    if len(values) > MAX_LABEL_LIKE_VALUES or not np.all(values == np.round(values)) \
+            or rows < 4 * len(values):
+        return
+    target = f"data.target={cfg.data.target}" if cfg.data.get("target") else "the target"
+    shown = ", ".join(f"{value:g}" for value in values)
+    say(f"data.task=regression: {target} holds only {len(values)} distinct integers ({shown}) "
+        f"in {rows} rows: class labels? data.task=classification learns them as classes")
 
 
 def loss_kind(target: str) -> str | None:
