@@ -150,7 +150,7 @@ def test_only_the_params_that_differ_are_columns(capsys, runs):
     header, _ = table(out)
     assert [h for h in header if "." in h] == ["optimizer.learning_rate", "optimizer.name"]
     shown = [runs["diverged"], *runs["children"].values()]
-    keys = {key for run in shown for key in run.data.params}
+    keys = {key for run in shown for key in run.data.params if not key.startswith("sweep.")}
     same = [key for key in keys if len({run.data.params.get(key) for run in shown}) == 1]
     assert f"not listed: {len(same)} params the same in every run" in out
     assert "follow from optimizer.name" in out  # beta_1, epsilon, _target_, ...: Adam's only
@@ -670,3 +670,21 @@ def test_runs_that_did_not_train_to_the_end_rank_after_the_finished_ones(capsys,
     _, rows = table(out)
     assert [row[0] for row in rows] == [run_id[:8] for run_id in
                                         (best, finished, pruned, killed, diverged)]
+
+
+def test_sweep_keys_are_never_columns(capsys, tmp_path):
+    # a rerun with sweep.resume_killed=true listed sweep.resume_killed as a differing column,
+    # right above "besides the swept keys, no param differs"
+    from mlflow import MlflowClient
+
+    uri = conftest.empty_store(tmp_path)
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("rerun")
+    for start, (optimizer, resume) in enumerate([("sgd", "false"), ("adam", "true")]):
+        record(client, experiment, f"optimizer={optimizer}",
+               {"optimizer.name": optimizer, "sweep.resume_killed": resume},
+               {"val/mse": 1.0 + start}, start=start)
+    code, out, err = compare(capsys, "--tracking-uri", uri, "--experiment", "rerun")
+    assert code == 0, err
+    header, _ = table(out)
+    assert "optimizer.name" in header and "sweep.resume_killed" not in header

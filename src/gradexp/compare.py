@@ -360,8 +360,9 @@ def sort_runs(runs: list, name: str, desc: bool, asked: bool = True) -> None:
 def differing_params(runs: list) -> tuple[list[str], list[str], int]:
     """Which param keys to list: (keys whose value differs between the runs, keys that differ but
     only follow from a group's option, number of keys the same everywhere). A missing key counts
-    as a value of its own."""
-    keys = sorted({key for run in runs for key in run.data.params})
+    as a value of its own. sweep.* keys steer a sweep, not its jobs (a rerun with
+    sweep.resume_killed=true is the same job): never listed."""
+    keys = sorted({key for run in runs for key in run.data.params if not key.startswith("sweep.")})
     differ = [key for key in keys if len({run.data.params.get(key) for run in runs}) > 1]
     implied = [key for key in differ if follows_from_option(runs, key)]
     return [key for key in differ if key not in implied], implied, len(keys) - len(differ)
