@@ -12,6 +12,7 @@ from mlflow import MlflowClient
 
 import gradexp
 from conftest import artifact_paths, empty_store, finish, run_cli, spawn_cli
+from gradexp.tag_keys import REASON_TAG
 
 # Three optimizers x three seeds, checks on as by default: six jobs packed, and three that run
 # sequentially (rmsprop has no stateless update), which a helper may take as well
@@ -122,7 +123,10 @@ def test_a_helper_that_dies_stops_the_sweep_in_one_line(tmp_path):
     assert "Traceback" not in done.stderr
     runs = client.search_runs(["1"])
     (parent,) = [run for run in runs if run.data.tags.get("gradexp.sweep") == "true"]
-    assert parent.info.status == "KILLED"
+    # a failure, not an interrupt: FAILED, with the line that stopped it as its reason
+    assert parent.info.status == "FAILED"
+    assert parent.data.tags[REASON_TAG].startswith(
+        "the sweep stopped before its end: a replay process (hydra.launcher.processes) ended")
     ours = {run.info.status for run in runs if run.data.tags.get("gradexp.pid") == str(process.pid)
             and "mlflow.parentRunId" in run.data.tags}
     assert ours == {"FINISHED"}  # the launcher's own runs, stored before it stopped

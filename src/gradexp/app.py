@@ -26,7 +26,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from gradexp.config_errors import USER_ERRORS, one_line, target_error
-from gradexp.console import error_line, note_line, quiet_libraries
+from gradexp.console import SAID, error_line, note_line, quiet_libraries
 from gradexp.endings import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED
 from gradexp.interrupts import sigterm_as_interrupt
 from gradexp.metrics import register_resolver
@@ -141,12 +141,8 @@ def _recorded_outside_jobs() -> str:
     return "nothing was recorded (no run had opened)"
 
 
-_SAID: list[str] = []  # the failure line this process exits with (a sweep parent's reason)
-
-
 def _exit(failure: Failure) -> NoReturn:
     error_line(failure.line)
-    _SAID.append(failure.line)
     sys.exit(failure.exit_code)
 
 
@@ -295,7 +291,7 @@ def _settle(error: BaseException | None) -> None:
     those run after concurrent.futures stopped every executor's thread, and a run's last
     writes failed there. A further Ctrl-C or SIGTERM stops the wait, one line, its exit code
     (the end still completes as the threads are joined)."""
-    if "gradexp.callbacks.recorder" not in sys.modules:  # no run was made: nothing to wait for
+    if f"{__package__}.callbacks.recorder" not in sys.modules:  # no run made: nothing to wait
         return
     from gradexp.callbacks.recorder import wait_for_ends
     from gradexp.sweeps import end_open_parents
@@ -319,8 +315,8 @@ def _said(error: BaseException) -> str:
     """What stopped the process, in one line: the line it said, else its error."""
     from gradexp.endings import reason_of
 
-    if _SAID:
-        return _SAID[-1]
+    if SAID:  # the line it said as it stopped
+        return SAID[-1]
     cause = error.__context__ if isinstance(error, SystemExit) else error
     if cause is None:
         return f"exit code {error.code}"

@@ -72,10 +72,16 @@ def console() -> Console:
     return _Console(file=sys.stdout, soft_wrap=True)
 
 
+# The error lines this process said, the last one last: a sweep's parent that stops early
+# takes it as its reason (gradexp.app)
+SAID: list[str] = []
+
+
 def error_line(message: str) -> None:
     """The one line a person reads when gradexp stops on something they can fix."""
     from rich.markup import escape
 
+    SAID.append(message)
     # escaped: a value such as sweep.best_per=[optimizer.nam] is text, not a rich style tag
     Console(file=sys.stderr, soft_wrap=True, highlight=False).print(
         f"[bold red]error:[/bold red] {escape(message)}", markup=True)
