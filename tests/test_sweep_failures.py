@@ -199,3 +199,21 @@ def test_a_job_that_stops_the_sweep_ends_the_parent_failed_not_killed(tmp_path):
     assert "final_loss" in runs["optimizer.learning_rate=0.1"].data.metrics
     assert runs["optimizer.learning_rate=1000"].info.status == "FAILED"
     assert "optimizer.learning_rate=0.01" not in runs  # the sweep stopped at the failure
+
+
+def test_a_sweep_in_python_stopped_by_a_job_ends_its_parent_failed_at_once(tmp_path):
+    # gradexp.sweep in a notebook: the parent was left to the interpreter's exit, RUNNING for
+    # as long as the session lived
+    from conftest import empty_store
+    from gradexp.tag_keys import REASON_TAG
+
+    store = empty_store(tmp_path)
+    with pytest.raises(gradexp.GradexpError) as stopped:
+        gradexp.sweep(f"tracking.uri={store}", "optimizer.learning_rate=0.1,1000",
+                      "sweep.continue_on_failure=false", "trainer.epochs=10", "gradcheck=off",
+                      "tracking.log_model=false", launch_dir=tmp_path)
+    assert stopped.value.exit_code == 1
+    runs = {run.info.run_name: run for run in all_runs(store)}
+    parent = next(run for name, run in runs.items() if name.startswith("sweep:"))
+    assert parent.info.status == "FAILED"
+    assert parent.data.tags[REASON_TAG] == f"the sweep stopped before its end: {stopped.value}"

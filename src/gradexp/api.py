@@ -33,6 +33,7 @@ from gradexp.app import (
     mode_is_known,
     register_configs,
     run_job,
+    settle,
     sweeper_value,
     task,
 )
@@ -154,12 +155,17 @@ def _launch(overrides: list[str], job: Callable[[Any], Any], launch_dir: str | P
                 return hydra.multirun("config", job, overrides)
             return hydra.run("config", job, overrides)
     except Stop as stop:  # a job's, or the launcher's (app.Stop)
+        settle(stop)  # a sweep's parent left open ends now, not when the session exits
         error = stop.__context__
         if isinstance(error, KeyboardInterrupt):  # Ctrl-C in a notebook stays an interrupt
             error_line(stop.failure.line)
             raise error from None
         raise GradexpError(stop.failure.line, stop.failure.exit_code) from error
+    except KeyboardInterrupt as error:
+        settle(error)
+        raise
     except Exception as error:
+        settle(error)
         failure = launch_failure(error, overrides)  # an unknown key, a missing option
         if failure is None:
             raise

@@ -272,9 +272,9 @@ def main() -> None:
         try:
             _main()
         except BaseException as error:
-            _settle(error)
+            settle(error)
             raise
-        _settle(None)
+        settle(None)
     finally:
         # The process ends next. Python's shutdown would walk TensorFlow's, Keras' and MLflow's
         # object graphs with its cycle collector: 1.4-2 s here, even after a bare `import
@@ -283,8 +283,9 @@ def main() -> None:
         gc.freeze()
 
 
-def _settle(error: BaseException | None) -> None:
-    """Before the process ends, however it ends (`error`: what ends it, None for a return):
+def settle(error: BaseException | None) -> None:
+    """Before the process ends, however it ends (`error`: what ends it, None for a return; also
+    a gradexp.run / gradexp.sweep call that stops, whose process goes on):
     the sweep child still ending in the background is stored, then a sweep's parent left open
     is ended as the way out says: KILLED for Ctrl-C or SIGTERM, FAILED for a failure (a job
     that stopped the sweep, an error), each with its reason. Here, not in atexit hooks:
@@ -296,8 +297,9 @@ def _settle(error: BaseException | None) -> None:
     from gradexp.callbacks.recorder import wait_for_ends
     from gradexp.sweeps import end_open_parents
 
-    exiting = isinstance(error, SystemExit)
-    code = error.code if exiting else None
+    exiting = isinstance(error, SystemExit | Stop)
+    code = error.code if isinstance(error, SystemExit) else \
+        error.failure.exit_code if isinstance(error, Stop) else None
     try:
         with sigterm_as_interrupt():
             wait_for_ends()
@@ -315,6 +317,8 @@ def _said(error: BaseException) -> str:
     """What stopped the process, in one line: the line it said, else its error."""
     from gradexp.endings import reason_of
 
+    if isinstance(error, Stop):  # gradexp.run / gradexp.sweep: the line it raises
+        return error.failure.line
     if SAID:  # the line it said as it stopped
         return SAID[-1]
     cause = error.__context__ if isinstance(error, SystemExit) else error
