@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from gradexp.csv_files import read_csv, refuse_non_finite
+from gradexp.csv_files import read_csv
 from gradexp.schema import ConfigError
 from gradexp.tag_keys import (
     DATA_BATCH_SIZE_TAG,
@@ -143,6 +143,8 @@ def _load(cfg: DictConfig, base_dir: Path | None) -> Dataset:
     with working_folder(base_dir or Path.cwd()):
         if getattr(load, "__module__", None) == __name__:  # gradexp's own loaders
             return load(**kwargs)
+        from gradexp.user_data import from_user_loader
+
         return from_user_loader(load, **kwargs, target=target)
 
 
@@ -396,247 +398,6 @@ def _plain(classes: np.ndarray) -> list:
     if all(isinstance(v, float) and v.is_integer() for v in values):
         return [int(v) for v in values]
     return values
-
-
-def from_user_loader(load, *, name: str, task: str, val_fraction: float, test_fraction: float,
-                     split_seed: int, standardize: bool, kwargs: dict,
-                     materialize_mb: float = 1024, steps_per_epoch: int | None = None,
-                     target: str | None = None) -> Dataset:
-    """data=custom: call the person's `load(**data.kwargs)`. It may return a Dataset; arrays
-    (x, y), which are split as a table (val_fraction, ...); its own splits
-    ((x, y), (x_val, y_val)), used as they are; or a tf.data.Dataset of (x, y) (or a pair of
-    them: training, validation), read as gradexp.tfdata says. A classification's y holds class
-    labels of any kind. data.standardize applies to every form but a Dataset that has its own
-    standardization: what the run records is what was done."""
-    from gradexp import tfdata
-
-    where = f"data._target_={target or name}"
-    try:
-        loaded = load(**kwargs)
-    except TypeError as error:
-        raise ConfigError(f"{where}: cannot be called with data.kwargs={kwargs} ({error})"
-                          ) from None
-    if isinstance(loaded, Dataset):
-        for split, part in loaded.splits().items():
-            prefix = "" if split == "train" else f"{split}."
-            _check_part(where, part.x, part.y, loaded.features, f"{prefix}x", f"{prefix}y",
-                        "" if split == "train" else f"{split} ")
-        return standardized(loaded) if standardize else loaded
-    batch_size = stream = None
-    if tfdata.is_dataset(loaded) or (isinstance(loaded, tuple | list) and
-                                     any(tfdata.is_dataset(part) for part in loaded)):
-        parts, batch_size, stream = tfdata.read(loaded, where, materialize_mb * 2 ** 20,
-                                                steps_per_epoch)
-    else:
-        parts = _array_parts(loaded, where)
-    if task != "classification":  # a regression's targets are numbers
-        parts = [(x, _columns(y, f"{where}: the targets",
-                              "; class labels? data.task=classification"), names)
-                 for x, y, names in parts]
-    parts = _same_columns(parts, where)
-    # Before any split or run: mismatched rows would fail deep in the split (an IndexError)
-    # or the loss, and a NaN would reach training as a "learning rate too high" divergence.
-    for (x, y, names), (x_name, y_name, what) in zip(parts, (("x", "y", ""),
-                                                             ("x_val", "y_val", "validation "))):
-        _check_part(where, x, y, names, x_name, y_name, what)
-    if stream is not None:
-        data = _streamed(name, task, stream, parts, standardize, where)
-    elif len(parts) == 1:
-        (x, y, features), = parts
-        data = tabular(name, task, x, y, val_fraction, test_fraction, split_seed, standardize,
-                       features, where)
-    else:
-        (x, y, features), (x_val, y_val, _) = parts
-        labels = None
-        if task == "classification":
-            (y, y_val), labels = encode_labels(y, y_val, where=where)
-        # x and x_val as given (float64): standardized before any float32 cast, as tabular
-        # does, so the training rows are the ones the logged model makes of the raw values.
-        data = Dataset(name, task, x, _float32(y), Split(x_val, _float32(y_val)),
-                       features=features, labels=labels)
-        data = standardized(data) if standardize else replace(
-            data, x=_float32(x), val=Split(_float32(x_val), data.val.y))
-    data.batch_size = batch_size
-    if data.features is not None:  # the signature takes the user's columns as they are typed
-        data.integer_features, data.boolean_features = _typed_columns(
-            _train_x(loaded), data.features)
-    return data
-
-
-def _streamed(name: str, task: str, stream, parts: list, standardize: bool,
-              where: str = "data._target_") -> Dataset:
-    """A training stream (gradexp.tfdata): one pass for the features' statistics and the
-    classes, then the Dataset of its first rows (what checks and train/ metrics use), the
-    validation part if any, and the prepared stream the trainer iterates."""
-    from gradexp import tfdata
-
-    (x, y, features), *rest = parts
-    mean, std, classes, rows = tfdata.statistics(stream, task == "classification")
-    x_val, y_val = (rest[0][0], rest[0][1]) if rest else (None, None)
-    labels = None
-    if task == "classification":
-        given = [y] + ([y_val] if rest else [])
-        encoded, labels = encode_labels(*([classes] if classes is not None else []), *given,
-                                        where=where)
-        y, y_val = encoded[-len(given)], (encoded[-1] if rest else None)
-    scaling = Standardization(mean, np.where(std > 0, std, 1.0)) if standardize else None
-
-    def scale(part: np.ndarray) -> np.ndarray:
-        return _float32(part if scaling is None else (part - scaling.mean) / scaling.scale)
-
-    val = Split(scale(x_val), _float32(y_val)) if rest else None
-    data = Dataset(name, task, scale(x), _float32(y), val, features=features, labels=labels,
-                   standardization=scaling)
-    data.stream = tfdata.prepared(stream, None if scaling is None else scaling.mean,
-                                  None if scaling is None else scaling.scale,
-                                  labels if classes is not None else None)
-    data.stream_rows, data.stream_steps = rows, stream.steps_per_epoch
-    return data
-
-
-def _same_columns(parts: list, where: str) -> list:
-    """A loader's own split, x_val's columns matched to x's: by name when both have names
-    (DataFrames, tf.data dicts), reordered as x's; else by position, as many as x's. Before,
-    x_val's columns [k, x1] were evaluated as x's [x1, k] without a word, and a different
-    count was a numpy broadcast or Keras traceback."""
-    if len(parts) < 2:
-        return parts
-    (x, y, names), (x_val, y_val, val_names) = parts
-    if names is not None and val_names is not None and names != val_names:
-        if sorted(names) != sorted(val_names) or len(set(names)) < len(names):
-            raise ConfigError(f"{where}: x_val's columns ({', '.join(val_names)}) are not x's "
-                              f"({', '.join(names)}); x_val needs the same columns, matched by "
-                              "name")
-        x_val = x_val[:, [val_names.index(name) for name in names]]
-        return [(x, y, names), (x_val, y_val, names)]
-    if x.shape[1] != x_val.shape[1]:
-        raise ConfigError(f"{where}: x_val has {x_val.shape[1]} columns but x has "
-                          f"{x.shape[1]}; x_val needs x's features, column for column")
-    return parts
-
-
-def _train_x(loaded: Any) -> Any:
-    """The training features as the loader returned them: x of (x, y) or of ((x, y), ...), or
-    the (training) tf.data.Dataset."""
-    from gradexp import tfdata
-
-    first = loaded[0] if isinstance(loaded, tuple | list) and loaded else loaded
-    if isinstance(first, tuple | list) and len(first) == 2 and not tfdata.is_dataset(first[0]):
-        return first[0]  # ((x, y), (x_val, y_val))
-    return loaded if tfdata.is_dataset(loaded) else first
-
-
-def _typed_columns(x: Any, features: list[str]) -> tuple[list[str], list[str]]:
-    """The integer and the true/false columns among `features`, by the type the loader gave
-    them (a DataFrame's int64, Int64 or bool column; a tf.data dict's int64 or bool feature):
-    the logged model's signature must take the rows as typed, since MLflow refuses int64 or bool
-    for a double column. A vector feature's columns (name[i]) take its type."""
-    from gradexp import tfdata
-
-    if tfdata.is_dataset(x):
-        spec = x.element_spec[0]
-        kinds = ({name: ("i" if part.dtype.is_integer else "b" if part.dtype.is_bool else "f")
-                  for name, part in spec.items()} if isinstance(spec, dict) else {})
-    elif hasattr(x, "dtypes") and hasattr(x, "columns"):  # a pandas DataFrame
-        kinds = {str(column): dtype.kind for column, dtype in zip(x.columns, x.dtypes)}
-    else:
-        return [], []
-    kind = {name: kinds.get(name.split("[")[0] if name not in kinds else name, "f")
-            for name in features}
-    return ([name for name in features if kind[name] in "iu"],
-            [name for name in features if kind[name] == "b"])
-
-
-def _check_part(where: str, x: np.ndarray, y: np.ndarray, names: list[str] | None,
-                x_name: str, y_name: str, what: str) -> None:
-    """A loader's part (x, y): a target for every row of features, and numbers that can be
-    trained on (the csv's check, refuse_non_finite), named as the loader returned them."""
-    if len(x) != len(y):
-        raise ConfigError(f"{where}: {x_name} has {len(x)} rows but {y_name} has {len(y)}; "
-                          f"each row of {x_name} needs its target in the same row of {y_name}")
-    refuse_non_finite(x, where, _element(x_name, x, names), f"the {what}features {x_name}")
-    if y.dtype.kind == "f":  # a classification's labels may be text: only numbers can be NaN
-        refuse_non_finite(y, where, _element(y_name, y), f"the {what}targets {y_name}")
-
-
-def _element(name: str, array: np.ndarray, columns: list[str] | None = None
-             ) -> Callable[[tuple[int, ...]], str]:
-    """How to name one value of a rows x columns array: y[3] (one column), x[3, 1], with the
-    column's name when it has one (a DataFrame's)."""
-    def named(index: tuple[int, ...]) -> str:
-        row, column = index[0], (index[1] if len(index) > 1 else 0)
-        if array.ndim < 2 or array.shape[1] == 1:
-            shown = f"{name}[{row}]"
-        else:
-            shown = f"{name}[{row}, {column}]"
-        return shown + (f" (column '{columns[column]}')" if columns else "")
-
-    return named
-
-
-FEATURES_HINT = "; leave text columns out, or encode them as numbers, in your loader"
-
-
-def _array_parts(loaded: Any, where: str) -> list[tuple[np.ndarray, np.ndarray, list | None]]:
-    """(x, y) -> one part; ((x, y), (x_val, y_val)) -> two: features as float64 columns, y as
-    given (a classification's labels may be text), the features' names of a DataFrame's x."""
-    pairs = isinstance(loaded, tuple | list) and len(loaded) == 2
-    if pairs and all(isinstance(part, tuple | list) and len(part) == 2 for part in loaded):
-        return [(_columns(x, f"{where}: the features", FEATURES_HINT), _targets(y), _names(x))
-                for x, y in loaded]
-    if pairs:
-        x, y = loaded
-        return [(_columns(x, f"{where}: the features", FEATURES_HINT), _targets(y), _names(x))]
-    raise ConfigError(f"{where}: returned a {type(loaded).__name__}; a data loader returns "
-                      "(x, y) arrays, ((x, y), (x_val, y_val)), a tf.data.Dataset of (x, y) "
-                      "(or two: training, validation) or a gradexp.data.Dataset")
-
-
-def _columns(array, where: str = "data", hint: str = "") -> np.ndarray:
-    """Rows x columns as float64: a 1-D array is one column. Text is refused, naming a
-    DataFrame's first column of text, with `hint` (what to do about it)."""
-    try:
-        values = np.asarray(array, dtype=np.float64)
-    except (TypeError, ValueError):
-        from gradexp.csv_files import thousands_hint
-
-        text = _first_text(array)
-        hint = "" if "a missing value" in text else \
-            thousands_hint(text.rsplit(": ", 1)[-1].strip("'")) or hint
-        raise ConfigError(f"{where} must be numbers ({text}){hint}") from None
-    return values.reshape(len(values), -1)
-
-
-def _first_text(array) -> str:
-    """The first value that is not a number, as `'a'`, after its DataFrame column's name."""
-    columns = getattr(array, "columns", None)
-    values = ([(f"column '{column}': ", value) for column in columns
-               for value in array[column].tolist()] if columns is not None
-              else [("", value) for value in np.asarray(array, dtype=object).ravel().tolist()])
-    from gradexp.csv_files import NOT_IMPUTED
-
-    for place, value in values:
-        try:
-            float(value)
-        except (TypeError, ValueError):
-            if value is None or str(value) == "<NA>":  # None, pandas' NA of an Int64 column
-                return f"{place}a missing value: {NOT_IMPUTED}"
-            return f"{place}{str(value)!r}"
-    return "a value that is not a number"
-
-
-def _targets(array) -> np.ndarray:
-    """Rows x columns, the values as given: numbers or class labels (text, say)."""
-    array = np.asarray(array)
-    if array.dtype.kind not in "SUO":
-        array = array.astype(np.float64)
-    return array.reshape(len(array), -1)
-
-
-def _names(x: Any) -> list[str] | None:
-    """The columns' names of a pandas DataFrame (x as a table), else None."""
-    columns = getattr(x, "columns", None)
-    return None if columns is None else [str(column) for column in columns]
 
 
 def _held_out(n: int, fraction: float) -> int:

@@ -64,7 +64,7 @@ def read(loaded: Any, where: str, limit_bytes: float, steps_per_epoch: int | Non
     """The parts a loader returned as (x, y, feature names) arrays, one part (training) or two
     (training, validation); the rows of the training Dataset's batches (None: unbatched); and
     the training Stream when it is streamed (its part is then its first SAMPLE_ROWS rows)."""
-    from gradexp.data import _array_parts
+    from gradexp.user_data import _array_parts
 
     given = [loaded] if is_dataset(loaded) else list(loaded)
     if len(given) != 2 and not is_dataset(loaded):
