@@ -167,11 +167,11 @@ def free_port() -> int:
 
 
 def wait_for_mlflow_server(url: str, process: subprocess.Popen, log: Path, seconds: float) -> None:
-    """Until the `mlflow server` at `url` answers gradexp's own probe (mlflow_store.check_server,
+    """Until the `mlflow server` at `url` answers gradexp's own probe (tracking_uri.check_server,
     what a run asks before it opens), so a test starts when a run could; fails with the server's
     log if it exits, or with the probe's line after `seconds`."""
-    from gradexp.mlflow_store import check_server
     from gradexp.schema import ConfigError
+    from gradexp.tracking_uri import check_server
 
     deadline = time.monotonic() + seconds
     while True:

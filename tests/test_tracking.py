@@ -15,9 +15,10 @@ import pytest
 
 from conftest import compose_config, run_cli
 from gradexp.loop import run_experiment
-from gradexp.mlflow_store import MlflowTracker, open_client, redact_uri, resolve_uri
+from gradexp.mlflow_store import MlflowTracker, open_client
 from gradexp.run_params import mask_secrets
 from gradexp.schema import ConfigError
+from gradexp.tracking_uri import redact_uri, resolve_uri
 
 
 def test_secret_looking_keys_and_uri_credentials_are_masked():
@@ -100,7 +101,7 @@ def test_a_store_mlflow_cannot_open_is_one_line_before_anything_is_made(tmp_path
 @pytest.mark.parametrize("uri", ["databricks", "databricks-uc", "postgresql+psycopg2://u@db/runs",
                                  "mysql+pymysql://u@db/runs", "http://127.0.0.1:5000"])
 def test_stores_mlflow_can_open_are_not_refused(tmp_path, uri):
-    from gradexp.mlflow_store import check_store_kind
+    from gradexp.tracking_uri import check_store_kind
 
     resolved = resolve_uri(uri, tmp_path)
     assert resolved == uri  # a bare databricks is MLflow's word for a store, not a folder

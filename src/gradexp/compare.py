@@ -144,8 +144,9 @@ def check_args(args: argparse.Namespace) -> None:
 def open_store(uri_arg: str | None):
     """(client, uri) for --tracking-uri / MLFLOW_TRACKING_URI / ./mlflow.db, without creating
     an empty store where none is (a sqlite URI to a missing file would make one)."""
-    from gradexp.mlflow_store import experiments, open_client, redact_uri, resolve_uri, sqlite_file
+    from gradexp.mlflow_store import experiments, open_client
     from gradexp.schema import ConfigError
+    from gradexp.tracking_uri import redact_uri, resolve_uri, sqlite_file
 
     uri = resolve_uri(uri_arg, Path.cwd())
     local = sqlite_file(uri) or (None if "://" in uri else Path(uri))
@@ -467,7 +468,8 @@ def build_table(title: str, cols: dict[str, list], params: list[str], width: int
 def print_table(selection: Selection, sort: str, desc: bool, uri: str) -> None:
     """The table, what it leaves out, and where the same runs are in the MLflow UI."""
     from gradexp.console import console
-    from gradexp.mlflow_store import redact_uri, runs_view_link
+    from gradexp.mlflow_store import runs_view_link
+    from gradexp.tracking_uri import redact_uri
 
     out = console()
     if not out.is_terminal and "COLUMNS" not in os.environ:

@@ -30,12 +30,6 @@ from gradexp.endings import Diverged, GradientCheckFailed, RunFailed, Terminated
 from gradexp.interrupts import interrupts_deferred, sigterm_as_interrupt
 from gradexp.losses import independent_outputs
 from gradexp.metrics import check_monitor, check_objective, metric_specs, objective
-from gradexp.mlflow_store import (
-    check_server,
-    check_store_folder,
-    check_store_kind,
-    resolve_uri,
-)
 from gradexp.resume import prepare_resume
 from gradexp.run_params import config_params
 from gradexp.run_view import RunResult, RunView
@@ -50,6 +44,7 @@ from gradexp.tag_keys import (
     RESUMED_TO_EPOCH_TAG,
     TASK_TAG,
 )
+from gradexp.tracking_uri import check_server, check_store_folder, check_store_kind, resolve_uri
 from gradexp.user_code import check_modules_exist, importable, label_by_target, locate
 
 __all__ = ["Diverged", "GradientCheckFailed", "RunFailed", "RunResult", "Terminated",

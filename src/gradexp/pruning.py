@@ -69,7 +69,7 @@ def build_pruner(cfg: DictConfig) -> Any:
 # ---------------------------------------------------------------- where the study is
 def store_folder(config: DictConfig) -> Path:
     """The folder of the run's sqlite MLflow store; the launch folder for a server."""
-    from gradexp.mlflow_store import sqlite_file
+    from gradexp.tracking_uri import sqlite_file
 
     uri = OmegaConf.select(config, "tracking.uri", default=None)
     launch = Path(config.hydra.runtime.cwd)

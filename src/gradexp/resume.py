@@ -53,14 +53,9 @@ def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
     """The run to continue, checked before anything is built (restart=True: a killed run with
     no checkpoint, to run again as a new run); ConfigError (one line) if it cannot be: no such
     run, no checkpoint of a run that was not killed, nothing left to train."""
-    from gradexp.mlflow_store import (
-        download_artifact,
-        metric_history,
-        open_client,
-        read_run,
-        resolve_uri,
-    )
+    from gradexp.mlflow_store import download_artifact, metric_history, open_client, read_run
     from gradexp.tensorflow_import import import_tensorflow
+    from gradexp.tracking_uri import resolve_uri
 
     run_id = str(cfg.trainer.resume)
     key = f"trainer.resume={run_id}"

@@ -7,7 +7,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gradexp.mlflow_store import MASK, MAX_PARAM_LENGTH, redact_uri
+from gradexp.mlflow_store import MAX_PARAM_LENGTH
+from gradexp.tracking_uri import MASK, redact_uri
 
 SECRET_KEY = re.compile(r"password|passwd|token|secret|(^|[._])(api_?)?key$", re.IGNORECASE)
 

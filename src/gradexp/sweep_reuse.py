@@ -41,8 +41,9 @@ def reuse_finished_run(cfg: DictConfig, hydra_cfg: DictConfig) -> float | None:
     if not cfg.sweep.skip_finished or tracking_off(cfg):
         return None
     from gradexp.console import console
-    from gradexp.mlflow_store import open_client, resolve_uri
+    from gradexp.mlflow_store import open_client
     from gradexp.run_params import as_recorded, config_params
+    from gradexp.tracking_uri import resolve_uri
 
     launch_dir = Path(hydra_cfg.runtime.cwd)
     client = open_client(resolve_uri(cfg.tracking.uri, launch_dir))
@@ -65,9 +66,10 @@ def resume_killed_run(cfg: DictConfig, hydra_cfg: DictConfig) -> DictConfig:
     unchanged otherwise. The run it continues is noted on the new parent, as a reused one."""
     from omegaconf import open_dict
 
-    from gradexp.mlflow_store import open_client, resolve_uri
+    from gradexp.mlflow_store import open_client
     from gradexp.resume import checkpoint_folder
     from gradexp.run_params import as_recorded, config_params
+    from gradexp.tracking_uri import resolve_uri
 
     if not cfg.sweep.resume_killed or tracking_off(cfg) or cfg.trainer.resume:
         return cfg

@@ -141,8 +141,9 @@ class MlflowSweepCallback(Callback):
             self._close_parent(config)
 
     def _open_parent(self, config: DictConfig) -> None:
-        from gradexp.mlflow_store import MlflowTracker, resolve_uri
+        from gradexp.mlflow_store import MlflowTracker
         from gradexp.source_tags import git_commit
+        from gradexp.tracking_uri import resolve_uri
 
         launch_dir = Path.cwd()
         overrides = " ".join(config.hydra.overrides.task) or "defaults"
@@ -496,7 +497,8 @@ def print_sweep(summary: SweepSummary, tracker) -> None:
     from rich.table import Table
 
     from gradexp.console import console, print_table
-    from gradexp.mlflow_store import redact_uri, runs_view_link
+    from gradexp.mlflow_store import runs_view_link
+    from gradexp.tracking_uri import redact_uri
 
     out = console()
     if summary.fell_back:

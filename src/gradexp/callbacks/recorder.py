@@ -41,9 +41,10 @@ class MlflowRecorder(Callback):
 
         from gradexp.console import note_line
         from gradexp.liveness import mark_dead_in_experiment
-        from gradexp.mlflow_store import MlflowTracker, resolve_uri
+        from gradexp.mlflow_store import MlflowTracker
         from gradexp.run_params import config_params
         from gradexp.source_tags import source_tags
+        from gradexp.tracking_uri import resolve_uri
 
         cfg = run.cfg
         if getattr(cfg.tracking.name, "value", cfg.tracking.name) == "none":

@@ -35,7 +35,8 @@ def verdict(run: RunView) -> str | None:
 
 
 def print_summary(run: RunView) -> None:
-    from gradexp.mlflow_store import redact_uri, runs_view_link
+    from gradexp.mlflow_store import runs_view_link
+    from gradexp.tracking_uri import redact_uri
 
     result = run.result()
     objective = result.objective_value
