@@ -402,34 +402,45 @@ def test_a_configuration_whose_replicates_all_failed_is_a_group_of_n_0(tmp_path)
     assert "│ 0 │ -" in row and rows.index(row) > 0  # ranked after lr=0.1's (folded) row
 
 
-def test_the_best_run_is_the_best_configurations_not_the_luckiest_seed(store):
-    # sgd's mean is the best (1.1); adam has the single best seed (0.5) and a worse mean (1.53):
-    # best_run_id and best/val/mse used to name that adam seed while best_group said sgd
+def summarized_replicates(store: str, experiment: str, jobs: list[tuple[str, int, float]]):
+    """A replicate sweep's parent with a FINISHED child per (optimizer, seed, val/mse) job, as
+    the sweep callback leaves them, summarized: (the summary, the parent's id, each job's run
+    id in order)."""
     from gradexp.mlflow_store import MlflowTracker
     from gradexp.sweeps import summarize_sweep
-    from gradexp.tag_keys import BEST_RUN_ID_TAG, DIRECTION_TAG, OBJECTIVE_TAG, SWEPT_TAG
+    from gradexp.tag_keys import DIRECTION_TAG, OBJECTIVE_TAG, SWEPT_TAG
 
     client = MlflowClient(store)
-    experiment = client.create_experiment("replicates")
-    parent = client.create_run(experiment, tags={SWEPT_TAG: "optimizer,seed",
-                                                 OBJECTIVE_TAG: "val/mse",
-                                                 DIRECTION_TAG: "minimize"})
-    ids = {}
-    for optimizer, values in (("sgd", (1.0, 1.1, 1.2)), ("adam", (0.5, 2.0, 2.1))):
-        for seed, value in enumerate(values):
-            child = client.create_run(experiment,
-                                      tags={"mlflow.parentRunId": parent.info.run_id})
-            client.log_batch(child.info.run_id, params=[
-                Param("optimizer.name", optimizer), Param("seed", str(seed))], metrics=[
-                Metric("val/mse", value, 0, 0), Metric("final_loss", value, 0, 0)])
-            client.set_terminated(child.info.run_id, "FINISHED")
-            ids[optimizer, seed] = child.info.run_id
+    experiment_id = client.create_experiment(experiment)
+    parent = client.create_run(experiment_id, tags={SWEPT_TAG: "optimizer,seed",
+                                                    OBJECTIVE_TAG: "val/mse",
+                                                    DIRECTION_TAG: "minimize"})
+    ids = []
+    for optimizer, seed, value in jobs:
+        child = client.create_run(experiment_id, tags={"mlflow.parentRunId": parent.info.run_id})
+        client.log_batch(child.info.run_id, params=[
+            Param("optimizer.name", optimizer), Param("seed", str(seed))], metrics=[
+            Metric("val/mse", value, 0, 0), Metric("final_loss", value, 0, 0)])
+        client.set_terminated(child.info.run_id, "FINISHED")
+        ids.append(child.info.run_id)
     tracker = MlflowTracker.reopen(store, parent.info.run_id)
     summary = summarize_sweep(tracker)
     tracker.end("FINISHED")  # its metrics stored
+    return summary, parent.info.run_id, ids
+
+
+def test_the_best_run_is_the_best_configurations_not_the_luckiest_seed(store):
+    # sgd's mean is the best (1.1); adam has the single best seed (0.5) and a worse mean (1.53):
+    # best_run_id and best/val/mse used to name that adam seed while best_group said sgd
+    from gradexp.tag_keys import BEST_RUN_ID_TAG
+
+    jobs = [(optimizer, seed, value)
+            for optimizer, values in (("sgd", (1.0, 1.1, 1.2)), ("adam", (0.5, 2.0, 2.1)))
+            for seed, value in enumerate(values)]
+    summary, parent_id, ids = summarized_replicates(store, "replicates", jobs)
     assert summary.groups[0].label == "optimizer=sgd"
-    ended = client.get_run(parent.info.run_id)
-    assert ended.data.tags[BEST_RUN_ID_TAG] == ids["sgd", 0]
+    ended = MlflowClient(store).get_run(parent_id)
+    assert ended.data.tags[BEST_RUN_ID_TAG] == ids[0]  # sgd, seed 0
     assert ended.data.metrics["best/val/mse"] == 1.0
 
 
@@ -437,27 +448,9 @@ def test_a_job_run_twice_is_one_replicate_and_equal_replicates_are_said(store):
     # `-m optimizer=sgd,momentum seed=0,0,1`: the sweep's groups counted seed 0 twice (n=3)
     # where gradexp compare --aggregate counted it once; and replicates that all gave one
     # value (trainer.seed on a full-batch run) showed std 0 with no word
-    from gradexp.mlflow_store import MlflowTracker
-    from gradexp.sweeps import summarize_sweep
-    from gradexp.tag_keys import DIRECTION_TAG, OBJECTIVE_TAG, SWEPT_TAG
-
-    client = MlflowClient(store)
-    experiment = client.create_experiment("duplicates")
-    parent = client.create_run(experiment, tags={SWEPT_TAG: "optimizer,seed",
-                                                 OBJECTIVE_TAG: "val/mse",
-                                                 DIRECTION_TAG: "minimize"})
-    for optimizer, seeds in (("sgd", ((0, 1.0), (0, 1.0), (1, 1.4))),
-                             ("momentum", ((0, 2.0), (1, 2.0)))):
-        for seed, value in seeds:
-            child = client.create_run(experiment,
-                                      tags={"mlflow.parentRunId": parent.info.run_id})
-            client.log_batch(child.info.run_id, params=[
-                Param("optimizer.name", optimizer), Param("seed", str(seed))], metrics=[
-                Metric("val/mse", value, 0, 0), Metric("final_loss", value, 0, 0)])
-            client.set_terminated(child.info.run_id, "FINISHED")
-    tracker = MlflowTracker.reopen(store, parent.info.run_id)
-    summary = summarize_sweep(tracker)
-    tracker.end("FINISHED")
+    summary, parent_id, _ = summarized_replicates(store, "duplicates", [
+        ("sgd", 0, 1.0), ("sgd", 0, 1.0), ("sgd", 1, 1.4), ("momentum", 0, 2.0),
+        ("momentum", 1, 2.0)])
     assert {group.label: group.n for group in summary.groups} == {"optimizer=sgd": 2,
                                                                   "optimizer=momentum": 2}
     assert summary.groups[0].mean == pytest.approx(1.2)
@@ -466,6 +459,6 @@ def test_a_job_run_twice_is_one_replicate_and_equal_replicates_are_said(store):
         "replicate, its newest run counts)",
         "optimizer=momentum: its 2 replicates gave one value; seed changes nothing these runs "
         "compute (the master seed= varies the weights, dropout, batch order and data too)"]
-    recorded = json.load(open(client.download_artifacts(parent.info.run_id,
-                                                        "sweep_summary.json")))
+    recorded = json.load(open(MlflowClient(store).download_artifacts(parent_id,
+                                                                     "sweep_summary.json")))
     assert recorded["groups_notes"] == summary.group_notes

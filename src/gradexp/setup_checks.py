@@ -121,8 +121,8 @@ def check_against_data(cfg: DictConfig, data: Any, say=warning_line) -> None:
 
 
 def check_optimizer_builds(cfg: DictConfig) -> None:
-    """Build the optimizer once, as the run will: a value Keras refuses only in its constructor
-    (clipnorm with global_clipnorm, an argument a user optimizer rejects) ended the opened run
+    """Build the optimizer once, as the run will: arguments an optimizer refuses only in its
+    constructor (optimizer._target_=keras.optimizers.Lion given sgd's momentum) ended the run
     FAILED with Hydra's traceback, and a sweep's whole batch with Hydra's error after its last
     job. One line now, before any run."""
     from hydra.errors import InstantiationException
@@ -308,9 +308,8 @@ def _check_built(cfg: DictConfig, data: Any, where: str, model: Any) -> None:
         names = f" ({', '.join(map(str, out))})" if isinstance(out, dict) else ""
         raise ConfigError(
             f"{where}: returns a {kind} of {len(out)} output{'s' * (len(out) != 1)}{names}, but "
-            "gradexp trains a model "
-            f"of one output, a tensor of (rows, {data.n_outputs}): return that tensor alone "
-            "(keras.Model(inputs, outputs))")
+            f"gradexp trains a model of one output, a tensor of (rows, {data.n_outputs}): return "
+            "that tensor alone (keras.Model(inputs, outputs))")
     try:  # its own losses eagerly, as the run's final loss reads them after training: a
         model.own_loss(out)  # regularizer's tf.custom_gradient on its weight fails only there
     except Exception as error:  # noqa: BLE001 - only TensorFlow's custom_gradient rule is ours
