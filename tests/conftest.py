@@ -84,7 +84,9 @@ def run(store: str, *overrides: str, launch_dir: Path | None = None, quiet: bool
     """One run as `python -m gradexp tracking.uri=STORE OVERRIDES` does it, in-process: its
     RunResult. The suite's one way to run an experiment (each file adds its own defaults)."""
     from gradexp.loop import run_experiment
+    from gradexp.user_code import new_launch
 
+    new_launch()  # as a new `python -m gradexp` process: a person's code is not reused
     cfg = compose_config(f"tracking.uri={store}", *overrides)
     return run_experiment(cfg, quiet=quiet, launch_dir=launch_dir, **kwargs)
 

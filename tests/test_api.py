@@ -20,7 +20,8 @@ from hydra.core.hydra_config import HydraConfig
 from mlflow import MlflowClient
 
 import gradexp
-from conftest import CONF, run_cli
+from conftest import CONF, run_cli, user_modules
+from gradexp import trainer
 
 QUICK = ("trainer.epochs=3", "gradcheck=off", "tracking.log_model=false")
 
@@ -185,6 +186,108 @@ def _hydra_yaml(client, run_id: str) -> dict:
     return hydra
 
 
+# A notebook's module: one layer, correct, with a planted 1.5x dW, or with W cut from the loss;
+# a model whose call reads a weight with .numpy() (it trains only eagerly).
+NOTEBOOK_MODELS = """
+import keras
+import tensorflow as tf
+
+
+class Lin(keras.layers.Layer):
+    def __init__(self, mode="ok", **kwargs):
+        super().__init__(**kwargs)
+        self.mode = mode
+
+    def build(self, shape):
+        self.W = self.add_weight(name="W", shape=(shape[-1], 1), initializer="ones")
+        self.b = self.add_weight(name="b", shape=(1,), initializer="zeros")
+
+    def call(self, x):
+        if self.mode == "dead":
+            return 3.0 * x[:, :1] + self.b
+        if self.mode == "bug":
+            @tf.custom_gradient
+            def times(x, w):
+                def grad(upstream):
+                    return (tf.matmul(upstream, w, transpose_b=True),
+                            1.5 * tf.matmul(x, upstream, transpose_a=True))
+                return tf.matmul(x, w), grad
+            return times(x, tf.convert_to_tensor(self.W)) + self.b
+        return tf.matmul(x, self.W) + self.b
+
+
+def build_with(mode):
+    def build(n_features, n_outputs):
+        rows = keras.Input((n_features,))
+        return keras.Model(rows, Lin(mode, name="lin")(rows))
+    return build
+
+
+class EagerOnly(keras.Model):  # Lin's weights, but a call that runs only eagerly
+    def __init__(self, n_features):
+        super().__init__()
+        self.W = self.add_weight(name="W", shape=(n_features, 1), initializer="ones")
+        self.b = self.add_weight(name="b", shape=(1,), initializer="zeros")
+
+    def call(self, x):
+        return tf.matmul(x, self.W) * float(self.W.numpy().sum()) + self.b
+
+
+def build_eager(n_features, n_outputs):
+    return EagerOnly(n_features)
+
+
+build = build_with("ok")
+"""
+NOTEBOOK = ("model=custom", "model._target_=notebook_models.build", "data.n_features=1",
+            "trainer.epochs=3", "tracking.log_model=false", "gradcheck.plots=false")
+
+
+@pytest.mark.heavy  # ~8 s
+def test_a_builder_redefined_between_two_runs_is_trained_and_checked_as_redefined(
+        tmp_path, store, monkeypatch):
+    """Jobs of one shape share their traced model and checks (gradexp.shared_programs), but a
+    person's code can change between two calls in one session with nothing in the config to
+    tell: the second run trained and checked the first one's model, and a planted wrong
+    gradient passed."""
+    client = MlflowClient(store)
+    with user_modules(tmp_path, monkeypatch, notebook_models=NOTEBOOK_MODELS):
+        ok = gradexp.run(f"tracking.uri={store}", *NOTEBOOK, launch_dir=tmp_path)
+        module = sys.modules["notebook_models"]
+        module.build = module.build_with("bug")  # redefined, as in a notebook cell
+        bug = gradexp.run(f"tracking.uri={store}", *NOTEBOOK, launch_dir=tmp_path)
+        module.build = module.build_with("dead")
+        dead = gradexp.run(f"tracking.uri={store}", *NOTEBOOK, launch_dir=tmp_path)
+        module.build = module.build_with("ok")
+        traces = trainer.TRACES
+        rates = gradexp.sweep(f"tracking.uri={store}", *NOTEBOOK,
+                              "optimizer.learning_rate=0.01,0.02", launch_dir=tmp_path)
+
+    assert ok.gradcheck_passed and not bug.gradcheck_passed
+    assert client.get_run(bug.run_id).data.tags["gradexp.gradcheck.culprits"] == "lin"
+    assert bug.final_loss != ok.final_loss  # trained with its own gradient
+    assert client.get_run(dead.run_id).data.tags["gradexp.gradcheck.disconnected"] == "lin/W"
+    # Within one launch the code is one: the sweep's second job reuses the first one's trace.
+    assert [result.gradcheck_passed for result in rates] == [True, True]
+    assert trainer.TRACES - traces == 1
+
+
+def test_a_model_redefined_to_train_only_eagerly_is_refused_before_its_run(
+        tmp_path, store, monkeypatch):
+    """The compile check's verdict is kept for a shape (gradexp.setup_checks), not across calls
+    whose code may differ: the second call opened a run that failed with a traceback."""
+    with user_modules(tmp_path, monkeypatch, notebook_models=NOTEBOOK_MODELS):
+        gradexp.run(f"tracking.uri={store}", *NOTEBOOK, "gradcheck=off", launch_dir=tmp_path)
+        module = sys.modules["notebook_models"]
+        module.build = module.build_eager
+        with pytest.raises(gradexp.GradexpError,
+                           match="cannot run in the compiled training step") as refused:
+            gradexp.run(f"tracking.uri={store}", *NOTEBOOK, "gradcheck=off",
+                        launch_dir=tmp_path)
+    assert refused.value.exit_code == 2
+    assert len(MlflowClient(store).search_runs(["1"])) == 1  # no run opened for it
+
+
 @pytest.mark.slow
 def test_gradexp_run_records_what_the_command_line_records(tmp_path):
     overrides = ("optimizer=adam", "loss=mae", "trainer.epochs=4", "gradcheck.every_n_epochs=2")
@@ -228,3 +331,16 @@ def test_import_gradexp_loads_neither_hydra_nor_tensorflow(tmp_path):
 
     assert loaded("pass") == "[]"
     assert loaded("gradexp.run, gradexp.sweep") == "['hydra']"  # TensorFlow loads in the job
+
+
+@pytest.mark.heavy  # ~4 s
+def test_a_store_deleted_between_two_runs_is_made_anew(tmp_path):
+    """A notebook starting afresh deletes mlflow.db between two calls: MLflow's cached store
+    and engine for its URI kept the deleted file, every write "attempt to write a readonly
+    database"; a new process makes the store anew, and so does the next call."""
+    gradexp.run(*QUICK, launch_dir=tmp_path)
+    (tmp_path / "mlflow.db").unlink()
+    result = gradexp.run(*QUICK, launch_dir=tmp_path)
+
+    (run,) = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_runs(["1"])
+    assert run.info.run_id == result.run_id and run.info.status == "FINISHED"

@@ -40,6 +40,7 @@ from gradexp.app import (
 from gradexp.console import error_line, quiet_libraries
 from gradexp.resources import resource_dir
 from gradexp.schema import ConfigError
+from gradexp.user_code import new_launch
 
 if TYPE_CHECKING:
     from gradexp.loop import RunResult
@@ -132,6 +133,7 @@ def _launch(overrides: list[str], job: Callable[[Any], Any], launch_dir: str | P
     from hydra.types import RunMode
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # as app.main: before TensorFlow loads
+    new_launch()  # the person's code may have changed since the last call (user_code)
     quiet_libraries()
     register_configs()
     backup = get_gh_backup()  # a GlobalHydra the caller set up (initialize, a test) comes back

@@ -109,6 +109,10 @@ def open_client(uri: str):
 
     from gradexp.tensorflow_import import freeze_imported_objects
 
+    database = sqlite_file(uri)
+    if database is not None and not database.exists():
+        forget_opened_store(uri)
+
     # A new sqlite store's tables are made here, by ~50 alembic migrations that each commit on
     # their own (sqlite DDL): a Ctrl-C or SIGTERM between two of them left a half-made store
     # that no later run could open ("table _alembic_tmp_metrics already exists"). So the signal
@@ -118,6 +122,24 @@ def open_client(uri: str):
         client = MlflowClient(tracking_uri=uri)
     freeze_imported_objects("the MLflow store")  # SQLAlchemy's and alembic's modules
     return client
+
+
+def forget_opened_store(uri: str) -> None:
+    """MLflow keeps the store it opened for a URI, and its database engine, for the rest of the
+    process. A sqlite file deleted since (a notebook starting afresh between two runs) then
+    stayed unusable, every write "attempt to write a readonly database"; forgotten, the next
+    client makes the store anew, as a new process does. (Private caches, hence getattr: a
+    MLflow without them keeps nothing to forget.)"""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+    from mlflow.tracking._tracking_service import utils
+
+    engine = getattr(SqlAlchemyStore, "_engine_map", {}).pop(uri, None)
+    if engine is not None:
+        engine.dispose()
+    opened = getattr(getattr(utils, "_tracking_store_registry", None),
+                     "_get_store_with_resolved_uri", None)
+    if hasattr(opened, "cache_clear"):
+        opened.cache_clear()
 
 
 def experiment_id(client, name: str) -> str:

@@ -170,10 +170,6 @@ def _eager_context() -> Any:
 def _only_stateless_code(cfg: DictConfig) -> bool:
     """Every `_target_` under data, model and loss (layers written in YAML included) is gradexp's
     or Keras' own."""
-    from omegaconf import OmegaConf
+    from gradexp.user_code import packages_of
 
-    from gradexp.user_code import targets_in
-
-    groups = ("data", "model", "loss")
-    plain = [OmegaConf.to_container(cfg[group], resolve=True) for group in groups]
-    return all(t.split(".")[0] in STATELESS_RANDOM_PACKAGES for t in targets_in(plain))
+    return packages_of(cfg, ("data", "model", "loss")) <= STATELESS_RANDOM_PACKAGES

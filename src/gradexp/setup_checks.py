@@ -337,13 +337,15 @@ def verdict_key(cfg: DictConfig, data: Any) -> tuple:
     """What decides whether a model's training call traces: the model's config (its builder,
     kwargs or layers, their regularizers: model.losses) but its seed, which moves only weights,
     the files of the code its `_target_`s name (a module of the same name in another launch
-    folder is other code), the data's sizes and trainer.compile. A short tuple of strings."""
-    from gradexp.user_code import targets_in
+    folder is other code; a person's code is kept within its launch: user_code.code_version),
+    the data's sizes and trainer.compile. A short tuple."""
+    from gradexp.user_code import code_version, targets_in
 
     options = OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True)
     options.pop("seed", None)
     files = tuple(_code_file(target) for target in dict.fromkeys(targets_in(options)))
-    return (repr(options), files, data.n_features, data.n_outputs, bool(cfg.trainer.compile))
+    return (repr(options), files, data.n_features, data.n_outputs, bool(cfg.trainer.compile),
+            code_version(cfg, ("model",)))
 
 
 def _code_file(target: str) -> str:

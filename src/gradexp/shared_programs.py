@@ -4,7 +4,8 @@ A sequential sweep runs every job in one process. Each job used to build its own
 optimizer, evaluator and trainer, and so trace its own training call and its checks' float64
 functions: ~0.3 s a job, and ~4 MiB of memory a job (the rest of the 8.8 MiB was frozen garbage).
 Here a job whose program would be traced the same as an earlier job's (the same model, loss,
-optimizer apart from its learning rate, data, batch size, metrics and compile flags: `shape_key`)
+optimizer apart from its learning rate, data, batch size, metrics and compile flags; a person's
+own code within one launch only: `shape_key`)
 takes the earlier job's parts instead: the model's variables get this job's freshly built
 initial values (weights, seed generators, statistics), the optimizer's variables their values
 before the first step and this job's learning rate (a variable the trace reads), the batch
@@ -63,7 +64,10 @@ def data_fingerprint(data: Any) -> str:
 
 def shape_key(cfg: DictConfig, data: Any, device: Any, eval_metrics: Any) -> tuple | None:
     """What the traced programs of a run depend on; None when its parts are not shared (a
-    resumed run, a streamed data set, a distribution strategy, eager training)."""
+    resumed run, a streamed data set, a distribution strategy, eager training). A person's own
+    code is part of it only within the launch that ran it (user_code.code_version)."""
+    from gradexp.user_code import code_version
+
     if (cfg.trainer.resume or data.stream is not None or device.strategy is not None
             or not cfg.trainer.compile):
         return None
@@ -81,7 +85,7 @@ def shape_key(cfg: DictConfig, data: Any, device: Any, eval_metrics: Any) -> tup
         epochs = cfg.trainer.epochs
     return (plain(cfg.model), plain(cfg.loss), repr(optimizer), epochs, data_fingerprint(data),
             cfg.trainer.batch_size, cfg.trainer.jit_compile, plain(eval_metrics), device.used,
-            bool(cfg.trainer.deterministic))
+            bool(cfg.trainer.deterministic), code_version(cfg))
 
 
 def take(key: tuple | None, fresh_model: Any) -> SharedParts | None:
@@ -109,7 +113,7 @@ def check_shape(key: tuple) -> tuple:
     """The part of a shape_key the gradient checks' float64 functions depend on: the model,
     the loss, the data and the device, not the optimizer, the batch size or the metrics. Jobs
     of other optimizers share them (gradexp.run_checks, `shared_check_functions`)."""
-    return (key[0], key[1], key[4], key[8])
+    return (key[0], key[1], key[4], key[8], key[10])
 
 
 def keep(key: tuple | None, model: Any, evaluator: Any, trainer: Any) -> None:

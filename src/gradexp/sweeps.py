@@ -186,11 +186,14 @@ class MlflowSweepCallback(Callback):
         failed = [row for row in summary.rows if row["status"] != "FINISHED"]
         line = (f"{len(failed)} of {len(summary.rows)} jobs failed (each said why above): the "
                 f"sweep's parent run {self.tracker.run_id} ended FAILED")
+        # The parent's reason is read in MLflow, where no line is "above": each child holds its.
+        reason = (f"{len(failed)} of {len(summary.rows)} jobs failed (each child run's "
+                  f"{REASON_TAG} tag says why)")
         # Ended and marked so at once: an interrupt before leaves it for the exit hook to end
         # KILLED; one after, it is ended (the hook would otherwise turn FINISHED into KILLED).
         with interrupts_deferred():
             if failed:
-                self.tracker.set_tags({REASON_TAG: line})
+                self.tracker.set_tags({REASON_TAG: reason})
             self.tracker.end("FAILED" if failed else "FINISHED")
             self.ended = True
         print_sweep(summary, self.tracker)

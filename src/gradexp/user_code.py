@@ -27,6 +27,39 @@ from gradexp.config_checks import NO_OPTION, shipped_target
 from gradexp.schema import ConfigError
 
 LABELLED_GROUPS = ("data", "model", "loss")
+# The groups whose code the traced training, evaluation and check programs run.
+TRACED_GROUPS = ("model", "loss", "optimizer", "eval")
+# Code that cannot change while a process runs (a person's own can: `code_version`).
+LIBRARY_PACKAGES = frozenset({"gradexp", "keras", "tensorflow"})
+
+# The launches (gradexp.run, gradexp.sweep, a test's run) this process has started. A person's
+# code can change between two of them in one Python session, in ways no config shows: a builder
+# redefined in a notebook cell, a module reloaded, a custom layer's class or a global it reads
+# edited. What one job keeps for the next of its shape (traced programs, gradexp.shared_programs;
+# the compile check's verdict, gradexp.setup_checks) is then kept within its launch only: a
+# later launch that reused it judged and trained the earlier code (a planted wrong gradient
+# passed, a weight cut from the loss went unnamed). Within a launch, a sweep, the code is one.
+_launches = 0
+
+
+def new_launch() -> None:
+    """Start a launch: what was kept for a person's code is not reused after this."""
+    global _launches
+    _launches += 1
+
+
+def code_version(cfg: DictConfig, groups: tuple[str, ...] = TRACED_GROUPS) -> int | None:
+    """None when every `_target_` under `groups` is gradexp's, Keras' or TensorFlow's own (code
+    that is the same in every launch of a process); else this launch's number, so that keys
+    built with it match within the launch only."""
+    return None if packages_of(cfg, groups) <= LIBRARY_PACKAGES else _launches
+
+
+def packages_of(cfg: DictConfig, groups: tuple[str, ...]) -> set[str]:
+    """The top-level packages of every `_target_` under `groups` (layers written in YAML
+    included)."""
+    plain = [OmegaConf.to_container(cfg[group], resolve=True) for group in groups if group in cfg]
+    return {target.split(".")[0] for target in targets_in(plain)}
 
 
 def importable(launch_dir: Path) -> None:
