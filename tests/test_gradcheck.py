@@ -226,6 +226,30 @@ def test_probe_finds_one_wrong_element_among_20000():
     assert check_gradients(lambda x: tf.reduce_sum(x * x), [x]).passed
 
 
+def _tanh_backward_times(factor: float):
+    """tanh, its backward `factor` times the right one (1.0: right)."""
+    @tf.custom_gradient
+    def tanh(z):
+        def backward(upstream):
+            return upstream * (1 - tf.tanh(z) ** 2) * factor
+        return tf.tanh(z), backward
+
+    return tanh
+
+
+@pytest.mark.parametrize("factor", [1.0, 1.01, -1.0])
+def test_probe_judges_the_elements_that_matter_where_most_are_saturated(factor):
+    """99% of a tanh's inputs at |x| 10-30 (gradients 1e-9 and below), 1% where it is not: the
+    probe's weighting by the median gradient weighed every element that matters down to 1e-9,
+    under the absolute tolerance, and a backward of the wrong sign passed."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(2000)
+    saturated = rng.random(2000) < 0.99
+    x[saturated] = np.sign(x[saturated]) * rng.uniform(10, 30, saturated.sum())
+    report = check_gradients(_tanh_backward_times(factor), [tf.constant(x)], method="probe")
+    assert report.passed is (factor == 1.0)
+
+
 def test_jacobian_in_float32_catches_one_element_ten_percent_off_at_every_seed():
     """A column that disagrees is measured again at smaller steps, where float32 rounding is
     large: a gradient 10% off in one element once agreed there by chance (1 seed in 10, 3% off
