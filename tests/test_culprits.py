@@ -279,6 +279,48 @@ def test_check_model_of_the_correct_twin_searches_no_culprits(culprit_models):
     assert "wrong layer" not in str(report)
 
 
+def test_models_in_models_recurrent_cells_and_frozen_blocks_are_checked_in_float64(
+        culprit_models):
+    """The check's float64 twin kept a nested model's layers and an RNN's cell in the float32
+    their configs name, and a frozen block's layers came back trainable: each fell back to a
+    float32 check, whose tolerance let a 1% error in a nested model pass at epoch 5 of a run."""
+    import keras
+
+    from gradexp.gradcheck import check_model
+
+    @keras.saving.register_keras_serializable("test_culprits")
+    class FrozenPair(keras.layers.Layer):  # a block a person freezes with trainable=False
+        def __init__(self, units=4, **kwargs):
+            super().__init__(**kwargs)
+            self.units = units
+            self.first = keras.layers.Dense(units, activation="tanh")
+            self.second = keras.layers.Dense(units, activation="tanh")
+
+        def call(self, x):
+            return self.second(self.first(x))
+
+        def get_config(self):
+            return {**super().get_config(), "units": self.units}
+
+    rows = keras.Input((3,))
+    steps = keras.layers.Reshape((3, 1))(rows)
+    recurrent = keras.Model(rows, keras.layers.Dense(1)(
+        keras.layers.RNN(keras.layers.SimpleRNNCell(4))(steps)))
+    block = FrozenPair()
+    block.trainable = False
+    frozen = keras.Model(rows, keras.layers.Dense(1)(block(rows)))
+
+    x = x_rows(rows=48)
+    y = np.random.default_rng(1).standard_normal((48, 1)).astype("float32")
+    mse = keras.losses.MeanSquaredError()
+    for network in (culprit_models.nested(3, 1, bug=0.0), recurrent, frozen):
+        report = check_model(network, x, y, loss=mse)
+        assert report.passed and report.dtype_used == "float64", (network.name, report.notes)
+    wrong = check_model(culprit_models.nested(3, 1, bug=0.01), x, y, loss=mse)
+    assert wrong.dtype_used == "float64" and not wrong.passed
+    assert wrong.culprits == ["block/softplus_block"]
+
+
 # A layer's own losses (add_loss, regularizers) with a tf.custom_gradient 30% too large: part of
 # the loss that trains, so the run's check fails; no layer was named (each layer was checked on
 # its outputs only) and the console pointed at "the loss or a regularizer".

@@ -104,7 +104,16 @@ class Model:
         """The same architecture with every layer computing in `dtype` (built once)."""
         if dtype not in self._twins:
             def in_dtype(layer: keras.layers.Layer) -> keras.layers.Layer:
-                return layer.__class__.from_config({**layer.get_config(), "dtype": dtype})
+                if isinstance(layer, keras.Model) and type(layer).__name__ == "Functional":
+                    # A model used as a layer: rebuilt layer by layer too. From its config, its
+                    # layers kept the float32 their configs name.
+                    inputs = tf.nest.map_structure(
+                        lambda t: keras.Input(tuple(t.shape[1:]), dtype=_in_float(t.dtype, dtype)),
+                        layer.input)
+                    return keras.models.clone_model(layer, clone_function=in_dtype,
+                                                    input_tensors=inputs)
+                return layer.__class__.from_config(
+                    _float_config({**layer.get_config(), "dtype": dtype}, dtype))
 
             network = self.network
             try:
@@ -122,6 +131,7 @@ class Model:
                         twin = network.__class__.from_config({**network.get_config(),
                                                               "dtype": dtype})
                     outputs = twin(tf.zeros((1, self.n_features), dtype))  # builds its variables
+                _same_trainable(network, twin)
                 _check_twin(network, twin, outputs, dtype)
             except Exception as error:  # a model of the person's that cannot be rebuilt
                 why = " ".join(str(error).strip().split("\n\n")[0].split())
@@ -175,6 +185,38 @@ def _dtype_policy(dtype: str) -> Iterator[None]:
         yield
     finally:
         keras.config.set_dtype_policy(before)
+
+
+_FLOATS = ("float16", "bfloat16", "float32", "float64", "mixed_float16", "mixed_bfloat16")
+
+
+def _in_float(found: Any, dtype: str) -> Any:
+    """`dtype` in place of a floating dtype or dtype policy (a name, or a policy's config as
+    Keras serializes it); any other dtype (int32 ids, strings) as it is."""
+    name = found.get("config", {}).get("name") if isinstance(found, dict) else str(found)
+    return dtype if name in _FLOATS else found
+
+
+def _float_config(config: Any, dtype: str) -> Any:
+    """A layer's config with every floating `dtype` in it, its sublayers' included (an RNN's
+    cell, a block's layers), set to `dtype`."""
+    if isinstance(config, dict):
+        return {key: _in_float(value, dtype) if key == "dtype" else _float_config(value, dtype)
+                for key, value in config.items()}
+    if isinstance(config, list):
+        return [_float_config(value, dtype) for value in config]
+    return config
+
+
+def _same_trainable(network: keras.Model, twin: keras.Model) -> None:
+    """Each of the twin's layers trainable as its original: a frozen block's layers, made anew
+    in its __init__, came back trainable, and the twin had more trainable variables. Outermost
+    first (setting a layer's flag sets its sublayers'); nothing when the layers differ."""
+    mine = list(getattr(network, "_flatten_layers", lambda: ())())
+    theirs = list(getattr(twin, "_flatten_layers", lambda: ())())
+    if len(mine) == len(theirs) and all(type(a) is type(b) for a, b in zip(mine, theirs)):
+        for original, copy in zip(mine, theirs):
+            copy.trainable = original.trainable
 
 
 def _check_twin(network: keras.Model, twin: keras.Model, outputs: Any, dtype: str) -> None:
