@@ -40,6 +40,15 @@ def three_outputs(n_features, n_outputs):
     inputs = keras.Input((n_features,))
     return keras.Model(inputs, keras.layers.Dense(3)(inputs))
 
+class NumpyTanh(keras.layers.Layer):
+    def call(self, x):
+        import tensorflow as tf
+        return tf.numpy_function(np.tanh, [x], x.dtype)
+
+def numpy_function(n_features, n_outputs):
+    inputs = keras.Input((n_features,))
+    return keras.Model(inputs, keras.layers.Dense(n_outputs)(NumpyTanh()(inputs)))
+
 def one_argument_loss(y_true):
     return y_true
 
@@ -203,6 +212,12 @@ MISTAKES = [
     (["model=custom", "model._target_=wrong_models.three_outputs"],
      "model._target_=wrong_models.three_outputs: returns outputs of shape (2, 3) for 2 rows, but "
      "data=linear has 1 target column"),
+    # Keras' shape inference failed on a tf.numpy_function: "do not take data=linear's rows
+    # (... Error encountered:)", the cause cut off
+    (["model=custom", "model._target_=wrong_models.numpy_function"],
+     "model._target_=wrong_models.numpy_function: NumpyTanh: Keras could not infer its output "
+     "shape: as_list() is not defined on an unknown TensorShape; give the layer a "
+     "compute_output_shape(input_shape) method"),
     (["model=custom", "model._target_=wrong_models.nope"],
      "model._target_=wrong_models.nope: module wrong_models has no attribute 'nope'"),
     (["model=custom", "model._target_=nowhere.build"],

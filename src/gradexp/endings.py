@@ -47,7 +47,11 @@ def reason_of(error: BaseException) -> str:
         return type(error).__name__
     header = re.match(r"Exception encountered when calling (?:layer '?)?(\w+)", lines[0])
     if header and len(lines) > 1:
-        return f"{header.group(1).removesuffix('.call')}: {lines[1]}"
+        layer = header.group(1).removesuffix('.call')
+        if lines[1].startswith("Could not automatically infer the output shape") \
+                and len(lines) > 2:  # the cause is the line after Keras' "Error encountered:"
+            return f"{layer}: Keras could not infer its output shape: {lines[2].rstrip('.')}"
+        return f"{layer}: {lines[1]}"
     return lines[0]
 
 

@@ -274,11 +274,17 @@ def check_model_fits_data(cfg: DictConfig, data: Any) -> None:
         except (ValueError, TypeError) as error:
             if isinstance(error, ConfigError):
                 raise
+            why = reason_of(error)
+            if "could not infer its output shape" in why:  # a tf.numpy_function's output
+                raise ConfigError(
+                    f"{where}: {why}; give the layer a compute_output_shape(input_shape) "
+                    "method (a tf.numpy_function or tf.py_function returns a tensor of unknown "
+                    "shape)") from None
             # Sequential builds its layers on keras.Input((n_features,)) as it is made: a
             # layer written for other data fails here (digits_cnn's Reshape on 1 feature)
             raise ConfigError(
                 f"{where}: its layers do not take data={cfg.data.name}'s rows of "
-                f"{_features(data)} ({reason_of(error)})") from None
+                f"{_features(data)} ({why})") from None
         _check_built(cfg, data, where, model)
 
 
