@@ -4,11 +4,12 @@ the run's events and what it puts in `logs` lands in MLflow; a built-in one turn
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
 
-from conftest import compose_config, run_cli
+from conftest import REPO, compose_config, run_cli
 from gradexp.loop import run_experiment
 from gradexp.schema import ConfigError
 
@@ -67,6 +68,22 @@ def test_a_user_callback_from_the_launch_folder_adds_a_metric_that_mlflow_record
     assert params["callbacks.mine._target_"] == "mine_a.ValTimes"
     assert params["callbacks.mine.scale"] == "2"
     assert not any(key.startswith("callbacks.recorder") for key in params)
+
+
+def test_the_docs_example_records_the_gap_at_every_evaluation_epoch(store, client, tmp_path):
+    """docs/callbacks.md's ValGap, as written there: it said "at the evaluation epochs" and
+    recorded the latest evaluation's gap at each stretch end (3 of 10, at the wrong steps)."""
+    page = (REPO / "docs" / "callbacks.md").read_text()
+    (tmp_path / "gap_doc.py").write_text(
+        re.search(r"```python\n(class ValGap:.*?)```", page, re.S).group(1))
+    result = run(store, tmp_path, "+callbacks.gap._target_=gap_doc.ValGap", "gradcheck=off")
+    def history(key):
+        return {m.step: m.value for m in client.get_metric_history(result.run_id, key)}
+
+    val, train, gap = history("val/mse"), history("train/mse"), history("gap/mse")
+    assert set(gap) == set(val) == {5, 10, 15, 20}
+    for step, value in gap.items():
+        assert value == pytest.approx(val[step] - train[step]), step
 
 
 def test_a_built_in_callback_turns_off(store, client, tmp_path):
