@@ -95,6 +95,7 @@ def test_a_store_mlflow_cannot_open_is_one_line_before_anything_is_made(tmp_path
     with pytest.raises(ConfigError) as refused:
         run_experiment(cfg, quiet=True, launch_dir=tmp_path)
     assert says in str(refused.value) and "\n" not in str(refused.value)
+    assert "file://" not in str(refused.value)  # it lists what it would take, not refuses
     assert list(tmp_path.iterdir()) == []  # no store, no folder of runs
 
 

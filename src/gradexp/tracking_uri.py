@@ -131,15 +131,21 @@ def check_store_kind(uri: str, shown: str | None = None) -> None:
                           f"sqlite:///{typed.removeprefix('file:')} (three slashes before a "
                           "relative path, four before an absolute one)")
     if scheme not in known:
-        accepted = ", ".join(f"{name}://" for name in sorted(known) if name)
+        accepted = ", ".join(f"{name}://" for name in sorted(known - _refused_kinds()) if name)
         raise ConfigError(f"{key}: MLflow has no store for {scheme}:// URIs; accepted: "
                           f"{accepted}, or null (sqlite:///mlflow.db in the launch folder)")
-    if scheme in ("", "file"):
-        try:
-            from mlflow.environment_variables import MLFLOW_ALLOW_FILE_STORE
-        except ImportError:  # an MLflow that still takes folder stores as they are
-            return
-        if not MLFLOW_ALLOW_FILE_STORE.get():
-            raise ConfigError(f"{key}: MLflow refuses a folder as a store (its file store is in "
-                              "maintenance mode); use sqlite:///PATH/mlflow.db or null "
-                              "(./mlflow.db), or set MLFLOW_ALLOW_FILE_STORE=true")
+    if scheme in _refused_kinds():
+        raise ConfigError(f"{key}: MLflow refuses a folder as a store (its file store is in "
+                          "maintenance mode); use sqlite:///PATH/mlflow.db or null "
+                          "(./mlflow.db), or set MLFLOW_ALLOW_FILE_STORE=true")
+
+
+def _refused_kinds() -> set[str]:
+    """The schemes MLflow knows but refuses as they are: its folder store (file://, a bare
+    path), in maintenance mode since MLflow 3 unless MLFLOW_ALLOW_FILE_STORE=true. Left out
+    of the accepted kinds a typo's line lists."""
+    try:
+        from mlflow.environment_variables import MLFLOW_ALLOW_FILE_STORE
+    except ImportError:  # an MLflow that still takes folder stores as they are
+        return set()
+    return set() if MLFLOW_ALLOW_FILE_STORE.get() else {"", "file"}
