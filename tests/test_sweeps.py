@@ -243,6 +243,7 @@ def test_a_sweep_tracks_into_an_mlflow_server_and_reads_back_over_http(tmp_path,
     assert done.returncode == 0, done.stderr[-3000:]
     assert not (launch / "mlflow.db").exists() and not (launch / "mlruns").exists()
     assert mlflow_server in done.stdout  # the link to compare the runs points at the server
+    assert "View run" not in done.stdout  # gradexp's own link, not MLflow's at every run end
     from mlflow import MlflowClient
 
     client = MlflowClient(mlflow_server)  # over HTTP, as a teammate would

@@ -105,6 +105,9 @@ def open_client(uri: str):
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
     # No tqdm bars on stderr when artifacts are fetched (gradexp compare reads history.parquet).
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    # Nor MLflow's "🏃 View run ... / 🧪 View experiment ..." lines at a server's every run end:
+    # gradexp prints the run's link itself, once.
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     from mlflow import MlflowClient
 
     from gradexp.tensorflow_import import freeze_imported_objects
