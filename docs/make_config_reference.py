@@ -72,10 +72,13 @@ def schema_of(option_file: Path, group: str) -> type | None:
     return None
 
 
-def table(schema: type, values, only: tuple[str, ...] = ()) -> list[str]:
+def table(schema: type, values, only: tuple[str, ...] = (), stem: str = "") -> list[str]:
     rows = ["| key | type | default | accepts | meaning |", "|---|---|---|---|---|"]
     for row in describe(schema):
-        if row.key in ("name", "_target_") or (only and row.key not in only):
+        # `name` and `_target_` label the option and are left out, but where a person sets the
+        # name: sklearn's picks its data set (custom options say their _target_ in their doc).
+        picks = row.key == "name" and values is not None and values.get("name") != stem
+        if (row.key in ("name", "_target_") and not picks) or (only and row.key not in only):
             continue
         value = OmegaConf.select(values, row.key, default=row.default) if values else row.default
         if OmegaConf.is_config(value):
@@ -102,7 +105,7 @@ def reference() -> str:
                 lines += [" ".join(schema.__doc__.split()), ""]
             if target and target != "???":
                 lines += [f"Runs `{target}`.", ""]
-            lines += [*table(schema, values), ""]
+            lines += [*table(schema, values, stem=option_file.stem), ""]
     for name, schema in (("eval", EvalConfig), ("sweep", SweepConfig)):
         lines += [f"## {name}", "", f"Set in [`conf/config.yaml`](../conf/config.yaml) or a "
                   f"preset: `{name}.KEY=VALUE`.", "", *table(schema, None), ""]
