@@ -83,6 +83,9 @@ def test_unknown_key_is_refused():
 
 @pytest.mark.parametrize(("override", "message"), [
     ("trainer.epochs=0", "trainer.epochs=0: must be an integer >= 1"),
+    # the id left out: a fresh run started, silently
+    ("trainer.resume=", "trainer.resume=: must be an MLflow run id (not empty), or null to start "
+                        "a new run"),
     ("optimizer.learning_rate=-1", "optimizer.learning_rate=-1.0: must be a number > 0"),
     ("trainer.batch_size=0", "trainer.batch_size=0: must be an integer >= 1"),
     ("data.noise=-0.5", "data.noise=-0.5: must be a number >= 0"),

@@ -24,6 +24,7 @@ from gradexp.schema_fields import (  # noqa: F401  (re-exported: gradexp.schema.
     MOMENTUM,
     NAME,
     NON_NEGATIVE,
+    RUN_ID,
     SEED,
     SEED_MAX,
     WIDTHS,
@@ -415,7 +416,7 @@ class TrainerConfig:
         None, "epochs between checkpoints (checkpoints/RUN_ID/); null = about once a minute; "
         "0 = never", at_least(0, " (0: never), or null"))
     resume: str | None = setting(None, "an MLflow run id: continue that run from its last "
-                                 "checkpoint")
+                                 "checkpoint", RUN_ID)
 
 
 @dataclass

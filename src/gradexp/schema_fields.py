@@ -46,6 +46,9 @@ NON_NEGATIVE = Rule(lambda v: v >= 0, "must be a number >= 0")
 MOMENTUM = Rule(lambda v: 0 <= v <= 1, "must be a number in [0, 1]")
 SEED = Rule(lambda v: _is_int(v) and 0 <= v <= SEED_MAX, f"must be an integer in [0, {SEED_MAX}]")
 NAME = Rule(lambda v: isinstance(v, str) and v.strip() != "", "must be a name (not empty)")
+# `trainer.resume=` with the id left out started a fresh run, silently
+RUN_ID = Rule(lambda v: isinstance(v, str) and v.strip() != "",
+              "must be an MLflow run id (not empty), or null to start a new run")
 COLUMNS = Rule(lambda v: len(v) > 0,
                "must be a list of column names, e.g. [area,rooms], or null for every other column")
 WIDTHS = Rule(lambda v: all(_is_int(w) and w >= 1 for w in v),
