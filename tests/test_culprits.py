@@ -320,6 +320,32 @@ def test_models_in_models_recurrent_cells_and_frozen_blocks_are_checked_in_float
     assert wrong.dtype_used == "float64" and not wrong.passed
     assert wrong.culprits == ["block/softplus_block"]
 
+    # A block whose own call is 1% off in its backward, around Dense layers its __init__ makes:
+    # named, and checked alone in float64 (its copy's Dense layers stayed float32, so the
+    # layer's check fell back to float32).
+    @keras.saving.register_keras_serializable("test_culprits")
+    class WrongBlock(keras.layers.Layer):
+        def __init__(self, units=4, **kwargs):
+            super().__init__(**kwargs)
+            self.units = units
+            self.inner = keras.layers.Dense(units)
+
+        def call(self, x):
+            @tf.custom_gradient
+            def tanh(z):
+                return tf.tanh(z), lambda up: up * (1 - tf.tanh(z) ** 2) * 1.01
+            return tanh(self.inner(x))
+
+        def get_config(self):
+            return {**super().get_config(), "units": self.units}
+
+    import tensorflow as tf
+
+    blocks = keras.Model(rows, keras.layers.Dense(1, name="head")(WrongBlock(name="block")(rows)))
+    wrong = check_model(blocks, x, y, loss=mse)
+    assert not wrong.passed and wrong.culprits == ["block"]
+    assert [verdict.dtype for verdict in wrong.culprit_checks] == ["float64"]
+
 
 # A layer's own losses (add_loss, regularizers) with a tf.custom_gradient 30% too large: part of
 # the loss that trains, so the run's check fails; no layer was named (each layer was checked on

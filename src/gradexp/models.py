@@ -104,16 +104,7 @@ class Model:
         """The same architecture with every layer computing in `dtype` (built once)."""
         if dtype not in self._twins:
             def in_dtype(layer: keras.layers.Layer) -> keras.layers.Layer:
-                if isinstance(layer, keras.Model) and type(layer).__name__ == "Functional":
-                    # A model used as a layer: rebuilt layer by layer too. From its config, its
-                    # layers kept the float32 their configs name.
-                    inputs = tf.nest.map_structure(
-                        lambda t: keras.Input(tuple(t.shape[1:]), dtype=_in_float(t.dtype, dtype)),
-                        layer.input)
-                    return keras.models.clone_model(layer, clone_function=in_dtype,
-                                                    input_tensors=inputs)
-                return layer.__class__.from_config(
-                    _float_config({**layer.get_config(), "dtype": dtype}, dtype))
+                return layer_in_dtype(layer, dtype)
 
             network = self.network
             try:
@@ -131,7 +122,7 @@ class Model:
                         twin = network.__class__.from_config({**network.get_config(),
                                                               "dtype": dtype})
                     outputs = twin(tf.zeros((1, self.n_features), dtype))  # builds its variables
-                _same_trainable(network, twin)
+                same_trainable(network, twin)
                 _check_twin(network, twin, outputs, dtype)
             except Exception as error:  # a model of the person's that cannot be rebuilt
                 why = " ".join(str(error).strip().split("\n\n")[0].split())
@@ -190,6 +181,22 @@ def _dtype_policy(dtype: str) -> Iterator[None]:
 _FLOATS = ("float16", "bfloat16", "float32", "float64", "mixed_float16", "mixed_bfloat16")
 
 
+def layer_in_dtype(layer: keras.layers.Layer, dtype: str) -> keras.layers.Layer:
+    """`layer` made anew from its config, computing in `dtype`: every floating dtype its config
+    names (its sublayers' too: an RNN's cell, a block's layers) set so. A model used as a layer
+    is rebuilt layer by layer, on new Inputs in `dtype`: from its config, its layers kept the
+    float32 their configs name. (The float64 twin of the checks, and a layer checked alone.)"""
+    if isinstance(layer, keras.Model) and type(layer).__name__ == "Functional":
+        inputs = tf.nest.map_structure(
+            lambda t: keras.Input(tuple(t.shape[1:]), dtype=_in_float(t.dtype, dtype)),
+            layer.input)
+        return keras.models.clone_model(layer, input_tensors=inputs,
+                                        clone_function=lambda sub: layer_in_dtype(sub, dtype))
+    with _dtype_policy(dtype):  # sublayers its __init__ makes without dtype= take the policy
+        return layer.__class__.from_config(
+            _float_config({**layer.get_config(), "dtype": dtype}, dtype))
+
+
 def _in_float(found: Any, dtype: str) -> Any:
     """`dtype` in place of a floating dtype or dtype policy (a name, or a policy's config as
     Keras serializes it); any other dtype (int32 ids, strings) as it is."""
@@ -208,7 +215,7 @@ def _float_config(config: Any, dtype: str) -> Any:
     return config
 
 
-def _same_trainable(network: keras.Model, twin: keras.Model) -> None:
+def same_trainable(network: keras.layers.Layer, twin: keras.layers.Layer) -> None:
     """Each of the twin's layers trainable as its original: a frozen block's layers, made anew
     in its __init__, came back trainable, and the twin had more trainable variables. Outermost
     first (setting a layer's flag sets its sublayers'); nothing when the layers differ."""

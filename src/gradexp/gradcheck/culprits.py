@@ -322,6 +322,8 @@ def _in_dtype(layer: Any, dtype: str, flat: list, checked: list[int], args: Any,
     else the layer itself, in its own dtype (user code with float32 constants, say)."""
     import tensorflow as tf
 
+    from gradexp.models import same_trainable
+
     own = _dtype_of(layer)
     if own == dtype:
         return layer, own
@@ -331,6 +333,7 @@ def _in_dtype(layer: Any, dtype: str, flat: list, checked: list[int], args: Any,
         call_args, call_kwargs = tf.nest.pack_sequence_as((args, kwargs), full)
         if not copy.built:
             copy(*call_args, **call_kwargs)
+        same_trainable(layer, copy)  # a frozen block's layers come back trainable
         shapes = [tuple(v.shape) for v in layer.trainable_variables]
         if ([tuple(v.shape) for v in copy.trainable_variables] != shapes
                 or len(copy.non_trainable_variables) != len(state)):
@@ -353,11 +356,11 @@ def _rebuilt(layer: Any, dtype: str) -> Any:
     """The same layer (same config) computing in `dtype`, unbuilt unless it builds itself."""
     import keras
 
-    def in_dtype(sub: Any) -> Any:
-        return sub.__class__.from_config({**sub.get_config(), "dtype": dtype})
+    from gradexp.models import layer_in_dtype
 
-    if type(layer).__name__ in ("Sequential", "Functional"):
+    if type(layer).__name__ == "Sequential":
         inputs = [keras.Input(tuple(t.shape[1:]), dtype=dtype) for t in layer.inputs]
         return keras.models.clone_model(layer, input_tensors=inputs if len(inputs) > 1
-                                        else inputs[0], clone_function=in_dtype)
-    return in_dtype(layer)
+                                        else inputs[0],
+                                        clone_function=lambda sub: layer_in_dtype(sub, dtype))
+    return layer_in_dtype(layer, dtype)
