@@ -21,7 +21,7 @@ from mlflow import MlflowClient
 
 import gradexp
 from conftest import CONF, run_cli, user_modules
-from gradexp import trainer
+from gradexp import shared_programs, trainer
 
 QUICK = ("trainer.epochs=3", "gradcheck=off", "tracking.log_model=false")
 
@@ -270,6 +270,9 @@ def test_a_builder_redefined_between_two_runs_is_trained_and_checked_as_redefine
     # Within one launch the code is one: the sweep's second job reuses the first one's trace.
     assert [result.gradcheck_passed for result in rates] == [True, True]
     assert trainer.TRACES - traces == 1
+    # The next call lets the notebook's models go: never reused, each held its programs.
+    gradexp.run(f"tracking.uri={store}", *QUICK, launch_dir=tmp_path)
+    assert all(key[-1] is None for key in shared_programs._SHARED)
 
 
 def test_a_model_redefined_to_train_only_eagerly_is_refused_before_its_run(

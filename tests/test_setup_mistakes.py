@@ -49,6 +49,18 @@ def numpy_function(n_features, n_outputs):
     inputs = keras.Input((n_features,))
     return keras.Model(inputs, keras.layers.Dense(n_outputs)(NumpyTanh()(inputs)))
 
+class FixedThree(keras.layers.Layer):
+    def build(self, shape):
+        self.w = self.add_weight(shape=(3, 1))
+
+    def call(self, x):
+        import tensorflow as tf
+        return tf.matmul(x, self.w)
+
+def fixed_three(n_features, n_outputs):
+    inputs = keras.Input((n_features,))
+    return keras.Model(inputs, FixedThree()(inputs))
+
 def one_argument_loss(y_true):
     return y_true
 
@@ -218,6 +230,10 @@ MISTAKES = [
      "model._target_=wrong_models.numpy_function: NumpyTanh: Keras could not infer its output "
      "shape: as_list() is not defined on an unknown TensorShape; give the layer a "
      "compute_output_shape(input_shape) method"),
+    # any other error in a layer's call while building is not an unknown shape
+    (["model=custom", "model._target_=wrong_models.fixed_three"],
+     "model._target_=wrong_models.fixed_three: its layers do not take data=linear's rows of 1 "
+     "feature (FixedThree: Keras could not infer its output shape: Dimensions must be equal"),
     (["model=custom", "model._target_=wrong_models.nope"],
      "model._target_=wrong_models.nope: module wrong_models has no attribute 'nope'"),
     (["model=custom", "model._target_=nowhere.build"],

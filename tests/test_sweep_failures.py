@@ -108,9 +108,10 @@ def test_a_job_failing_before_its_run_opens_is_listed_failed_and_fails_the_sweep
     client = MlflowClient(store)
     (parent,) = [run for run in all_runs(store) if "mlflow.parentRunId" not in run.data.tags]
     assert parent.info.status == "FAILED"
-    # Read in MLflow, where no line is "above" it: the children's own reasons are named.
+    # Read in MLflow, where no line is "above" it: where each job's reason is kept.
     assert parent.data.tags["gradexp.status_reason"] == (
-        "1 of 2 jobs failed (each child run's gradexp.status_reason tag says why)")
+        "1 of 2 jobs failed (each child run's gradexp.status_reason tag says why; a job that "
+        "failed before its run opened, sweep_summary.json)")
     summary = json.load(open(client.download_artifacts(parent.info.run_id, "sweep_summary.json")))
     rows = {row["run_name"]: row for row in summary["children"]}
     assert set(rows) == {"data.path=missing.csv", "data.path=houses_num.csv"}

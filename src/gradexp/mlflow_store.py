@@ -133,9 +133,11 @@ def forget_opened_store(uri: str) -> None:
     stayed unusable, every write "attempt to write a readonly database"; forgotten, the next
     client makes the store anew, as a new process does. (Private caches, hence getattr: a
     MLflow without them keeps nothing to forget.)"""
-    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-    from mlflow.tracking._tracking_service import utils
-
+    try:
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+        from mlflow.tracking._tracking_service import utils
+    except ImportError:  # moved in another MLflow: nothing of ours to forget
+        return
     engine = getattr(SqlAlchemyStore, "_engine_map", {}).pop(uri, None)
     if engine is not None:
         engine.dispose()

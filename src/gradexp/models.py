@@ -188,7 +188,8 @@ def layer_in_dtype(layer: keras.layers.Layer, dtype: str) -> keras.layers.Layer:
     float32 their configs name. (The float64 twin of the checks, and a layer checked alone.)"""
     if isinstance(layer, keras.Model) and type(layer).__name__ == "Functional":
         inputs = tf.nest.map_structure(
-            lambda t: keras.Input(tuple(t.shape[1:]), dtype=_in_float(t.dtype, dtype)),
+            lambda t: keras.Input(batch_shape=t.shape, dtype=_in_float(t.dtype, dtype),
+                                  name=t.name),
             layer.input)
         return keras.models.clone_model(layer, input_tensors=inputs,
                                         clone_function=lambda sub: layer_in_dtype(sub, dtype))

@@ -57,6 +57,13 @@ VERDICTS_KEPT = 64
 _PASSED: dict[tuple, None] = {}
 
 
+def forget_user_code() -> None:
+    """Drop the verdicts on a person's code (a key whose last element, its launch, is not None):
+    a later launch never reuses them."""
+    for key in [key for key in _PASSED if key[-1] is not None]:
+        del _PASSED[key]
+
+
 def warning_line(message: str) -> None:
     """One line about a setup that runs but is probably not what was meant."""
     from rich.console import Console
@@ -275,7 +282,10 @@ def check_model_fits_data(cfg: DictConfig, data: Any) -> None:
             if isinstance(error, ConfigError):
                 raise
             why = reason_of(error)
-            if "could not infer its output shape" in why:  # a tf.numpy_function's output
+            # Keras words any error of a layer's call while building as "could not infer the
+            # output shape" (a mismatch with the data's rows too); an unknown shape is the one
+            # compute_output_shape mends: a tf.numpy_function's output.
+            if "unknown TensorShape" in why or "unknown rank" in why:
                 raise ConfigError(
                     f"{where}: {why}; give the layer a compute_output_shape(input_shape) "
                     "method (a tf.numpy_function or tf.py_function returns a tensor of unknown "
@@ -343,15 +353,15 @@ def verdict_key(cfg: DictConfig, data: Any) -> tuple:
     """What decides whether a model's training call traces: the model's config (its builder,
     kwargs or layers, their regularizers: model.losses) but its seed, which moves only weights,
     the files of the code its `_target_`s name (a module of the same name in another launch
-    folder is other code; a person's code is kept within its launch: user_code.code_version),
+    folder is other code; a person's code within its launch: user_code.user_code_launch),
     the data's sizes and trainer.compile. A short tuple."""
-    from gradexp.user_code import code_version, targets_in
+    from gradexp.user_code import targets_in, user_code_launch
 
     options = OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True)
     options.pop("seed", None)
     files = tuple(_code_file(target) for target in dict.fromkeys(targets_in(options)))
     return (repr(options), files, data.n_features, data.n_outputs, bool(cfg.trainer.compile),
-            code_version(cfg, ("model",)))
+            user_code_launch(cfg, ("model",)))
 
 
 def _code_file(target: str) -> str:

@@ -65,8 +65,8 @@ def data_fingerprint(data: Any) -> str:
 def shape_key(cfg: DictConfig, data: Any, device: Any, eval_metrics: Any) -> tuple | None:
     """What the traced programs of a run depend on; None when its parts are not shared (a
     resumed run, a streamed data set, a distribution strategy, eager training). A person's own
-    code is part of it only within the launch that ran it (user_code.code_version)."""
-    from gradexp.user_code import code_version
+    code is part of it only within the launch that ran it (user_code.user_code_launch)."""
+    from gradexp.user_code import user_code_launch
 
     if (cfg.trainer.resume or data.stream is not None or device.strategy is not None
             or not cfg.trainer.compile):
@@ -85,7 +85,7 @@ def shape_key(cfg: DictConfig, data: Any, device: Any, eval_metrics: Any) -> tup
         epochs = cfg.trainer.epochs
     return (plain(cfg.model), plain(cfg.loss), repr(optimizer), epochs, data_fingerprint(data),
             cfg.trainer.batch_size, cfg.trainer.jit_compile, plain(eval_metrics), device.used,
-            bool(cfg.trainer.deterministic), code_version(cfg))
+            bool(cfg.trainer.deterministic), user_code_launch(cfg))
 
 
 def take(key: tuple | None, fresh_model: Any) -> SharedParts | None:
@@ -111,7 +111,8 @@ def take(key: tuple | None, fresh_model: Any) -> SharedParts | None:
 
 def check_shape(key: tuple) -> tuple:
     """The part of a shape_key the gradient checks' float64 functions depend on: the model,
-    the loss, the data and the device, not the optimizer, the batch size or the metrics. Jobs
+    the loss, the data, the device and the launch of a person's code, not the optimizer, the
+    batch size or the metrics. Jobs
     of other optimizers share them (gradexp.run_checks, `shared_check_functions`)."""
     return (key[0], key[1], key[4], key[8], key[10])
 
@@ -181,6 +182,15 @@ def check_functions(model: Any, key: tuple) -> Any:
                                        for a, b in zip(mine, theirs)):
         return None
     return losses
+
+
+def forget_user_code() -> None:
+    """Let go of the parts traced on a person's code (a key whose last element, its launch, is
+    not None): a later launch never reuses them, and each held a model and its programs."""
+    for key in [key for key in _SHARED if key[-1] is not None]:
+        del _SHARED[key]
+    for key in [key for key in _CHECKS if key[0][-1] is not None]:
+        del _CHECKS[key]
 
 
 def clear() -> None:

@@ -188,7 +188,8 @@ class MlflowSweepCallback(Callback):
                 f"sweep's parent run {self.tracker.run_id} ended FAILED")
         # The parent's reason is read in MLflow, where no line is "above": each child holds its.
         reason = (f"{len(failed)} of {len(summary.rows)} jobs failed (each child run's "
-                  f"{REASON_TAG} tag says why)")
+                  f"{REASON_TAG} tag says why; a job that failed before its run opened, "
+                  "sweep_summary.json)")
         # Ended and marked so at once: an interrupt before leaves it for the exit hook to end
         # KILLED; one after, it is ended (the hook would otherwise turn FINISHED into KILLED).
         with interrupts_deferred():

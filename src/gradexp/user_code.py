@@ -29,7 +29,7 @@ from gradexp.schema import ConfigError
 LABELLED_GROUPS = ("data", "model", "loss")
 # The groups whose code the traced training, evaluation and check programs run.
 TRACED_GROUPS = ("model", "loss", "optimizer", "eval")
-# Code that cannot change while a process runs (a person's own can: `code_version`).
+# Code that cannot change while a process runs (a person's own can: `user_code_launch`).
 LIBRARY_PACKAGES = frozenset({"gradexp", "keras", "tensorflow"})
 
 # The launches (gradexp.run, gradexp.sweep, a test's run) this process has started. A person's
@@ -43,12 +43,16 @@ _launches = 0
 
 
 def new_launch() -> None:
-    """Start a launch: what was kept for a person's code is not reused after this."""
+    """Start a launch: what was kept for a person's code is let go (never reused after this)."""
     global _launches
     _launches += 1
+    from gradexp import setup_checks, shared_programs
+
+    shared_programs.forget_user_code()
+    setup_checks.forget_user_code()
 
 
-def code_version(cfg: DictConfig, groups: tuple[str, ...] = TRACED_GROUPS) -> int | None:
+def user_code_launch(cfg: DictConfig, groups: tuple[str, ...] = TRACED_GROUPS) -> int | None:
     """None when every `_target_` under `groups` is gradexp's, Keras' or TensorFlow's own (code
     that is the same in every launch of a process); else this launch's number, so that keys
     built with it match within the launch only."""

@@ -43,7 +43,7 @@ _KINK_RETRIES = 3
 # A direction's elements are scaled down where the analytical gradient exceeds this many times
 # its median magnitude (_direction_weights), but never below this share of its largest one.
 _WEIGHT_LIMIT = 4.0
-_WEIGHT_RANGE = 1e-3
+_WEIGHT_FLOOR = 1e-3
 # False inside plain_directions().
 _WEIGHTED: contextvars.ContextVar[bool] = contextvars.ContextVar("weighted", default=True)
 
@@ -272,7 +272,7 @@ def _direction_weights(g: np.ndarray) -> Any:
     finite difference gets worse; u stays a random direction, so vᵀJu is still a valid check
     of every element (a wrong large g_j still shows, as a relative error of that limit).
 
-    The limit is at least _WEIGHT_RANGE times the largest |g|: where most elements have almost
+    The limit is at least _WEIGHT_FLOOR times the largest |g|: where most elements have almost
     no gradient (a saturated tanh: 1e-9 beside 0.02-1), the median's limit weighed every
     element that matters down to 1e-9, the whole probe sank under the absolute tolerance, and a
     gradient of the wrong sign passed.
@@ -285,7 +285,7 @@ def _direction_weights(g: np.ndarray) -> Any:
     if sample.size == 0:
         return None
     largest = float(np.max(a))
-    limit = max(_WEIGHT_LIMIT * float(np.median(sample)), _WEIGHT_RANGE * largest)
+    limit = max(_WEIGHT_LIMIT * float(np.median(sample)), _WEIGHT_FLOOR * largest)
     if not largest > limit:  # also None for a NaN gradient: failed as it is
         return None
     a = tf.constant(a, tf.float64)
