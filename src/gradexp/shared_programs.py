@@ -112,8 +112,8 @@ def take(key: tuple | None, fresh_model: Any) -> SharedParts | None:
 def check_shape(key: tuple) -> tuple:
     """The part of a shape_key the gradient checks' float64 functions depend on: the model,
     the loss, the data, the device and the launch of a person's code, not the optimizer, the
-    batch size or the metrics. Jobs
-    of other optimizers share them (gradexp.run_checks, `shared_check_functions`)."""
+    batch size or the metrics. Jobs of other optimizers share them (gradexp.run_checks,
+    `shared_check_functions`)."""
     return (key[0], key[1], key[4], key[8], key[10])
 
 
