@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import conftest
-from conftest import compose_config
+from conftest import compose_config, read_report
 from gradexp.data import load_data
 
 # Layers and builders a person would write: each builder is `(n_features, n_outputs, **kw)`.
@@ -179,6 +179,13 @@ def token_sum(n_features, n_outputs, vocab=10):
     inputs = keras.Input((n_features,), dtype="int32")
     embedded = keras.layers.Flatten()(keras.layers.Embedding(vocab, 4, name="emb")(inputs))
     return keras.Model(inputs, keras.layers.Dense(n_outputs, name="head")(embedded))
+
+
+def half_precision_mlp(n_features, n_outputs):
+    """A hidden layer under Keras' mixed_float16 policy: it computes in float16."""
+    inputs = keras.Input((n_features,))
+    hidden = keras.layers.Dense(8, activation="tanh", name="half", dtype="mixed_float16")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(n_outputs, name="head")(hidden))
 '''
 
 
@@ -400,6 +407,21 @@ def test_a_float64_model_trains_and_is_evaluated(store, tmp_path, user_models):
                  "data.n_features=3", "trainer.epochs=5")
     assert result.gradcheck_passed is True
     assert np.isfinite(result.metrics["val/mse"]) and -1 < result.metrics["val/r2"] <= 1
+
+
+def test_a_mixed_precision_layer_is_said_to_be_checked_in_float64(store, client, tmp_path,
+                                                                   user_models):
+    # Its training computes in float16; the check verifies its math in float64. Silently, the
+    # verdict read as if it covered half precision's rounding.
+    from gradexp.tag_keys import GRADCHECK_DTYPE_TAG
+
+    result = run(store, tmp_path, "model=custom", f"model._target_={user_models}.half_precision_mlp",
+                 "trainer.epochs=2", "gradcheck.at_end=false")
+    assert result.gradcheck_passed is True
+    notes = read_report(client, result.run_id, 0)["notes"]
+    assert any(note.startswith("layer half computes in float16/bfloat16") and "in float64" in note
+               and "loss" in note for note in notes), notes
+    assert client.get_run(result.run_id).data.tags[GRADCHECK_DTYPE_TAG] == "float64"
 
 
 @pytest.mark.parametrize(("off", "passes"), [(1.0, True), (1.1, False)])

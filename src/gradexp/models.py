@@ -178,6 +178,13 @@ def _dtype_policy(dtype: str) -> Iterator[None]:
         keras.config.set_dtype_policy(before)
 
 
+def half_precision_layers(network: keras.Model) -> list[str]:
+    """The layers of `network` that compute in float16 or bfloat16 (a mixed-precision policy):
+    the check verifies their math in float64, which their training does not compute in."""
+    return [layer.name for layer in network._flatten_layers(include_self=False)
+            if getattr(layer, "compute_dtype", None) in ("float16", "bfloat16")]
+
+
 _FLOATS = ("float16", "bfloat16", "float32", "float64", "mixed_float16", "mixed_bfloat16")
 
 

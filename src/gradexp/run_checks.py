@@ -44,7 +44,7 @@ from gradexp.gradcheck.joint import JointFunction, check_jointly, direction_scal
 from gradexp.gradcheck.report import ReportedError
 from gradexp.gradcheck.second_order import second_order_reports
 from gradexp.losses import build_loss
-from gradexp.models import Model, read_values
+from gradexp.models import Model, half_precision_layers, read_values
 
 
 @dataclass
@@ -256,7 +256,19 @@ def _check(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, e
             return result
     result = _check_dtype(cfg, model, loss_cfg, data, epoch, eager, training)
     result.mode = "train" if training else "inference"
+    half = half_precision_layers(model.network)
+    if half:
+        result.notes.append(half_precision_note(half, result.dtype))
     return result
+
+
+def half_precision_note(layers: list[str], dtype: str) -> str:
+    """What a check of a mixed-precision model verifies, and what it does not."""
+    named = ", ".join(layers[:4]) + (f" and {len(layers) - 4} more" if len(layers) > 4 else "")
+    named = f"layer {named} computes" if len(layers) == 1 else f"layers {named} compute"
+    return (f"{named} in float16/bfloat16 (a mixed-precision policy): the check "
+            f"verifies their math in {dtype}, not half precision's rounding or overflow, and "
+            "training scales no loss (Keras' fit would, for a mixed_float16 model)")
 
 
 RANDOM_NOTE = ("the training-mode loss differs between two evaluations at the same point (a "

@@ -70,9 +70,8 @@ class GradientChecks(Callback):
                                         " (not connected to the loss)", highlight=False)
         if result.notes and len(run.checks) == 1:  # e.g. user code that only runs in float32
             run.set_tags({GRADCHECK_DTYPE_TAG: result.dtype})
-            if not run.quiet:
-                console.console().print(f"[yellow]warning:[/yellow] {result.notes[0]}",
-                                        highlight=False)
+            for note in [] if run.quiet else result.notes:
+                console.console().print(f"[yellow]warning:[/yellow] {note}", highlight=False)
         for key, value in result.metrics().items():
             run.log_metric(key, value, epoch)
         run.log_artifact("dict", result.to_dict(), f"gradcheck/report_epoch_{epoch:05d}.json")
