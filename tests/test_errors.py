@@ -36,6 +36,10 @@ BAD_INPUTS = [
     (["trainer.epochs=1.5"], 2, "trainer.epochs=1.5: must be an integer"),
     (["trainer.epochs=null"], 2, "trainer.epochs=null: must be an integer"),
     (["trainer.epoch=5"], 2, "did you mean trainer.epochs?"),
+    # Hydra refuses two modes in a ValueError traceback
+    (["--cfg", "job", "-m", "trainer.epochs=2,3"], 2,
+     "Only one of --run, --multirun, --cfg, --info and --shell_completion can be specified "
+     "(Hydra runs one at a time): to see a sweep job's config, give that job's values without -m"),
     (["model=custom", "model._target_=my.build", "model.kwargs.width=8"], 2,
      "model.kwargs.width=8: model.kwargs has no key width yet; add it with a +: "
      "+model.kwargs.width=8"),

@@ -415,8 +415,9 @@ def test_a_mixed_precision_layer_is_said_to_be_checked_in_float64(store, client,
     # verdict read as if it covered half precision's rounding.
     from gradexp.tag_keys import GRADCHECK_DTYPE_TAG
 
-    result = run(store, tmp_path, "model=custom", f"model._target_={user_models}.half_precision_mlp",
-                 "trainer.epochs=2", "gradcheck.at_end=false")
+    result = run(store, tmp_path, "model=custom",
+                 f"model._target_={user_models}.half_precision_mlp", "trainer.epochs=2",
+                 "gradcheck.at_end=false")
     assert result.gradcheck_passed is True
     notes = read_report(client, result.run_id, 0)["notes"]
     assert any(note.startswith("layer half computes in float16/bfloat16") and "in float64" in note

@@ -361,6 +361,12 @@ def _main() -> None:
         if wants_traceback:
             raise
         _exit(launch_failure(error, sys.argv[1:]))
+    except ValueError as error:  # Hydra's own refusal of two modes (-m --cfg job), a traceback
+        if wants_traceback or not str(error).startswith("Only one of --run, --multirun"):
+            raise
+        _exit(Failure(f"{error} (Hydra runs one at a time): to see a sweep job's config, give "
+                      "that job's values without -m, e.g. python -m gradexp --cfg job "
+                      "optimizer=adam", EXIT_BAD_INPUT))
 
 
 if __name__ == "__main__":
