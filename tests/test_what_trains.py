@@ -186,6 +186,23 @@ def half_precision_mlp(n_features, n_outputs):
     inputs = keras.Input((n_features,))
     hidden = keras.layers.Dense(8, activation="tanh", name="half", dtype="mixed_float16")(inputs)
     return keras.Model(inputs, keras.layers.Dense(n_outputs, name="head")(hidden))
+
+
+class ScaledWithSpare(keras.layers.Layer):
+    """x * w, with a weight `spare` the call never reads."""
+
+    def build(self, shape):
+        self.w = self.add_weight(shape=(shape[-1],), initializer="ones", name="w")
+        self.spare = self.add_weight(shape=(1,), initializer="zeros", name="spare")
+
+    def call(self, x):
+        return x * self.w
+
+
+def with_spare_weight(n_features, n_outputs):
+    inputs = keras.Input((n_features,))
+    scaled = ScaledWithSpare(name="scaled")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(n_outputs, name="head")(scaled))
 '''
 
 
@@ -204,8 +221,8 @@ def user_models(tmp_path, request):
 LEAN = ("gradcheck.plots=false", "tracking.log_model=false")
 
 
-def run(store, tmp_path, *overrides):
-    return conftest.run(store, *LEAN, *overrides, launch_dir=tmp_path)
+def run(store, tmp_path, *overrides, quiet=True):
+    return conftest.run(store, *LEAN, *overrides, launch_dir=tmp_path, quiet=quiet)
 
 
 # ---------------------------------------------------------------- one loss
@@ -423,6 +440,19 @@ def test_a_mixed_precision_layer_is_said_to_be_checked_in_float64(store, client,
     assert any(note.startswith("layer half computes in float16/bfloat16") and "in float64" in note
                and "loss" in note for note in notes), notes
     assert client.get_run(result.run_id).data.tags[GRADCHECK_DTYPE_TAG] == "float64"
+
+
+@pytest.mark.parametrize("gradcheck", ["default", "off"])
+def test_a_weight_no_gradient_reaches_is_named_once_checked_or_not(store, tmp_path, user_models,
+                                                                   capsys, recwarn, gradcheck):
+    # Keras' own warning asked "did you forget to provide a loss argument to model.compile()",
+    # beside gradexp's line; with gradcheck=off it was the only one.
+    run(store, tmp_path, "model=custom", f"model._target_={user_models}.with_spare_weight",
+        "trainer.epochs=2", f"gradcheck={gradcheck}", quiet=False)
+    said = [line for line in capsys.readouterr().out.splitlines() if "no gradient" in line]
+    assert said == ["warning: no gradient reaches scaled/spare (not connected to the loss): it "
+                    "does not train"]
+    assert not [w for w in recwarn if "Gradients do not exist" in str(w.message)]
 
 
 @pytest.mark.parametrize(("off", "passes"), [(1.0, True), (1.1, False)])

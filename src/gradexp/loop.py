@@ -185,6 +185,7 @@ class Loop:
                     if stretch is None:
                         break
                     self.emit_with_checks("on_stretch_end", stretch, {})
+                    run.say_untrained(run.trainer.untrained)  # known once its step traced
             self.end("FINISHED")
 
     def end(self, status: str, reason: str | None = None, trace: str | None = None) -> None:

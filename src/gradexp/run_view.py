@@ -12,7 +12,7 @@ Nothing here imports TensorFlow or MLflow.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,6 +98,7 @@ class RunView:
     checks: list = field(default_factory=list)  # gradient checks (gradexp.run_checks)
     earlier_checks: int = 0  # a resumed run's checks before its checkpoint
     stop_training: bool = False  # set by a callback (early stopping): training ends cleanly
+    untrained_said: bool = False  # "no gradient reaches ..." printed (say_untrained)
     restored_epoch: int | None = None  # early stopping put back this epoch's weights
     final_loss: float | None = None  # the training loss after the last step (FINISHED)
     scalars: dict[str, float] = field(default_factory=dict)  # final W, b of a one-feature line
@@ -115,6 +116,19 @@ class RunView:
     def epoch(self) -> int:
         """Epochs done so far."""
         return self.trainer.epoch if self.trainer is not None else 0
+
+    def say_untrained(self, names: Sequence[str]) -> None:
+        """Warn once that variables get no gradient from the loss, whichever finds them first:
+        the first gradient check or the traced training step (gradcheck=off too)."""
+        if not names or self.untrained_said:
+            return
+        self.untrained_said = True
+        if not self.quiet:
+            from gradexp import console
+
+            console.console().print(f"[yellow]warning:[/yellow] no gradient reaches "
+                                    f"{', '.join(names)} (not connected to the loss): it does "
+                                    "not train", highlight=False)
 
     # ------------------------------------------------------------ handed to the recorder
     def log_metric(self, key: str, value: float, step: int | None = None) -> None:

@@ -104,6 +104,7 @@ class Trainer:
         self.eval_keys = evaluator.keys(("train", "val")) if evaluator is not None else ()
         self.stretch_seconds = STRETCH_SECONDS
         self.calls = 0
+        self.untrained: list[str] = []  # variables no gradient reaches, known once traced
         self._seconds_per_epoch: float | None = None  # as measured on the last call
         self._longest = 0  # epochs in the longest call so far
         self.optimizer.build(model.params)
@@ -282,8 +283,17 @@ class Trainer:
         with tf.GradientTape() as tape:
             values = self._losses(x, y)
         gradients = tape.gradient(values["loss"], self.model.params)
-        self.optimizer.apply_gradients(zip(gradients, self.model.params))
+        self._apply(gradients)
         return {**values, "grad_norm": tf.linalg.global_norm(gradients)}
+
+    def _apply(self, gradients: list[tf.Tensor | None]) -> None:
+        """The optimizer's update of the variables that have a gradient. Those without one
+        (not connected to the loss) are left out, as Keras' optimizer leaves them, and named in
+        `untrained` (while tracing) for the run's own warning instead of Keras' (which asks
+        about `model.compile()`)."""
+        pairs = [(g, v) for g, v in zip(gradients, self.model.params) if g is not None]
+        self.untrained = [name for name, g in zip(self.model.names, gradients) if g is None]
+        self.optimizer.apply_gradients(pairs or zip(gradients, self.model.params))
 
     def _replica_step(self, x: tf.Tensor, y: tf.Tensor) -> dict[str, tf.Tensor]:
         """One replica's share of a batch (rows i·k .. (i+1)·k, the last share maybe shorter).
@@ -302,7 +312,7 @@ class Trainer:
         with tf.GradientTape() as tape:
             values = self._losses(x_part, y_part, weight, replicas)
         gradients = tape.gradient(values["loss"], self.model.params)
-        self.optimizer.apply_gradients(zip(gradients, self.model.params))
+        self._apply(gradients)
         summed = context.all_reduce(tf.distribute.ReduceOp.SUM, gradients)
         return {**{key: context.all_reduce(tf.distribute.ReduceOp.SUM, value)
                    for key, value in values.items()},

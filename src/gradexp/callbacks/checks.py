@@ -63,11 +63,8 @@ class GradientChecks(Callback):
                                                          run.cfg.loss, run.data)
         run.checks.append(result)
         if result.disconnected:
-            names = ", ".join(result.disconnected)
-            run.set_tags({DISCONNECTED_TAG: names})
-            if not run.quiet:
-                console.console().print(f"[yellow]warning:[/yellow] no gradient reaches {names}"
-                                        " (not connected to the loss)", highlight=False)
+            run.set_tags({DISCONNECTED_TAG: ", ".join(result.disconnected)})
+            run.say_untrained(result.disconnected)
         if result.notes and len(run.checks) == 1:  # e.g. user code that only runs in float32
             run.set_tags({GRADCHECK_DTYPE_TAG: result.dtype})
             for note in [] if run.quiet else result.notes:
