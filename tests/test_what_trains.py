@@ -105,6 +105,25 @@ def plain_subclassed(n_features, n_outputs):
     return PlainSubclassed(n_outputs)
 
 
+class NormalizedNoTraining(keras.Model):
+    """Batch norm inside a call(self, x) that takes no training: Keras' fit calls it without
+    one, so the batch norm runs on its moving statistics as it trains."""
+
+    def __init__(self, n_outputs, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden = keras.layers.Dense(6, kernel_initializer=keras.initializers.GlorotUniform(1))
+        self.norm = keras.layers.BatchNormalization()
+        self.out = keras.layers.Dense(n_outputs,
+                                      kernel_initializer=keras.initializers.GlorotUniform(2))
+
+    def call(self, x):
+        return self.out(self.norm(self.hidden(x)))
+
+
+def normalized_no_training(n_features, n_outputs):
+    return NormalizedNoTraining(n_outputs)
+
+
 def raw_noise_mlp(n_features, n_outputs):
     return keras.Sequential([keras.Input((n_features,)),
                              keras.layers.Dense(8, activation="tanh", name="dense0"),
@@ -175,10 +194,18 @@ def token_ids(n=120, vocab=10, length=4):
     return x, rng.normal(size=vocab)[x].sum(axis=1, keepdims=True)
 
 
-def token_sum(n_features, n_outputs, vocab=10):
-    inputs = keras.Input((n_features,), dtype="int32")
+def token_sum(n_features, n_outputs, vocab=10, dtype="int32"):
+    inputs = keras.Input((n_features,), dtype=dtype)
     embedded = keras.layers.Flatten()(keras.layers.Embedding(vocab, 4, name="emb")(inputs))
     return keras.Model(inputs, keras.layers.Dense(n_outputs, name="head")(embedded))
+
+
+def masked_tokens_lstm(n_features, n_outputs, vocab=10):
+    """Ids padded with 0, masked (Keras adds a not_equal op to the graph for the mask)."""
+    inputs = keras.Input((n_features,))  # a float Input, as a person often leaves it
+    embedded = keras.layers.Embedding(vocab, 4, mask_zero=True, name="emb")(inputs)
+    hidden = keras.layers.LSTM(3, name="lstm")(embedded)
+    return keras.Model(inputs, keras.layers.Dense(n_outputs, name="head")(hidden))
 
 
 def half_precision_mlp(n_features, n_outputs):
@@ -404,6 +431,29 @@ def test_a_subclassed_model_without_training_argument_trains_and_is_checked(stor
     assert result.gradcheck_passed is True
 
 
+def test_a_model_whose_call_takes_no_training_trains_as_keras_fit_trains_it(
+        store, client, tmp_path, user_models):
+    # Keras' fit calls such a model without `training`; gradexp called it with training=True,
+    # which Keras hands down to its layers: its batch norm trained on batch statistics (another
+    # loss from the first epoch), while the check ran it in inference mode and passed a bug
+    # of the training branch.
+    import importlib
+
+    import keras
+
+    result = run(store, tmp_path, "model=custom",
+                 f"model._target_={user_models}.normalized_no_training", "trainer.epochs=3",
+                 "optimizer.learning_rate=0.05")
+    assert result.gradcheck_passed is True
+    ours = [m.value for m in client.get_metric_history(result.run_id, "loss")]
+    data = load_data(compose_config().data)
+    network = importlib.import_module(user_models).normalized_no_training(1, 1)
+    network.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+    fit = network.fit(data.x, data.y, batch_size=len(data.x), epochs=3, shuffle=False,
+                      verbose=0).history["loss"]
+    assert ours == pytest.approx(fit, rel=1e-5)
+
+
 def test_a_subclassed_model_keras_can_rebuild_is_checked_in_float64_and_passes(
         store, client, tmp_path, user_models):
     # Its Dense layers, made in __init__ without dtype=, stayed float32 in the float64 twin:
@@ -468,20 +518,27 @@ def test_a_custom_gradient_given_its_weight_as_an_input_is_checked(store, client
         assert client.get_run(result.run_id).data.tags[CULPRITS_TAG] == "scale"
 
 
-def test_token_ids_are_not_checked_as_inputs_and_say_so(store, client, tmp_path, user_models):
+@pytest.mark.parametrize(("builder", "said"), [
+    ("token_sum", "the model's Input takes int32"),
+    # a float Input: the Embedding casts the ids (a false alarm naming a correct `emb` before)
+    ("token_sum +model.kwargs.dtype=float32", "the Embedding emb takes them"),
+    # masked: its float64 twin could not be built (the mask's not_equal op given a dtype), so
+    # the check fell back to float32 and passed correct LSTMs narrowly
+    ("masked_tokens_lstm", "the Embedding emb takes them")])
+def test_token_ids_are_not_checked_as_inputs_and_say_so(store, client, tmp_path, user_models,
+                                                         builder, said):
     # The ids reach the model as floats: a derivative by them compared the Embedding's zero
     # gradient with a finite difference's jump, a false alarm at 1e5x its tolerance
-    import json
-
-    result = run(store, tmp_path, "model=custom", f"model._target_={user_models}.token_sum",
-                 "data=custom", f"data._target_={user_models}.token_ids",
+    builder, *kwargs = builder.split()
+    result = run(store, tmp_path, "model=custom", f"model._target_={user_models}.{builder}",
+                 *kwargs, "data=custom", f"data._target_={user_models}.token_ids",
                  "data.standardize=false", "trainer.epochs=2", "gradcheck.wrt=both",
                  "gradcheck.at_end=false")
     assert result.gradcheck_passed is True
-    report = json.loads(open(client.download_artifacts(
-        result.run_id, "gradcheck/report_epoch_00000.json", str(tmp_path))).read())
-    assert "inputs: not checked, the model's Input takes int32" in " ".join(report["notes"])
+    report = read_report(client, result.run_id, 0)
+    assert f"inputs: not checked, {said}" in " ".join(report["notes"])
     assert set(report["reports"]) == {"variables/probe"}  # its weights are checked
+    assert report["dtype"] == "float64"
 
 
 def test_a_joint_probe_check_logs_no_per_variable_copies_of_its_one_verdict(store, client,

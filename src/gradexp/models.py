@@ -52,7 +52,10 @@ class Model:
         self.check_losses: dict[tuple, object] = {}
 
     def __call__(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
-        return self.network(x, training=training)
+        # As Keras' fit calls it: a model whose `call(self, x)` takes no `training` is called
+        # without it, so its layers run in inference mode (Keras would otherwise pass
+        # training=True down to them), the mode its checks' stateless calls run in too.
+        return self.network(x, **_training(self.network, training))
 
     def own_loss(self, like: tf.Tensor) -> tf.Tensor | None:
         """The sum of the network's own losses after its last call (Keras' `model.losses`),
@@ -200,6 +203,8 @@ def layer_in_dtype(layer: keras.layers.Layer, dtype: str) -> keras.layers.Layer:
             layer.input)
         return keras.models.clone_model(layer, input_tensors=inputs,
                                         clone_function=lambda sub: layer_in_dtype(sub, dtype))
+    if not isinstance(layer, keras.layers.Layer):  # an op in the graph (a mask's not_equal):
+        return layer.__class__.from_config(layer.get_config())  # no dtype, computes in its input's
     with _dtype_policy(dtype):  # sublayers its __init__ makes without dtype= take the policy
         return layer.__class__.from_config(
             _float_config({**layer.get_config(), "dtype": dtype}, dtype))

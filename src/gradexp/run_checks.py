@@ -318,14 +318,24 @@ def _check_dtype(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Data
     return result
 
 
-def _integer_inputs(model: Model) -> str | None:
-    """The integer dtype the model's declared Input takes (an Embedding's token ids), if it
-    does: the data reach it as floats, so a finite difference would step an id by 1e-6 and a
+def _token_inputs(model: Model) -> str | None:
+    """Why the model's inputs are ids, not quantities, if they are: its declared Input takes
+    integers, or an Embedding takes it as it comes (a float Input: Keras casts the ids). The
+    data reach the model as floats, so a finite difference would step an id by 1e-6 and a
     check of d/dinputs compare the Embedding's zero gradient with a jump (a false alarm)."""
-    for tensor in getattr(model.network, "inputs", None) or []:
+    import keras
+
+    network = model.network
+    inputs = list(getattr(network, "inputs", None) or [])
+    for tensor in inputs:
         dtype = tf.as_dtype(getattr(tensor, "dtype", "float32"))
         if dtype.is_integer:
-            return dtype.name
+            return f"the model's Input takes {dtype.name}"
+    for layer in network._flatten_layers(include_self=False):
+        if isinstance(layer, keras.layers.Embedding) and any(
+                tensor is given for node in layer._inbound_nodes
+                for tensor in node.input_tensors for given in inputs):
+            return f"the Embedding {layer.name} takes them"
     return None
 
 
@@ -348,10 +358,10 @@ def _check_in(losses: _Losses, cfg: DictConfig, model: Model, data: Dataset, epo
         # Resolved (compiled) below only if a check asks for it: probe checks of the
         # variables use losses.joint, compiled on its own.
         targets.append(("variables", losses.of_params, params, names))
-    integer = _integer_inputs(model)
-    if wrt in ("inputs", "both") and integer:
-        notes.append(f"inputs: not checked, the model's Input takes {integer} (ids, not "
-                     "quantities: no derivative by them)")
+    tokens = _token_inputs(model)
+    if wrt in ("inputs", "both") and tokens:
+        notes.append(f"inputs: not checked, {tokens} (ids, not quantities: no derivative by "
+                     "them)")
     elif wrt in ("inputs", "both"):
         of_inputs = (losses.of_inputs.function if eager
                      else losses.of_inputs([losses.x, *params]))
