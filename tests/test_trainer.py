@@ -79,3 +79,30 @@ def test_mini_batch_evaluations_fall_on_their_epochs():
     for stretch in trainer.train([5]):
         found.update(stretch.evaluations)
     assert sorted(found) == [3, 5] and all(np.isfinite(v) for v in found[5].values())
+
+
+@pytest.mark.parametrize("batch_size", [None, 32])
+def test_a_dropped_trainer_lets_go_of_the_graphs_it_traced(batch_size):
+    # Keras' optimizer step is a tf.custom_gradient (the replica context's all_reduce), and
+    # TensorFlow keeps every traced one in its process-wide gradient registry, holding the
+    # whole traced training call: a sweep over new model shapes grew ~4 MiB a job for good.
+    import gc
+
+    from tensorflow.python.framework import ops
+    from tensorflow.python.framework.func_graph import FuncGraph
+
+    def run_epochs_graphs() -> int:
+        gc.collect()  # the trainer, whose finalizer takes its entries out of the registry
+        gc.collect()  # then what those entries held
+        return sum(isinstance(o, FuncGraph) and o.name.startswith("_run_epochs")
+                   for o in gc.get_objects())
+
+    before = run_epochs_graphs()
+    trainer = make_trainer("model=mlp", "model.hidden=[5]", "trainer.epochs=3",
+                           batch_size=batch_size)
+    list(trainer.train([3]))
+    names = set(ops.gradient_registry._registry)
+    assert run_epochs_graphs() == before + 1
+    del trainer
+    assert run_epochs_graphs() == before
+    assert set(ops.gradient_registry._registry) < names  # its entries taken out

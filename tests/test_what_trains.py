@@ -124,6 +124,30 @@ def normalized_no_training(n_features, n_outputs):
     return NormalizedNoTraining(n_outputs)
 
 
+class TrainingBranch(keras.Model):
+    """A layer only training mode goes through (its config complete)."""
+
+    def __init__(self, n_outputs=1, **kwargs):
+        super().__init__(**kwargs)
+        self.n_outputs = n_outputs
+        self.enc = keras.layers.Dense(6, activation="tanh")
+        self.extra = keras.layers.Dense(6, activation="tanh")
+        self.out = keras.layers.Dense(n_outputs)
+
+    def call(self, x, training=None):
+        hidden = self.enc(x)
+        return self.out(self.extra(hidden) if training else hidden)
+
+    def get_config(self):
+        return {**super().get_config(), "n_outputs": self.n_outputs}
+
+
+def training_branch(n_features, n_outputs):
+    network = TrainingBranch(n_outputs)
+    network(tf.zeros((1, n_features)), training=True)
+    return network
+
+
 def raw_noise_mlp(n_features, n_outputs):
     return keras.Sequential([keras.Input((n_features,)),
                              keras.layers.Dense(8, activation="tanh", name="dense0"),
@@ -452,6 +476,16 @@ def test_a_model_whose_call_takes_no_training_trains_as_keras_fit_trains_it(
     fit = network.fit(data.x, data.y, batch_size=len(data.x), epochs=3, shuffle=False,
                       verbose=0).history["loss"]
     assert ours == pytest.approx(fit, rel=1e-5)
+
+
+def test_a_layer_only_training_mode_takes_is_in_the_float64_twin(store, client, tmp_path,
+                                                                  user_models):
+    # The twin was built by one inference-mode call: without `extra`'s variables, refused as
+    # "other variables (does get_config() return every argument ...?)", checked in float32.
+    result = run(store, tmp_path, "model=custom", f"model._target_={user_models}.training_branch",
+                 "trainer.epochs=2", "gradcheck.at_end=false")
+    assert result.gradcheck_passed is True
+    assert read_report(client, result.run_id, 0)["dtype"] == "float64"
 
 
 def test_a_subclassed_model_keras_can_rebuild_is_checked_in_float64_and_passes(

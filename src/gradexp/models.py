@@ -125,6 +125,9 @@ class Model:
                         twin = network.__class__.from_config({**network.get_config(),
                                                               "dtype": dtype})
                     outputs = twin(tf.zeros((1, self.n_features), dtype))  # builds its variables
+                    if len(twin.variables) < len(network.variables):  # and a branch only
+                        twin(tf.zeros((1, self.n_features), dtype),  # training mode takes
+                             **_training(twin, True))
                 same_trainable(network, twin)
                 _check_twin(network, twin, outputs, dtype)
             except Exception as error:  # a model of the person's that cannot be rebuilt
