@@ -281,7 +281,11 @@ def _random_at_a_point(losses: _Losses, model: Model) -> bool:
     if it cannot run in its dtype: the dtype trial of _check_dtype says why)."""
     params = [tf.constant(v.numpy(), losses.dtype) for v in model.params]
     try:
-        first, second = (losses.of_params.function(*params).numpy() for _ in range(2))
+        # Compiled, as the checks call it: eagerly, Keras' stateless_call can count a nested
+        # model's own losses (activity regularizers, add_loss) differently from call to call,
+        # which read as randomness and sent a deterministic model's check to inference mode.
+        loss = losses.of_params(params)
+        first, second = (loss(*params).numpy() for _ in range(2))
     except Exception:  # noqa: BLE001 - not this dtype's; _check_dtype finds the right one
         return False
     return not np.array_equal(first, second)
