@@ -83,10 +83,19 @@ def batch_norm_mlp(n_features, n_outputs, seed):
 
 
 class RawNoise(keras.layers.Layer):
-    """Gaussian noise in training mode from tf.random, outside Keras' seed generators."""
+    """Gaussian noise in training mode from tf.random, outside Keras' seed generators (in
+    float32 only, unless `in_dtype`)."""
+
+    def __init__(self, in_dtype=True, **kwargs):
+        super().__init__(**kwargs)
+        self.in_dtype = in_dtype
 
     def call(self, x, training=None):
-        return x + tf.random.normal(tf.shape(x), stddev=0.1, dtype=x.dtype) if training else x
+        dtype = x.dtype if self.in_dtype else "float32"
+        return x + tf.random.normal(tf.shape(x), stddev=0.1, dtype=dtype) if training else x
+
+    def get_config(self):
+        return {**super().get_config(), "in_dtype": self.in_dtype}
 
 
 class PlainSubclassed(keras.Model):
@@ -167,10 +176,11 @@ def training_branch(n_features, n_outputs):
     return network
 
 
-def raw_noise_mlp(n_features, n_outputs):
+def raw_noise_mlp(n_features, n_outputs, in_dtype=True):
     return keras.Sequential([keras.Input((n_features,)),
                              keras.layers.Dense(8, activation="tanh", name="dense0"),
-                             RawNoise(name="noise"), keras.layers.Dense(n_outputs, name="out")])
+                             RawNoise(in_dtype, name="noise"),
+                             keras.layers.Dense(n_outputs, name="out")])
 
 
 class DefaultSized(keras.Model):
@@ -398,9 +408,13 @@ def test_the_checked_training_loss_is_not_the_inference_loss(tmp_path, user_mode
     assert trained[0] == trained[1] == trained[2] != inference
 
 
-def test_randomness_outside_keras_seeds_is_said_not_failed(store, client, tmp_path, user_models):
+# in_dtype=False: noise in float32 only, so the loss cannot run in float64; its randomness went
+# untested there, and the float32 check compared finite differences of noise (a false alarm)
+@pytest.mark.parametrize("in_dtype", [True, False])
+def test_randomness_outside_keras_seeds_is_said_not_failed(store, client, tmp_path, user_models,
+                                                           in_dtype):
     result = run(store, tmp_path, "model=custom", f"model._target_={user_models}.raw_noise_mlp",
-                 "data=sine", "trainer.epochs=2")
+                 f"+model.kwargs.in_dtype={in_dtype}", "data=sine", "trainer.epochs=2")
     assert result.gradcheck_passed is True
     report = client.download_artifacts(result.run_id, "gradcheck/report_epoch_00000.json",
                                        str(tmp_path))
@@ -409,6 +423,10 @@ def test_randomness_outside_keras_seeds_is_said_not_failed(store, client, tmp_pa
     notes = json.loads(open(report).read())["notes"]
     assert any("outside Keras' seed generators" in note and "inference mode" in note
                for note in notes)
+    # in the run's tags too, beside its params' gradcheck.mode=train
+    from gradexp.tag_keys import GRADCHECK_MODE_TAG
+
+    assert client.get_run(result.run_id).data.tags[GRADCHECK_MODE_TAG] == "inference"
 
 
 @pytest.mark.heavy  # ~8 s

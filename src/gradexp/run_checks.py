@@ -246,10 +246,14 @@ def _check(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, e
     """The checks in one mode; in training mode, in inference mode instead (with a note) if
     the training-mode loss is random at a fixed point (randomness Keras' seeds do not hold)."""
     if training:
-        losses = _losses(cfg.dtype, model, loss_cfg, data, row_limit(cfg, model), None,
-                         trial=eager, training=True)
+        args = (cfg.dtype, model, loss_cfg, data, row_limit(cfg, model), None)
+        losses = _losses(*args, trial=eager, training=True)
         if losses.random is None:
             losses.random = _random_at_a_point(losses, model)
+        if losses.random is None:  # it cannot run in the requested dtype: ask in the one it
+            model.check_losses.pop(_losses_key(*args[:1], *args[2:5], True), None)  # runs in
+            losses = _losses(*args, trial=True, training=True)
+            losses.random = bool(_random_at_a_point(losses, model))
         if losses.random:
             result = _check(cfg, model, loss_cfg, data, epoch, eager, False)
             result.notes.insert(0, RANDOM_NOTE)
@@ -276,9 +280,9 @@ RANDOM_NOTE = ("the training-mode loss differs between two evaluations at the sa
                "ops), so it cannot be differentiated numerically; checked in inference mode")
 
 
-def _random_at_a_point(losses: _Losses, model: Model) -> bool:
-    """Whether the loss, evaluated twice at the current parameters, gives two values (False
-    if it cannot run in its dtype: the dtype trial of _check_dtype says why)."""
+def _random_at_a_point(losses: _Losses, model: Model) -> bool | None:
+    """Whether the loss, evaluated twice at the current parameters, gives two values (None if
+    it cannot run in its dtype)."""
     params = [tf.constant(v.numpy(), losses.dtype) for v in model.params]
     try:
         # Compiled, as the checks call it: eagerly, Keras' stateless_call can count a nested
@@ -286,8 +290,8 @@ def _random_at_a_point(losses: _Losses, model: Model) -> bool:
         # which read as randomness and sent a deterministic model's check to inference mode.
         loss = losses.of_params(params)
         first, second = (loss(*params).numpy() for _ in range(2))
-    except Exception:  # noqa: BLE001 - not this dtype's; _check_dtype finds the right one
-        return False
+    except Exception:  # noqa: BLE001 - not this dtype's: asked again in the one it runs in
+        return None
     return not np.array_equal(first, second)
 
 

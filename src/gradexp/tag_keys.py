@@ -38,6 +38,9 @@ GRADCHECK_TAG = "gradexp.gradcheck"  # "failed" once a check failed
 CULPRITS_TAG = "gradexp.gradcheck.culprits"  # the layers a failed check points at
 DISCONNECTED_TAG = "gradexp.gradcheck.disconnected"  # variables the loss does not reach
 GRADCHECK_DTYPE_TAG = "gradexp.gradcheck_dtype"
+# the mode the checks ran in, set where it is not gradcheck.mode (randomness Keras' seeds do
+# not hold: inference)
+GRADCHECK_MODE_TAG = "gradexp.gradcheck_mode"
 
 # The data (gradexp.data.data_tags).
 DATA_ROWS_PREFIX = "gradexp.data.rows."  # + split name: rows in that split

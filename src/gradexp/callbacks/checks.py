@@ -16,11 +16,18 @@ from gradexp.tag_keys import (
     FAILURE_EPOCH_TAG,
     FAILURE_TAG,
     GRADCHECK_DTYPE_TAG,
+    GRADCHECK_MODE_TAG,
     GRADCHECK_TAG,
 )
 
 # The console names at most this many affected variables (the json report has them all).
 MAX_AFFECTED = 6
+
+
+def checked_mode(run: RunView) -> str:
+    """The mode gradcheck.mode asks for: train, inference or both."""
+    mode = run.cfg.gradcheck.mode
+    return str(getattr(mode, "value", mode))
 
 
 class GradientChecks(Callback):
@@ -67,6 +74,8 @@ class GradientChecks(Callback):
             run.say_untrained(result.disconnected)
         if result.notes and len(run.checks) == 1:  # e.g. user code that only runs in float32
             run.set_tags({GRADCHECK_DTYPE_TAG: result.dtype})
+            if result.mode != checked_mode(run):  # not what the run's params say
+                run.set_tags({GRADCHECK_MODE_TAG: result.mode})
             for note in [] if run.quiet else result.notes:
                 console.console().print(f"[yellow]warning:[/yellow] {note}", highlight=False)
         for key, value in result.metrics().items():

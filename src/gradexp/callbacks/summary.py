@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from gradexp import console
 from gradexp.callbacks.base import Callback
+from gradexp.callbacks.checks import checked_mode
 from gradexp.run_view import RunView
 
 
@@ -31,7 +32,9 @@ def verdict(run: RunView) -> str | None:
             + f" ({count} check{'s' if count > 1 else ''}"
             + ("" if error is None else f"; worst at epoch {worst.epoch}: {error[1].describe()}")
             + (f"; wrong layer: {', '.join(v.name for v in worst.culprits)}"
-               if worst.culprits else "") + ")")
+               if worst.culprits else "")
+            + (f"; in {worst.mode} mode, see its warning" if worst.mode != checked_mode(run)
+               else "") + ")")
 
 
 def print_summary(run: RunView) -> None:
