@@ -129,6 +129,12 @@ class ScaleWithVariablesKeyword(Scale):  # as TensorFlow's docs write it for a v
         return scale(x)
 
 
+def two_inputs(n_features, n_outputs):
+    left, right = keras.Input((1,), name="left"), keras.Input((1,), name="right")
+    joined = keras.layers.Concatenate()([left, right])
+    return keras.Model([left, right], keras.layers.Dense(n_outputs)(joined))
+
+
 def dict_outputs(n_features, n_outputs):
     inputs = keras.Input((n_features,))
     return keras.Model(inputs, {"y": keras.layers.Dense(n_outputs)(inputs)})
@@ -294,6 +300,11 @@ MISTAKES = [
     (["model=custom", "model._target_=wrong_models.dict_outputs"],
      "model._target_=wrong_models.dict_outputs: returns a dict of 1 output (y), but gradexp "
      "trains a model of one output, a tensor of (rows, 1): return that tensor alone"),
+    # several Inputs: Keras' "expects 2 input(s)" said nothing of what to build instead
+    (["model=custom", "model._target_=wrong_models.two_inputs"],
+     "model._target_=wrong_models.two_inputs: takes 2 inputs (left, right), but gradexp feeds a "
+     "model one tensor of (rows, 1) (a dict of named features joined into its columns): build "
+     "one keras.Input((n_features,)) and slice it inside where layers take parts apart"),
     (["model=custom", "model._target_=wrong_models.tuple_outputs"],
      "model._target_=wrong_models.tuple_outputs: returns a tuple of 2 outputs, but gradexp"),
     # an optimizer that refuses the option's arguments in its constructor: the opened run

@@ -306,7 +306,15 @@ def _check_built(cfg: DictConfig, data: Any, where: str, model: Any) -> None:
     import numpy as np
 
     features = _features(data)
-    declared = [tuple(tensor.shape) for tensor in getattr(model.network, "inputs", None) or []]
+    inputs = getattr(model.network, "inputs", None) or []
+    declared = [tuple(tensor.shape) for tensor in inputs]
+    if len(declared) > 1:
+        names = ", ".join(getattr(t, "name", "?").split(":")[0] for t in inputs)
+        raise ConfigError(
+            f"{where}: takes {len(declared)} inputs ({names}), but gradexp feeds a model one "
+            f"tensor of (rows, {data.n_features}) (a dict of named features joined into its "
+            "columns): build one keras.Input((n_features,)) and slice it inside where layers "
+            "take parts apart")
     if len(declared) == 1 and declared[0][-1] not in (None, data.n_features):
         raise ConfigError(
             f"{where}: its input takes rows of {declared[0][-1]} features, but "
