@@ -37,12 +37,13 @@ _MAX_RETRIED_COLUMNS = 256
 _KINK_OUTPUTS = 64
 
 
-def _jacobian_entries(target: _Target, opts: _Options, rng: np.random.Generator
-                      ) -> list[GradCheckEntry]:
+def _jacobian_entries(target: _Target, opts: _Options, rng: np.random.Generator,
+                      only: list[int] | None = None) -> list[GradCheckEntry]:
+    """An entry per input (per input of `only`, if given), judged column by column."""
     c = _cotangent(rng, target.out0.shape, target.out_numpy_dtype)
     g, g_half = target.vjps([c, -0.5 * c])
     entries = []
-    for i in range(len(target.values)):
+    for i in range(len(target.values)) if only is None else only:
         entry = _new_entry(target, i, opts)
         entries.append(entry)
         if not entry.checked or target.out0.size == 0 or _shape_error(target, i, entry):
