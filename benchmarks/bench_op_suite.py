@@ -2,6 +2,7 @@
 
     python benchmarks/bench_op_suite.py                  # every case, probe seeds 0-7
     python benchmarks/bench_op_suite.py --seeds 2 --only cwise/tanh,pooling   # a part
+    python benchmarks/bench_op_suite.py --more --seeds 4   # 151 more: tests/op_cases_more.py
 
 For each case (an op at float32 or float64, correct and with a planted backward bug) it runs
 tf.test.compute_gradient at the step and tolerance TensorFlow's own test uses (the reference),
@@ -60,11 +61,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=8, help="probe seeds 0..N-1 (default 8)")
     parser.add_argument("--only", default="", help="comma-separated name prefixes of cases")
+    parser.add_argument("--more", action="store_true",
+                        help="the cases of tests/op_cases_more.py instead: segment, cumulative, "
+                             "top-k, scatter, QR/eigh/SVD, FFT, LRN, CTC, special functions and "
+                             "edge inputs TensorFlow's tests avoid")
     args = parser.parse_args()
     import numpy as np
     import tensorflow as tf
 
-    cases = op_cases.cases()
+    if args.more:
+        import op_cases_more
+
+        cases = op_cases_more.cases()
+    else:
+        cases = op_cases.cases()
     if args.only:
         prefixes = tuple(p.strip() for p in args.only.split(",") if p.strip())
         cases = [c for c in cases if c.name.startswith(prefixes)]

@@ -70,15 +70,20 @@ def _above(t: float) -> Callable:
 
 
 class _Builder:
-    def __init__(self) -> None:
+    def __init__(self, first_seed: int = 0, tolerances: dict = _CWISE) -> None:
         self.cases: list[OpCase] = []
+        self.first_seed = first_seed  # inputs drawn from first_seed + the case's number
+        self.tolerances = tolerances  # a family's default (delta, atol, rtol) per dtype
 
     def add(self, family: str, op: str, source: str, inputs: Callable[[Any], list[np.ndarray]],
             f: Callable[..., Any], bug: Callable[..., Any], bug_kind: str,
-            tolerances: dict = _CWISE) -> None:
+            tolerances: dict | None = None, dtypes: tuple[str, ...] | None = None) -> None:
+        tolerances = tolerances or self.tolerances
+        if getattr(bug, "__name__", "") == "corrupt":  # a corruption of the true backward
+            bug = planted(f, bug)
         # TensorFlow has these kernels (or their gradients) in float32 only.
-        dtypes = ("float32",) if op in _FLOAT32_ONLY else ("float32", "float64")
-        seed = len(self.cases)  # the same inputs in each dtype
+        dtypes = dtypes or (("float32",) if op in _FLOAT32_ONLY else tuple(tolerances))
+        seed = self.first_seed + len(self.cases)  # the same inputs in each dtype
         for dtype in dtypes:
             delta, atol, rtol = tolerances[dtype]
             xs = tuple(np.asarray(x, dtype) for x in inputs(np.random.default_rng(seed)))
@@ -139,8 +144,7 @@ def _cwise_unary(b: _Builder, tf: Any) -> None:
          "slope 0.25 instead of 0.2 for x < 0"),
     ]
     for name, fn, inputs, bug, kind in ops:
-        bug_fn = planted(fn, bug) if getattr(bug, "__name__", "") == "corrupt" else bug
-        b.add("cwise", name, src, inputs, fn, bug_fn, kind)
+        b.add("cwise", name, src, inputs, fn, bug, kind)
 
 
 def _cwise_binary(b: _Builder, tf: Any) -> None:
@@ -177,8 +181,7 @@ def _cwise_binary(b: _Builder, tf: Any) -> None:
         ("div_no_nan", tf.math.divide_no_nan, positive, drop(1), "d/dy dropped"),
     ]
     for name, fn, inputs, bug, kind in ops:
-        bug_fn = planted(fn, bug) if getattr(bug, "__name__", "") == "corrupt" else bug
-        b.add("cwise", name, src, inputs, fn, bug_fn, kind)
+        b.add("cwise", name, src, inputs, fn, bug, kind)
 
 
 def _reductions(b: _Builder, tf: Any) -> None:
@@ -212,8 +215,7 @@ def _reductions(b: _Builder, tf: Any) -> None:
          factor_where(_above(1.2)), "1.05 x the gradient where x > 1.2"),
     ]
     for name, fn, inputs, bug, kind in ops:
-        bug_fn = planted(fn, bug) if getattr(bug, "__name__", "") == "corrupt" else bug
-        b.add("reduction", name, src, inputs, fn, bug_fn, kind, tolerances=_ERR)
+        b.add("reduction", name, src, inputs, fn, bug, kind, tolerances=_ERR)
 
 
 def _matmul(b: _Builder, tf: Any) -> None:

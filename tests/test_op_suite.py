@@ -52,6 +52,17 @@ def test_the_suite_has_at_least_80_cases_each_judged_right_by_compute_gradient(s
         assert not op_cases.reference(suite[name], bug=True)
 
 
+def test_the_more_cases_build_with_a_planted_bug_each():
+    # benchmarks/bench_op_suite.py --more runs them; here only that they are there to run
+    import op_cases_more
+
+    more = op_cases_more.cases()
+    assert len(more) >= 150 and len({case.name for case in more}) == len(more)
+    assert {case.name.split("/")[0] for case in more} >= {
+        "segment", "cumulative", "linalg2", "spectral", "edge"}
+    assert all(case.bug is not case.f for case in more)
+
+
 @pytest.mark.parametrize("name", FAST)
 def test_both_methods_pass_the_op_and_catch_its_planted_bug(suite, name):
     case = suite[name]
