@@ -507,6 +507,7 @@ def test_a_subclassed_model_without_training_argument_trains_and_is_checked(stor
     assert result.gradcheck_passed is True
 
 
+@pytest.mark.heavy  # ~2.3 s
 def test_a_model_whose_call_takes_no_training_trains_as_keras_fit_trains_it(
         store, client, tmp_path, user_models):
     # Keras' fit calls such a model without `training`; gradexp called it with training=True,
@@ -610,7 +611,8 @@ def test_a_custom_gradient_given_its_weight_as_an_input_is_checked(store, client
     ("token_sum +model.kwargs.dtype=float32", "the Embedding emb takes them"),
     # masked: its float64 twin could not be built (the mask's not_equal op given a dtype), so
     # the check fell back to float32 and passed correct LSTMs narrowly
-    ("masked_tokens_lstm", "the Embedding emb takes them")])
+    pytest.param("masked_tokens_lstm", "the Embedding emb takes them",
+                 marks=pytest.mark.heavy)])  # ~2.1 s
 def test_token_ids_are_not_checked_as_inputs_and_say_so(store, client, tmp_path, user_models,
                                                          builder, said):
     # The ids reach the model as floats: a derivative by them compared the Embedding's zero
