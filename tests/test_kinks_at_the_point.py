@@ -185,6 +185,16 @@ def test_a_random_backward_is_not_averaged_into_a_pass_along_the_step(seed):
     assert any("two different gradients at the same point" in note for note in entry.notes)
 
 
+def test_a_gradient_that_is_not_finite_fails_without_being_called_random():
+    # log(0) = -inf feeds a cumulative logsumexp: the gradient is NaN there, the same NaN at
+    # every call, and NaN - NaN != 0 read as "the backward pass gave two different gradients".
+    x = np.array([[0.0, 1.5, 0.7], [2.0, 0.3, 1.1]])
+    report = check_gradients(lambda v: tf.math.cumulative_logsumexp(tf.math.log(v), axis=1),
+                             [x], method="probe")
+    assert not report.passed
+    assert not any("two different gradients" in note for note in report.entries[0].notes)
+
+
 def small_digits_relu_loss(relu_error: float = 0.0):
     """A network small enough for method=auto's exact Jacobian (with small_weights:
     Dense(8, relu)-Dense(3), 547 parameters) on the 256 first digits 0-2

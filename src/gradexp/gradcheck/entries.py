@@ -139,7 +139,10 @@ def _repeat_gap(target: _Target, i: int, cotangent: np.ndarray) -> np.ndarray:
     disagreement to be explained, _along_the_step must not judge it."""
     x = target.values[i]
     first, second = target.vjps_at(i, [x, x], cotangent)
-    return first - second
+    # The same NaN or inf twice is no randomness (NaN - NaN and inf - inf are NaN): a gradient
+    # that is not finite was called a random backward.
+    same = (first == second) | (np.isnan(first) & np.isnan(second))
+    return np.where(same, 0.0, first - second)
 
 
 def _along_notes(entry: GradCheckEntry, what: str, judged: int, unrepeatable: int,

@@ -449,6 +449,8 @@ def _judge_along_the_step(target: _Target, i: int, x: np.ndarray, x64: np.ndarra
         h = probe.step
         cotangent = v.reshape(target.out0.shape)
         norm = float(np.linalg.norm(u) * np.linalg.norm(v)) or 1.0
+        if not np.isfinite(probe.analytical - probe.numerical):
+            continue  # a value that is not finite: nothing along the step can judge it
         if not abs(float(_repeat_gap(target, i, cotangent) @ u)) / norm \
                 <= 0.1 * abs(probe.analytical - probe.numerical):
             unrepeatable += 1
