@@ -35,6 +35,7 @@ from omegaconf import DictConfig
 from tensorflow.python.eager import context  # per-thread options of function calls
 
 from gradexp import shared_programs
+from gradexp.check_notes import RANDOM_NOTE, half_precision_note, token_inputs
 from gradexp.checked_loss import evaluation_dtype, first_line, own_dtype, training_loss
 from gradexp.data import Dataset
 from gradexp.gradcheck import GradCheckReport, check_gradients
@@ -267,20 +268,6 @@ def _check(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, e
     return result
 
 
-def half_precision_note(layers: list[str], dtype: str) -> str:
-    """What a check of a mixed-precision model verifies, and what it does not."""
-    named = ", ".join(layers[:4]) + (f" and {len(layers) - 4} more" if len(layers) > 4 else "")
-    named = f"layer {named} computes" if len(layers) == 1 else f"layers {named} compute"
-    return (f"{named} in float16/bfloat16 (a mixed-precision policy): the check "
-            f"verifies their math in {dtype}, not half precision's rounding or overflow, and "
-            "training scales no loss (Keras' fit would, for a mixed_float16 model)")
-
-
-RANDOM_NOTE = ("the training-mode loss differs between two evaluations at the same point (a "
-               "layer draws random numbers outside Keras' seed generators, e.g. raw tf.random "
-               "ops), so it cannot be differentiated numerically; checked in inference mode")
-
-
 def _random_at_a_point(losses: _Losses, model: Model) -> bool | None:
     """Whether the loss, evaluated twice at the current parameters, gives two values (None if
     it cannot run in its dtype)."""
@@ -327,27 +314,6 @@ def _check_dtype(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Data
     return result
 
 
-def _token_inputs(model: Model) -> str | None:
-    """Why the model's inputs are ids, not quantities, if they are: its declared Input takes
-    integers, or an Embedding takes it as it comes (a float Input: Keras casts the ids). The
-    data reach the model as floats, so a finite difference would step an id by 1e-6 and a
-    check of d/dinputs compare the Embedding's zero gradient with a jump (a false alarm)."""
-    import keras
-
-    network = model.network
-    inputs = list(getattr(network, "inputs", None) or [])
-    for tensor in inputs:
-        dtype = tf.as_dtype(getattr(tensor, "dtype", "float32"))
-        if dtype.is_integer:
-            return f"the model's Input takes {dtype.name}"
-    for layer in network._flatten_layers(include_self=False):
-        if isinstance(layer, keras.layers.Embedding) and any(
-                tensor is given for node in layer._inbound_nodes
-                for tensor in node.input_tensors for given in inputs):
-            return f"the Embedding {layer.name} takes them"
-    return None
-
-
 def _check_in(losses: _Losses, cfg: DictConfig, model: Model, data: Dataset, epoch: int,
               eager: bool, values: list[np.ndarray]) -> CheckResult:
     method, wrt, probes, max_size = cfg.method, cfg.wrt, cfg.probes, cfg.max_jacobian_size
@@ -367,7 +333,7 @@ def _check_in(losses: _Losses, cfg: DictConfig, model: Model, data: Dataset, epo
         # Resolved (compiled) below only if a check asks for it: probe checks of the
         # variables use losses.joint, compiled on its own.
         targets.append(("variables", losses.of_params, params, names))
-    tokens = _token_inputs(model)
+    tokens = token_inputs(model)
     if wrt in ("inputs", "both") and tokens:
         notes.append(f"inputs: not checked, {tokens} (ids, not quantities: no derivative by "
                      "them)")

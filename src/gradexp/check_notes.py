@@ -1,0 +1,43 @@
+"""What a run's gradient check says about the model beside its verdict: where it checked
+another computation than the one asked for (inference mode for randomness Keras' seeds do not
+hold), what it does not verify (half precision), and inputs it leaves out (token ids)."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from gradexp.models import Model
+
+RANDOM_NOTE = ("the training-mode loss differs between two evaluations at the same point (a "
+               "layer draws random numbers outside Keras' seed generators, e.g. raw tf.random "
+               "ops), so it cannot be differentiated numerically; checked in inference mode")
+
+
+def half_precision_note(layers: list[str], dtype: str) -> str:
+    """What a check of a mixed-precision model verifies, and what it does not."""
+    named = ", ".join(layers[:4]) + (f" and {len(layers) - 4} more" if len(layers) > 4 else "")
+    named = f"layer {named} computes" if len(layers) == 1 else f"layers {named} compute"
+    return (f"{named} in float16/bfloat16 (a mixed-precision policy): the check "
+            f"verifies their math in {dtype}, not half precision's rounding or overflow, and "
+            "training scales no loss (Keras' fit would, for a mixed_float16 model)")
+
+
+def token_inputs(model: Model) -> str | None:
+    """Why the model's inputs are ids, not quantities, if they are: its declared Input takes
+    integers, or an Embedding takes it as it comes (a float Input: Keras casts the ids). The
+    data reach the model as floats, so a finite difference would step an id by 1e-6 and a
+    check of d/dinputs compare the Embedding's zero gradient with a jump (a false alarm)."""
+    import keras
+
+    network = model.network
+    inputs = list(getattr(network, "inputs", None) or [])
+    for tensor in inputs:
+        dtype = tf.as_dtype(getattr(tensor, "dtype", "float32"))
+        if dtype.is_integer:
+            return f"the model's Input takes {dtype.name}"
+    for layer in network._flatten_layers(include_self=False):
+        if isinstance(layer, keras.layers.Embedding) and any(
+                tensor is given for node in layer._inbound_nodes
+                for tensor in node.input_tensors for given in inputs):
+            return f"the Embedding {layer.name} takes them"
+    return None
