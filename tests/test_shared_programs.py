@@ -126,57 +126,6 @@ def test_a_shape_let_go_takes_its_checks_functions_with_it(tmp_path, monkeypatch
     shared_programs.clear()
 
 
-CUSTOM_GRADIENT_MODEL = """
-import keras
-import tensorflow as tf
-
-
-@tf.custom_gradient
-def own_tanh(x):
-    y = tf.tanh(x)
-    return y, lambda upstream: upstream * (1 - y * y)
-
-
-class OwnTanh(keras.layers.Layer):
-    def call(self, x):
-        return own_tanh(x)
-
-
-def build(n_features, n_outputs, width):
-    inputs = keras.Input((n_features,))
-    hidden = OwnTanh()(keras.layers.Dense(width)(inputs))
-    return keras.Model(inputs, keras.layers.Dense(n_outputs)(hidden))
-"""
-
-
-@pytest.mark.heavy  # ~8 s
-def test_shapes_let_go_take_their_custom_gradients_out_of_tensorflows_registry(tmp_path,
-                                                                               monkeypatch):
-    # Every trace of a tf.custom_gradient (a person's layer; Keras' optimizer step) registers
-    # its gradient function in TensorFlow's process-wide registry for good, holding its traced
-    # graph: the builder's, the twin's, the checks', the evaluation's and the training call's.
-    # A model with one grew ~1.3 MiB a job more over new shapes (gradexp.traced_gradients).
-    import gc
-
-    from tensorflow.python.framework import ops
-
-    shared_programs.clear()
-    monkeypatch.setattr(shared_programs, "MAX_SHARED", 1)
-    (tmp_path / "own_tanh_models.py").write_text(CUSTOM_GRADIENT_MODEL)
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    store = empty_store(tmp_path)
-    sizes = []
-    for width in (3, 4, 5, 6):
-        run(store, "model=custom", "model._target_=own_tanh_models.build",
-            f"+model.kwargs.width={width}", "trainer.epochs=3", launch_dir=tmp_path)
-        gc.collect()
-        gc.collect()  # what the finalizers let go of
-        sizes.append(len(ops.gradient_registry._registry))
-    sys.modules.pop("own_tanh_models", None)
-    shared_programs.clear()
-    assert sizes[3] <= sizes[1], sizes  # each new shape's entries replace the last's (+6 a job)
-
-
 @pytest.mark.heavy  # ~3 s
 def test_a_job_leaves_neither_its_own_model_nor_its_served_model_behind(tmp_path, monkeypatch):
     """Sharing must not grow memory (issue 20 item 7): a job of a kept shape builds a model only

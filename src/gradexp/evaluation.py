@@ -20,7 +20,6 @@ import tensorflow as tf
 
 from gradexp.data import Split
 from gradexp.metrics import metric_name
-from gradexp.traced_gradients import owned_by, recording
 from gradexp.user_code import instantiate, with_autograph
 
 MetricFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
@@ -114,9 +113,6 @@ class Evaluator:
         self.metrics = {metric_name(spec): build_metric(spec, outputs, independent_outputs)
                         for spec in specs}
         self._compiled = tf.function(self._evaluate)
-        # What its traces register in TensorFlow for good (a custom gradient in a person's
-        # model) goes with the evaluator: gradexp.traced_gradients.
-        self._gradients = owned_by(self)
         self.calls = 0
 
     def __call__(self, split_names: Iterable[str]) -> dict[str, float]:
@@ -128,11 +124,8 @@ class Evaluator:
         # Tracing the compiled evaluation costs ~0.2-0.4 s, an eager one a few ms: a run calls
         # this once or twice (the test split, restored best weights), so only a caller that
         # evaluates many times pays for a trace.
-        if self.calls <= EAGER_CALLS:
-            return {key: float(value) for key, value in self._evaluate(names).items()}
-        with recording(self._gradients):  # where the compiled call traces
-            values = self._compiled(names)
-        return {key: float(value) for key, value in values.items()}
+        evaluate = self._compiled if self.calls > EAGER_CALLS else self._evaluate
+        return {key: float(value) for key, value in evaluate(names).items()}
 
     def keys(self, split_names: Iterable[str]) -> tuple[str, ...]:
         """The "<split>/<metric>" names an evaluation of these splits gives."""

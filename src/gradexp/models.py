@@ -29,7 +29,6 @@ import tensorflow as tf
 from omegaconf import DictConfig, OmegaConf
 
 from gradexp.schema import ConfigError
-from gradexp.traced_gradients import owned_by, recording
 
 # Seed 004 calls the line's parameters W and b: a layer named `linear` (model=linear) keeps
 # those names in the gradient checks and metrics.
@@ -48,9 +47,6 @@ class Model:
         self.names = [SEED_004_NAMES.get(path, path)
                       for path in (v.path.removeprefix(prefix) for v in self.params)]
         self._twins: dict[str, keras.Model] = {}
-        # What building a twin registers in TensorFlow for good (a person's custom gradient,
-        # traced on Keras' scratch graph) goes with the model: gradexp.traced_gradients.
-        self._gradients = owned_by(self)
         # The gradient checks' compiled loss functions of this model (gradexp.run_checks), held
         # here so that they go with it: they close over the model
         self.check_losses: dict[tuple, object] = {}
@@ -118,7 +114,7 @@ class Model:
                 # Under `dtype` as Keras' global policy: layers that a layer or a subclassed
                 # model makes in its __init__ without dtype= take the policy of the moment, and
                 # would stay float32 in a float64 twin.
-                with _dtype_policy(dtype), recording(self._gradients):
+                with _dtype_policy(dtype):
                     if _built_from_layers(network):
                         # Its input too: a float32 Input would round x, and the check of
                         # d/dinputs would measure float32 rounding.
@@ -521,13 +517,8 @@ def build_model(cfg: DictConfig, n_features: int, n_outputs: int) -> Model:
     kwargs = options.get("kwargs", {})
     spec = options if own else {"_target_": target, **kwargs}
     where = f"model={options.get('name', target)}" if own else f"model._target_={target}"
-    # What the builder's traces register in TensorFlow for good (a custom gradient in a layer's
-    # call, traced as Keras builds a functional model on a scratch graph) goes with the network
-    # it built: a model built for a setup check, or by an earlier job, lets go of it.
-    built: list[str] = []
     try:
-        with recording(built):
-            network = instantiate("model._target_", spec, **sizes)
+        network = instantiate("model._target_", spec, **sizes)
     except InstantiationException as error:  # the builder raised: say what it raised
         cause = error.__cause__
         if cause is None:
@@ -547,12 +538,10 @@ def build_model(cfg: DictConfig, n_features: int, n_outputs: int) -> Model:
                           "not a keras.Model")
     if not network.built:  # a subclassed model makes its variables at its first call
         try:
-            with recording(built):
-                network(np.zeros((1, n_features), np.float32))
+            network(np.zeros((1, n_features), np.float32))
         except TypeError as error:
             refused = custom_gradient_refusal(where, error)
             if refused is not None:
                 raise refused from None
             raise
-    owned_by(network).extend(built)
     return Model(network, n_features)

@@ -46,7 +46,6 @@ from gradexp.gradcheck.report import ReportedError
 from gradexp.gradcheck.second_order import second_order_reports
 from gradexp.losses import build_loss
 from gradexp.models import Model, half_precision_layers, read_values
-from gradexp.traced_gradients import owned_by, recording
 
 
 @dataclass
@@ -539,23 +538,13 @@ class _Compiled:
     def __init__(self, function: Callable[..., tf.Tensor]):
         self.function = function
         self.resolved: Callable[..., tf.Tensor] | None = None
-        # What its traces register in TensorFlow for good (a custom gradient in a person's
-        # model or loss) goes with it: gradexp.traced_gradients.
-        self._gradients = owned_by(self)
 
     def __call__(self, args: list[tf.Tensor]) -> Callable[..., tf.Tensor]:
         """The function to call, tried once on `args`."""
         if self.resolved is None:
             global COMPILED
             COMPILED += 1
-            function, names = self.function, self._gradients
-
-            def traced(*args: tf.Tensor) -> tf.Tensor:  # at every trace, of any shapes
-                with recording(names):
-                    return function(*args)
-
-            traced.__name__ = function.__name__  # the graphs' names: of_params, of_inputs
-            compiled = tf.function(traced, autograph=False)  # autograph: ~1.5 s
+            compiled = tf.function(self.function, autograph=False)  # autograph: ~1.5 s
             try:
                 compiled(*args)
                 self.resolved = compiled

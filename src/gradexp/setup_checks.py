@@ -389,8 +389,6 @@ def check_compiles(where: str, model: Any, rows: Any) -> None:
     as the trainer's full batch is, so what that step accepts passes here too."""
     import tensorflow as tf
 
-    from gradexp.traced_gradients import owned_by, recording
-
     x = tf.constant(rows)
 
     def forward():
@@ -402,12 +400,8 @@ def check_compiles(where: str, model: Any, rows: Any) -> None:
         return outputs if own is None else own
 
     def traces(function) -> BaseException | None:
-        compiled = tf.function(function, autograph=False)
         try:
-            # What the trace registers in TensorFlow for good (a custom gradient in the
-            # model) goes with the compiled function, dropped once checked
-            with recording(owned_by(compiled)):
-                compiled()
+            tf.function(function, autograph=False)()
         except Exception as error:  # noqa: BLE001 - whatever fails to trace fails training
             return error
         return None

@@ -23,15 +23,17 @@ would convert it (gradexp.user_code.with_autograph). The loops' bounds are tenso
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.framework import ops as tf_ops  # the graph gradient registry
 
 from gradexp.data import Dataset
 from gradexp.models import Model
-from gradexp.traced_gradients import owned_by, recording
 from gradexp.user_code import with_autograph
 
 STRETCH_SECONDS = 0.25  # a compiled call's length when no host event comes sooner
@@ -108,10 +110,10 @@ class Trainer:
         self.untrained: list[str] = []  # variables no gradient reaches, known once traced
         self._seconds_per_epoch: float | None = None  # as measured on the last call
         self._longest = 0  # epochs in the longest call so far
-        # The gradients TensorFlow registered for good while tracing this trainer's calls
-        # (Keras' optimizer step has one), let go of once it is collected (a shape
-        # shared_programs dropped): gradexp.traced_gradients.
-        self._gradients = owned_by(self)
+        # The gradients TensorFlow registered for good while tracing this trainer's calls, let
+        # go of once it is collected (a shape shared_programs dropped): _owned_gradients.
+        self._gradients: list[str] = []
+        weakref.finalize(self, _forget_gradients, self._gradients).atexit = False
         self.optimizer.build(model.params)
         # The optimizer's state before its first step, for a later job that shares this
         # trainer's traced calls (gradexp.shared_programs; restart).
@@ -302,7 +304,7 @@ class Trainer:
 
     def _traced_step(self, x: tf.Tensor, y: tf.Tensor) -> dict[str, tf.Tensor]:
         """`_step` as the streamed set's compiled call traces it."""
-        with recording(self._gradients):
+        with _owned_gradients(self._gradients):
             return self._step(x, y)
 
     def _replica_step(self, x: tf.Tensor, y: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -357,7 +359,7 @@ class Trainer:
         per segment, none per epoch, so evaluating costs the epochs nothing."""
         global TRACES
         TRACES += 1  # compiled: this body runs once per trace
-        with recording(self._gradients):
+        with _owned_gradients(self._gradients):
             return self._epochs(segments, evaluate)
 
     def _epochs(self, segments: tf.Tensor,
@@ -398,6 +400,44 @@ class Trainer:
 
 
 PARTS = ("loss/data", "loss/regularization")  # the parts of `loss` for a model with own losses
+
+CUSTOM_GRADIENT = "CustomGradient-"  # tf.custom_gradient's registry names: this, then ops.uid()
+
+
+@contextmanager
+def _owned_gradients(names: list[str]):
+    """Add to `names` the gradient functions TensorFlow registers while tracing the block.
+
+    A `tf.custom_gradient` called in a graph (Keras' optimizer calls one in every step:
+    `apply_gradients` all-reduces the gradients through the replica context's
+    `all_reduce`, a custom gradient even with one replica) registers its gradient function
+    in TensorFlow's process-wide gradient registry under a new name, never taken out. That
+    function holds the traced tensors, so through them the whole traced graph of the call
+    (`_run_epochs` and its loops' bodies: ~3.3 MiB a job of `model=mlp` on the line) outlives
+    the trainer, its model and the tf.function: a sweep over new shapes grew by one graph a
+    job, past shared_programs' MAX_SHARED. The registry is frozen with TensorFlow's import
+    (gradexp.tensorflow_import), so gc.get_referrers and objgraph see no referrer."""
+    first = None if tf.executing_eagerly() else tf_ops.uid()  # eagerly nothing is registered
+    try:
+        yield
+    finally:
+        registry = getattr(tf_ops.gradient_registry, "_registry", None)
+        if first is not None and isinstance(registry, dict):
+            for name in list(registry):
+                number = name[len(CUSTOM_GRADIENT):]
+                if name.startswith(CUSTOM_GRADIENT) and number.isdigit() and int(number) > first:
+                    names.append(name)
+
+
+def _forget_gradients(names: list[str]) -> None:
+    """Take the gradient functions registered for a collected trainer's traces out of
+    TensorFlow's registry (nothing can differentiate those graphs any more)."""
+    registry = getattr(tf_ops.gradient_registry, "_registry", None)
+    if isinstance(registry, dict):
+        for name in names:
+            registry.pop(name, None)
+    names.clear()
+
 
 def _total(data: tf.Tensor, own: tf.Tensor | None) -> tf.Tensor:
     return data if own is None else data + own

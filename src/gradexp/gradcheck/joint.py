@@ -82,18 +82,7 @@ class JointFunction:
 
         if not self.compile:
             return joint
-        from gradexp.traced_gradients import owned_by, recording
-
-        # What its traces register in TensorFlow for good (a custom gradient in f) goes with
-        # this JointFunction, which holds the compiled function: gradexp.traced_gradients.
-        names = owned_by(self)
-
-        def traced(flat: Any) -> Any:  # at every trace
-            with recording(names):
-                return joint(flat)
-
-        traced.__name__ = "joint"  # the graphs' name
-        compiled = tf.function(traced, autograph=False)
+        compiled = tf.function(joint, autograph=False)
         compiled._gradexp_light_traces = True  # a few checks a run (compiled.light_traces)
         try:
             y = compiled.get_concrete_function(flat).structured_outputs

@@ -23,7 +23,6 @@ import numpy as np
 import tensorflow as tf
 
 from gradexp.interrupts import interrupt_pending, interrupts_deferred
-from gradexp.traced_gradients import owned_by, recording
 
 # The optimizers with a stateless update here (keras class name -> kinds below)
 SGD, MOMENTUM, NESTEROV, ADAGRAD, ADAM = range(5)
@@ -142,9 +141,6 @@ class PackedProgram:
         self.scalar_index = (names["W"], names["b"]) if scalar else None
         # reduce_retracing: segments of other lengths (a check every N epochs) share a trace
         self._run = tf.function(self._epochs, autograph=False, reduce_retracing=True)
-        # What its traces register in TensorFlow for good (a custom gradient in the model, as
-        # a trainer's optimizer step has) goes with the program: gradexp.traced_gradients.
-        self._gradients = owned_by(self)
 
     # ------------------------------------------------------------------ host side
     def train(self, epochs: int, keep: set[int],
@@ -294,10 +290,9 @@ class PackedProgram:
             return (e + 1, params, first, second, iteration,
                     {key: array.write(e, values[key]) for key, array in arrays.items()})
 
-        with recording(self._gradients):  # the loop's body traces the model
-            _, params, first, second, iteration, arrays = tf.while_loop(
-                lambda e, *_: e < count, epoch,
-                (tf.constant(0), params, first, second, iteration, arrays))
+        _, params, first, second, iteration, arrays = tf.while_loop(
+            lambda e, *_: e < count, epoch,
+            (tf.constant(0), params, first, second, iteration, arrays))
         return params, first, second, iteration, {key: a.stack() for key, a in arrays.items()}
 
 

@@ -106,15 +106,10 @@ def _epochs_evaluation(trainer: Any) -> Any:
     (gradexp.shared_programs), so they share its trace too."""
     import tensorflow as tf
 
-    from gradexp.traced_gradients import owned_by, recording
-
     evaluator, params, keys = trainer.evaluator, list(trainer.model.params), trainer.eval_keys
     kept = getattr(evaluator, "_gradexp_epochs", None)
     if kept is not None and kept[0] == (tuple(map(id, params)), keys):
         return kept[1]
-    # What its traces register in TensorFlow for good (a custom gradient in the model) goes
-    # with the evaluator that keeps it: gradexp.traced_gradients.
-    names = owned_by(evaluator)
 
     def evaluate(stacked: list[tf.Tensor]) -> tuple[tf.Tensor, ...]:
         count = tf.shape(stacked[0])[0]
@@ -127,8 +122,7 @@ def _epochs_evaluation(trainer: Any) -> Any:
                                 for array, key in zip(arrays, keys))
 
         arrays = tuple(tf.TensorArray(tf.float32, size=count) for _ in keys)
-        with recording(names):
-            _, arrays = tf.while_loop(lambda i, _: i < count, row, (tf.constant(0), arrays))
+        _, arrays = tf.while_loop(lambda i, _: i < count, row, (tf.constant(0), arrays))
         return tuple(array.stack() for array in arrays)
 
     signature = [[tf.TensorSpec((None, *v.shape), tf.as_dtype(v.dtype)) for v in params]]
