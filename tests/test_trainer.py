@@ -106,3 +106,36 @@ def test_a_dropped_trainer_lets_go_of_the_graphs_it_traced(batch_size):
     del trainer
     assert run_epochs_graphs() == before
     assert set(ops.gradient_registry._registry) < names  # its entries taken out
+
+
+def test_a_dropped_trainer_leaves_a_persons_own_traced_functions_differentiable():
+    # A person's loss, a tf.function with a tf.custom_gradient inside, is first traced inside
+    # the trainer's training call. Its trace stays in the function's own cache after the
+    # trainer is gone, and its gradient comes from TensorFlow's registry each time a new tape
+    # asks: taking that entry out with the trainer's own made it fail with "No gradient
+    # defined for operation 'IdentityN'" in the person's later code.
+    import gc
+
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def square(e):
+        return e * e, lambda upstream: 2.0 * e * upstream
+
+    @tf.function(reduce_retracing=True)
+    def own_loss(y_true, y_pred):
+        return tf.reduce_mean(square(y_true - y_pred))
+
+    trainer = make_trainer("model=mlp", "model.hidden=[5]", "trainer.epochs=3")
+    trainer.loss = own_loss
+    list(trainer.train([3]))
+    y = tf.constant(trainer.y)
+    del trainer
+    gc.collect()
+
+    guess = tf.zeros_like(y)
+    with tf.GradientTape() as tape:
+        tape.watch(guess)
+        loss = own_loss(y, guess)
+    gradient = tape.gradient(loss, guess)
+    assert np.allclose(gradient, -2 * y.numpy() / y.shape[0])

@@ -406,7 +406,8 @@ CUSTOM_GRADIENT = "CustomGradient-"  # tf.custom_gradient's registry names: this
 
 @contextmanager
 def _owned_gradients(names: list[str]):
-    """Add to `names` the gradient functions TensorFlow registers while tracing the block.
+    """Add to `names` the gradient functions TensorFlow registers while tracing the block for
+    the block's own graph.
 
     A `tf.custom_gradient` called in a graph (Keras' optimizer calls one in every step:
     `apply_gradients` all-reduces the gradients through the replica context's
@@ -416,17 +417,53 @@ def _owned_gradients(names: list[str]):
     (`_run_epochs` and its loops' bodies: ~3.3 MiB a job of `model=mlp` on the line) outlives
     the trainer, its model and the tf.function: a sweep over new shapes grew by one graph a
     job, past shared_programs' MAX_SHARED. The registry is frozen with TensorFlow's import
-    (gradexp.tensorflow_import), so gc.get_referrers and objgraph see no referrer."""
-    first = None if tf.executing_eagerly() else tf_ops.uid()  # eagerly nothing is registered
+    (gradexp.tensorflow_import), so gc.get_referrers and objgraph see no referrer.
+
+    Only entries whose tensors live in the block's graph (or its loops' and branches' bodies)
+    are the trainer's: a person's own tf.function first traced here (a loss, a layer) keeps its
+    trace in its own cache, and a later trainer, or the person's own tape, may differentiate
+    it again through the registry."""
+    if tf.executing_eagerly():  # eagerly nothing is registered
+        yield
+        return
+    home, first = tf_ops.get_default_graph(), tf_ops.uid()
     try:
         yield
     finally:
         registry = getattr(tf_ops.gradient_registry, "_registry", None)
-        if first is not None and isinstance(registry, dict):
-            for name in list(registry):
-                number = name[len(CUSTOM_GRADIENT):]
-                if name.startswith(CUSTOM_GRADIENT) and number.isdigit() and int(number) > first:
-                    names.append(name)
+        for name, entry in (registry.items() if isinstance(registry, dict) else ()):
+            number = name[len(CUSTOM_GRADIENT):]
+            if (name.startswith(CUSTOM_GRADIENT) and number.isdigit() and int(number) > first
+                    and _graphs_of(entry) == {home}):
+                names.append(name)
+
+
+def _graphs_of(entry: dict) -> set:
+    """The traced graphs a registered gradient function's tensors live in, each taken out of
+    the while loops and conds that hold it (their bodies are graphs of their own, owned by the
+    graph around them); empty when none is found, and then the entry is left alone."""
+    from tensorflow.python.ops.control_flow_v2_func_graphs import ControlFlowFuncGraph
+
+    graphs, functions, seen = set(), [entry.get("type")], set()
+    while functions:  # custom_gradient's function, and the functions its closure holds
+        function = functions.pop()
+        if id(function) in seen or not callable(function):
+            continue
+        seen.add(id(function))
+        for cell in getattr(function, "__closure__", None) or ():
+            try:
+                held = cell.cell_contents
+            except ValueError:  # a cell not yet filled
+                continue
+            for item in held if isinstance(held, (list, tuple)) else (held,):
+                if tf.is_symbolic_tensor(item):
+                    graph = item.graph
+                    while isinstance(graph, ControlFlowFuncGraph):
+                        graph = graph.outer_graph
+                    graphs.add(graph)
+                elif callable(item):
+                    functions.append(item)
+    return graphs
 
 
 def _forget_gradients(names: list[str]) -> None:
