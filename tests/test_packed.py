@@ -313,3 +313,26 @@ def test_a_stopped_job_keeps_its_weights_while_the_others_train_as_they_would(tm
         for epoch, weights in job.weights.items():
             for mine, theirs in zip(weights, alone[j].weights[epoch]):
                 np.testing.assert_allclose(mine, theirs, rtol=1e-6, atol=1e-7)
+
+
+def test_a_mixed_float16_model_runs_alone_and_says_why(tmp_path):
+    # Its optimizer is a LossScaleOptimizer, as Keras' fit gives it; the packed update has no
+    # loss scaling, so the job would have trained otherwise than alone.
+    from conftest import compose_config
+    from gradexp.packed.plan import prepare
+
+    (tmp_path / "half_models.py").write_text(
+        "import keras\n\n"
+        "def mixed(n_features, n_outputs):\n"
+        "    keras.config.set_dtype_policy('mixed_float16')\n"
+        "    try:\n"
+        "        inputs = keras.Input((n_features,))\n"
+        "        outputs = keras.layers.Dense(n_outputs, dtype='float32')(\n"
+        "            keras.layers.Dense(4)(inputs))\n"
+        "        return keras.Model(inputs, outputs)\n"
+        "    finally:\n"
+        "        keras.config.set_dtype_policy('float32')\n")
+    cfg = compose_config("model=custom", "model._target_=half_models.mixed")
+    prepared, reason = prepare(cfg, tmp_path)
+    assert prepared is None
+    assert reason == "a mixed_float16 model (its optimizer scales the loss, as Keras' fit)"

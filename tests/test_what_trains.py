@@ -268,6 +268,22 @@ def half_precision_mlp(n_features, n_outputs):
     return keras.Model(inputs, keras.layers.Dense(n_outputs, name="head")(hidden))
 
 
+def mixed_precision_mlp(n_features, n_outputs):
+    """Built under the global mixed_float16 policy, as Keras' mixed-precision guide builds one:
+    Keras' compile gives it a LossScaleOptimizer."""
+    before = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        inputs = keras.Input((n_features,))
+        hidden = keras.layers.Dense(8, activation="tanh", name="half",
+                                    kernel_initializer=keras.initializers.GlorotUniform(1))(inputs)
+        outputs = keras.layers.Dense(n_outputs, name="head", dtype="float32",
+                                     kernel_initializer=keras.initializers.GlorotUniform(2))(hidden)
+        return keras.Model(inputs, outputs)
+    finally:
+        keras.config.set_dtype_policy(before)
+
+
 class ScaledWithSpare(keras.layers.Layer):
     """x * w, with a weight `spare` the call never reads."""
 
@@ -575,8 +591,33 @@ def test_a_mixed_precision_layer_is_said_to_be_checked_in_float64(store, client,
     assert result.gradcheck_passed is True
     notes = read_report(client, result.run_id, 0)["notes"]
     assert any(note.startswith("layer half computes in float16/bfloat16") and "in float64" in note
-               and "loss" in note for note in notes), notes
+               for note in notes), notes
     assert client.get_run(result.run_id).data.tags[GRADCHECK_DTYPE_TAG] == "float64"
+
+
+@pytest.mark.heavy  # ~3 s
+def test_a_mixed_float16_model_trains_with_its_loss_scaled_as_keras_fit(store, client, tmp_path,
+                                                                        user_models):
+    # Keras' compile wraps such a model's optimizer in a LossScaleOptimizer: the loss is scaled
+    # up before the gradients, and the steps whose float16 gradients overflow are skipped (here
+    # the first two, at the initial scale 2^15). gradexp trained it on unscaled gradients, and
+    # then took the scaled ones' overflow for a divergence at the starting weights.
+    import importlib
+
+    import keras
+
+    result = run(store, tmp_path, "model=custom",
+                 f"model._target_={user_models}.mixed_precision_mlp", "trainer.epochs=6",
+                 "optimizer.learning_rate=0.05", "gradcheck.at_end=false")
+    assert client.get_run(result.run_id).info.status == "FINISHED"
+    ours = [m.value for m in client.get_metric_history(result.run_id, "loss")]
+    data = load_data(compose_config().data)
+    network = importlib.import_module(user_models).mixed_precision_mlp(1, 1)
+    network.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+    fit = network.fit(data.x, data.y, batch_size=len(data.x), epochs=6, shuffle=False,
+                      verbose=0).history["loss"]
+    assert fit[0] == fit[1] == fit[2] > fit[3]  # two skipped steps, then it trains
+    assert ours == pytest.approx(fit, rel=1e-5)
 
 
 @pytest.mark.parametrize("gradcheck", ["default", "off"])

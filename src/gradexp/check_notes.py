@@ -18,8 +18,7 @@ def half_precision_note(layers: list[str], dtype: str) -> str:
     named = ", ".join(layers[:4]) + (f" and {len(layers) - 4} more" if len(layers) > 4 else "")
     named = f"layer {named} computes" if len(layers) == 1 else f"layers {named} compute"
     return (f"{named} in float16/bfloat16 (a mixed-precision policy): the check "
-            f"verifies their math in {dtype}, not half precision's rounding or overflow, and "
-            "training scales no loss (Keras' fit would, for a mixed_float16 model)")
+            f"verifies their math in {dtype}, not half precision's rounding or overflow")
 
 
 def token_inputs(model: Model) -> str | None:

@@ -188,7 +188,14 @@ def half_precision_layers(network: keras.Model) -> list[str]:
     """The layers of `network` that compute in float16 or bfloat16 (a mixed-precision policy):
     the check verifies their math in float64, which their training does not compute in."""
     return [layer.name for layer in network._flatten_layers(include_self=False)
-            if getattr(layer, "compute_dtype", None) in ("float16", "bfloat16")]
+            if getattr(layer, "compute_dtype", None) in ("float16", "bfloat16")
+            and not isinstance(layer, keras.layers.InputLayer)]  # it computes nothing
+
+
+def scales_its_loss(network: keras.Model) -> bool:
+    """Whether Keras' `compile` wraps this model's optimizer in a LossScaleOptimizer: a model
+    built under the mixed_float16 policy (its float16 gradients would underflow unscaled)."""
+    return getattr(network.dtype_policy, "name", None) == "mixed_float16"
 
 
 _FLOATS = ("float16", "bfloat16", "float32", "float64", "mixed_float16", "mixed_bfloat16")

@@ -28,12 +28,13 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import keras
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import ops as tf_ops  # the graph gradient registry
 
 from gradexp.data import Dataset
-from gradexp.models import Model
+from gradexp.models import Model, scales_its_loss
 from gradexp.user_code import with_autograph
 
 STRETCH_SECONDS = 0.25  # a compiled call's length when no host event comes sooner
@@ -51,6 +52,9 @@ class EpochMetrics:
     first_epoch: int  # epochs done before this stretch
     values: dict[str, np.ndarray]  # per epoch: "loss", "grad_norm" (and "lr", "W", "b")
     evaluations: dict[int, dict[str, float]] = field(default_factory=dict)  # epoch -> val/mse..
+    # The values that must be finite: not "grad_norm" under a LossScaleOptimizer, whose scaled
+    # gradients overflow now and then by design (it skips those steps and lowers its scale).
+    judged: tuple[str, ...] = ("loss", "grad_norm")
 
     @property
     def last_epoch(self) -> int:
@@ -66,15 +70,16 @@ class EpochMetrics:
                 for key, values in self.values.items()}
 
     def first_nonfinite_epoch(self) -> int | None:
-        """The first epoch whose loss or gradient norm is NaN or infinite, else None."""
-        bad = ~(np.isfinite(self.values["loss"]) & np.isfinite(self.values["grad_norm"]))
+        """The first epoch whose loss or gradient norm (`judged`) is NaN or infinite, else None."""
+        bad = ~np.logical_and.reduce([np.isfinite(self.values[key]) for key in self.judged])
         return int(self.epochs[np.argmax(bad)]) if bad.any() else None
 
     def upto(self, epoch: int) -> EpochMetrics:
         """The metrics of the epochs before `epoch` (to keep what was good before a divergence)."""
         count = epoch - 1 - self.first_epoch
         return EpochMetrics(self.first_epoch, {k: v[:count] for k, v in self.values.items()},
-                            {e: m for e, m in self.evaluations.items() if e < epoch})
+                            {e: m for e, m in self.evaluations.items() if e < epoch},
+                            self.judged)
 
 
 class Trainer:
@@ -88,7 +93,14 @@ class Trainer:
         self.model = model
         self.strategy = strategy  # device=mirrored: each batch split across its replicas
         self.loss = with_autograph(loss)  # user code, converted as tf.function would
+        if scales_its_loss(model.network) and not isinstance(
+                optimizer, keras.optimizers.LossScaleOptimizer):
+            # as Keras' compile does for a mixed_float16 model: the loss scaled up before the
+            # gradients (float16's would underflow), the update skipped where they overflow
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
         self.optimizer = optimizer
+        self.scales_loss = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+        self._judged = ("loss",) if self.scales_loss else ("loss", "grad_norm")  # EpochMetrics
         self.x = tf.constant(data.x)
         self.y = tf.constant(data.y)
         self.n_samples = data.x.shape[0]
@@ -193,7 +205,7 @@ class Trainer:
                                               for key, value in held_out.items()}
                                for s in np.flatnonzero(evaluate)}
                 self.epoch = first + count
-                yield EpochMetrics(first, values, evaluations)
+                yield EpochMetrics(first, values, evaluations, self._judged)
 
     # ---------------------------------------------------------------- a streamed data set
     def _train_streamed(self, stops: Iterable[int]) -> Iterator[EpochMetrics]:
@@ -219,7 +231,8 @@ class Trainer:
                         break
                 self.calls += 1
                 yield EpochMetrics(first, {key: np.asarray(v, np.float32)
-                                           for key, v in values.items()}, evaluations)
+                                           for key, v in values.items()}, evaluations,
+                                   self._judged)
 
     def _streamed_epoch(self) -> dict[str, float]:
         """One epoch of a streamed set: the mean batch losses and gradient norm."""
@@ -289,9 +302,16 @@ class Trainer:
             return {key: local(value)[0] for key, value in values.items()}  # all-reduced
         with tf.GradientTape() as tape:
             values = self._losses(x, y)
-        gradients = tape.gradient(values["loss"], self.model.params)
+            scaled = self.optimizer.scale_loss(values["loss"])
+        gradients = tape.gradient(scaled, self.model.params)
+        scale = self._loss_scale()  # read before the update, which may change it
         self._apply(gradients)
-        return {**values, "grad_norm": tf.linalg.global_norm(gradients)}
+        return {**values, "grad_norm": _unscaled(tf.linalg.global_norm(gradients), scale)}
+
+    def _loss_scale(self) -> tf.Tensor | None:
+        """A LossScaleOptimizer's dynamic scale, by which its gradients are of the loss times
+        it; None for any other optimizer."""
+        return self.optimizer.scale_loss(1.0) if self.scales_loss else None
 
     def _apply(self, gradients: list[tf.Tensor | None]) -> None:
         """The optimizer's update of the variables that have a gradient. Those without one
@@ -323,12 +343,14 @@ class Trainer:
         weight = tf.cast(tf.shape(x_part)[0] * replicas, tf.float32) / tf.cast(rows, tf.float32)
         with tf.GradientTape() as tape:
             values = self._losses(x_part, y_part, weight, replicas)
-        gradients = tape.gradient(values["loss"], self.model.params)
+            scaled = self.optimizer.scale_loss(values["loss"])
+        gradients = tape.gradient(scaled, self.model.params)
+        scale = self._loss_scale()  # read before the update, which may change it
         self._apply(gradients)
         summed = context.all_reduce(tf.distribute.ReduceOp.SUM, gradients)
         return {**{key: context.all_reduce(tf.distribute.ReduceOp.SUM, value)
                    for key, value in values.items()},
-                "grad_norm": tf.linalg.global_norm(summed)}
+                "grad_norm": _unscaled(tf.linalg.global_norm(summed), scale)}
 
     def _epoch(self) -> dict[str, tf.Tensor]:
         """One pass over the data: the mean batch losses and gradient norm."""
@@ -474,6 +496,10 @@ def _forget_gradients(names: list[str]) -> None:
         for name in names:
             registry.pop(name, None)
     names.clear()
+
+
+def _unscaled(norm: tf.Tensor, scale: tf.Tensor | None) -> tf.Tensor:
+    return norm if scale is None else norm / tf.cast(scale, norm.dtype)
 
 
 def _total(data: tf.Tensor, own: tf.Tensor | None) -> tf.Tensor:

@@ -113,7 +113,7 @@ def prepare(cfg: DictConfig, launch_dir: Path, built: dict | None = None
 
     from gradexp.data import load_data
     from gradexp.losses import build_loss, independent_outputs
-    from gradexp.models import build_model
+    from gradexp.models import build_model, scales_its_loss
     from gradexp.packed.program import JobSetup, optimizer_update, shuffle_orders
     from gradexp.schedules import build_optimizer
     from gradexp.user_code import importable
@@ -142,6 +142,8 @@ def prepare(cfg: DictConfig, launch_dir: Path, built: dict | None = None
             reason = "a model with state per job (dropout seeds, batch-norm statistics)"
         elif model.has_own_losses(tf.constant(data.x[:2])):
             reason = "a model with losses of its own (regularizers)"
+        elif scales_its_loss(model.network):
+            reason = "a mixed_float16 model (its optimizer scales the loss, as Keras' fit)"
         built[model_key] = (model, reason)
     model, reason = built[model_key]
     if reason is not None:
