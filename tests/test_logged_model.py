@@ -406,3 +406,81 @@ def test_a_loaders_integer_and_bool_columns_are_typed_so_in_the_signature(tmp_pa
     read = pd.read_csv(tmp_path / "flags.csv")
     assert read["flag"].dtype == bool
     assert model.predict(read.drop(columns="y")).shape == (150, 1)
+
+
+# A person's builders as they are often written: compiled inside (as Keras tutorials do) with a
+# loss of their own, a layer whose get_config leaves out an __init__ argument, a Lambda layer.
+OWN_BUILDERS = '''
+import keras
+import tensorflow as tf
+
+
+def own_mse(y_true, y_pred):
+    return tf.reduce_mean(tf.square(y_true - y_pred), axis=-1)
+
+
+def compiled(n_features, n_outputs):
+    inputs = keras.Input((n_features,))
+    hidden = keras.layers.Dense(8, activation="tanh")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(n_outputs)(hidden))
+    model.compile(optimizer="adam", loss=own_mse)
+    return model
+
+
+class Scale(keras.layers.Layer):
+    def __init__(self, units):  # no **kwargs: Keras cannot rebuild it from its config
+        super().__init__()
+        self.units = units
+
+    def build(self, shape):
+        self.w = self.add_weight(shape=(shape[-1], self.units), name="w")
+
+    def call(self, x):
+        return x @ self.w
+
+    def get_config(self):
+        return {**super().get_config(), "units": self.units}
+
+
+def unloadable(n_features, n_outputs):
+    inputs = keras.Input((n_features,))
+    return keras.Model(inputs, keras.layers.Dense(n_outputs)(Scale(4)(inputs)))
+
+
+def with_lambda(n_features, n_outputs):
+    inputs = keras.Input((n_features,))
+    doubled = keras.layers.Lambda(lambda t: t * 2.0)(inputs)
+    return keras.Model(inputs, keras.layers.Dense(n_outputs)(doubled))
+'''
+
+
+@pytest.mark.parametrize("builder", ["compiled", "with_lambda"])
+def test_a_model_compiled_with_your_loss_or_with_a_lambda_is_checked_in_float64_and_loads(
+        tmp_path, store, client, served, builder):
+    # Compiled with a loss of the person's: its compile config named own_mse, which neither the
+    # float64 twin's clone nor the logged model's load could find (checked in float32 with a
+    # warning; logged FINISHED, and unloadable). A Lambda: refused by Keras' safe mode in both.
+    (tmp_path / "own_builders.py").write_text(OWN_BUILDERS)
+    result = conftest.run(store, "model=custom", f"model._target_=own_builders.{builder}",
+                          "trainer.epochs=2", "gradcheck.at_end=false", launch_dir=tmp_path)
+    assert conftest.read_report(client, result.run_id, 0)["dtype"] == "float64"
+    data = load_data(compose_config().data)  # seed 004's line: no standardization
+    predicted = served(result.run_id).predict(data.val.x)
+    assert np.mean((np.ravel(predicted) - data.val.y[:, 0]) ** 2) == pytest.approx(
+        result.metrics["val/mse"], rel=1e-4)
+
+
+def test_a_model_that_would_not_load_back_is_said_and_not_logged(tmp_path, store, client,
+                                                                 capsys):
+    # Keras saved it, then could not load it (Scale.__init__ takes no `name`): the run was
+    # FINISHED, its model unloadable, nothing said.
+    (tmp_path / "own_builders.py").write_text(OWN_BUILDERS)
+    result = conftest.run(store, "model=custom", "model._target_=own_builders.unloadable",
+                          "trainer.epochs=2", "gradcheck=off", launch_dir=tmp_path, quiet=False)
+    run = client.get_run(result.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["gradexp.model_logged"] == "false"
+    said = [line for line in capsys.readouterr().out.splitlines() if "not logged" in line]
+    assert len(said) == 1 and "would not load back" in said[0] \
+        and "Scale.__init__() got an unexpected keyword argument" in said[0], said
+    assert not client.search_logged_models([run.info.experiment_id])  # none left FAILED

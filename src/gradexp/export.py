@@ -68,7 +68,10 @@ def export(network, data: Dataset, outputs_are_logits: bool = True,
     labels = None
     if classification:  # one output: its probability is that of labels[1]
         labels = data.labels or list(range(max(data.n_outputs, 2)))
-    custom, code = user_code(served)
+    from gradexp.models import compile_state_set_aside
+
+    with compile_state_set_aside(served):  # what loading it needs: not your compile() loss
+        custom, code = user_code(served)
     return Export(served, data.task, data.n_features, data.n_outputs, data.features,
                   data.integer_features or [], data.boolean_features or [], labels,
                   data.standardization is not None, custom, code)

@@ -486,8 +486,9 @@ class MlflowTracker(NullTracker):
     def _log_saved_model(self, served, folder: Path, data: Path, step: int, name: str) -> str:
         from mlflow.entities import LoggedModelOutput, LoggedModelStatus
 
-        from gradexp.model_files import save_served_model
+        from gradexp.model_files import check_loads, save_served_model
 
+        check_loads(data)  # before a LoggedModel is made: none is left FAILED for it
         model = retry_locked(lambda: self.client.create_logged_model(
             self.experiment_id, name=name, source_run_id=self.run_id, model_type="keras"))
         try:

@@ -58,14 +58,30 @@ def save_network(served, folder: Path) -> Path:
     """The part of the model folder that reads the network's weights: the Keras file and what
     loads it (features, labels, custom objects), under folder/keras. Returns that folder."""
     from gradexp import serving
+    from gradexp.models import compile_state_set_aside
 
     data = folder / "keras"  # becomes the model's data/keras
     data.mkdir()
-    served.network.save(data / serving.MODEL_FILE)
+    with compile_state_set_aside(served.network):  # predict needs no compile() of yours
+        served.network.save(data / serving.MODEL_FILE)
     (data / serving.SPEC_FILE).write_text(json.dumps(
         {"custom_objects": served.custom_objects, "features": served.features,
          "labels": served.labels}), encoding="utf-8")
     return data
+
+
+def check_loads(data: Path) -> None:
+    """Load the saved network back as `mlflow.pyfunc.load_model` will (gradexp.serving), so that
+    a model nobody could load is said at once, not logged (a layer whose get_config leaves out
+    an argument of its __init__ saves, then fails to load). ~10-40 ms for a small model."""
+    from gradexp import serving
+
+    try:
+        serving.load_network(str(data))
+    except Exception as error:  # noqa: BLE001 - any failure to load is the point
+        # Keras nests the cause: "... could not be deserialized ... Exception encountered: ..."
+        why = " ".join(str(error).rsplit("Exception encountered:", 1)[-1].split())[:300]
+        raise RuntimeError(f"it would not load back: {type(error).__name__}: {why}") from error
 
 
 def save_served_model(served, folder: Path, logged, run_id: str, data: Path | None = None

@@ -114,7 +114,7 @@ class Model:
                 # Under `dtype` as Keras' global policy: layers that a layer or a subclassed
                 # model makes in its __init__ without dtype= take the policy of the moment, and
                 # would stay float32 in a float64 twin.
-                with _dtype_policy(dtype):
+                with _dtype_policy(dtype), compile_state_set_aside(network), _own_code():
                     if _built_from_layers(network):
                         # Its input too: a float32 Input would round x, and the check of
                         # d/dinputs would measure float32 rounding.
@@ -174,6 +174,36 @@ def _summed(losses: list, dtype: tf.DType) -> tf.Tensor | None:
 
 
 @contextlib.contextmanager
+def compile_state_set_aside(network: keras.Model) -> Iterator[None]:
+    """`network` and the models inside it taken as not compiled for the block.
+
+    Keras clones and serializes a compiled model with its compile config (its loss, metrics and
+    optimizer), which the clone or a later load deserializes: a loss function of yours that is
+    not registered with Keras made the float64 twin fail (the check fell back to float32) and
+    the logged model fail to load. gradexp trains with its own loss and optimizer, and the
+    logged model is for predict, so neither needs it; the person's model keeps it."""
+    compiled = [model for model in network._flatten_layers(include_self=True)
+                if isinstance(model, keras.Model) and model.compiled]
+    for model in compiled:
+        model.compiled = False
+    try:
+        yield
+    finally:
+        for model in compiled:
+            model.compiled = True
+
+
+def _own_code() -> contextlib.AbstractContextManager:
+    """Keras' safe mode off while a model of this process is rebuilt from its config: a
+    `Lambda` layer's Python function is refused by default (it could be anyone's code when a
+    file is loaded), but here it is the person's own, already running."""
+    from keras.src.saving import serialization_lib
+
+    scope = getattr(serialization_lib, "SafeModeScope", None)
+    return scope(safe_mode=False) if scope is not None else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
 def _dtype_policy(dtype: str) -> Iterator[None]:
     """Keras' global dtype policy set to `dtype` for the block, then restored."""
     before = keras.config.dtype_policy()
@@ -215,7 +245,7 @@ def layer_in_dtype(layer: keras.layers.Layer, dtype: str) -> keras.layers.Layer:
                                         clone_function=lambda sub: layer_in_dtype(sub, dtype))
     if not isinstance(layer, keras.layers.Layer):  # an op in the graph (a mask's not_equal):
         return layer.__class__.from_config(layer.get_config())  # no dtype, computes in its input's
-    with _dtype_policy(dtype):  # sublayers its __init__ makes without dtype= take the policy
+    with _dtype_policy(dtype), _own_code():  # sublayers its __init__ makes take the policy
         return layer.__class__.from_config(
             _float_config({**layer.get_config(), "dtype": dtype}, dtype))
 
