@@ -40,6 +40,10 @@ def three_outputs(n_features, n_outputs):
     inputs = keras.Input((n_features,))
     return keras.Model(inputs, keras.layers.Dense(3)(inputs))
 
+def ends_in_softmax(n_features, n_outputs):
+    inputs = keras.Input((n_features,))
+    return keras.Model(inputs, keras.layers.Dense(n_outputs, activation="softmax")(inputs))
+
 class NumpyTanh(keras.layers.Layer):
     def call(self, x):
         import tensorflow as tf
@@ -227,6 +231,13 @@ MISTAKES = [
     (["model=custom", "model._target_=wrong_models.three_features"],
      "model._target_=wrong_models.three_features: its input takes rows of 3 features, but "
      "data=linear has 1 feature"),
+    # probabilities read as logits: a softmax of a softmax, trained and served (QA: its logged
+    # model never gave a class more than e/(e+2) = 0.58)
+    (["data=blobs", "loss=categorical_crossentropy", "model=custom",
+      "model._target_=wrong_models.ends_in_softmax"],
+     "model._target_=wrong_models.ends_in_softmax: its output comes out of a softmax or sigmoid "
+     "(probabilities), but loss.from_logits=true reads it as logits and applies another: set "
+     "loss.from_logits=false"),
     (["model=custom", "model._target_=wrong_models.three_outputs"],
      "model._target_=wrong_models.three_outputs: returns outputs of shape (2, 3) for 2 rows, but "
      "data=linear has 1 target column"),

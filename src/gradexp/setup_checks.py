@@ -345,6 +345,14 @@ def _check_built(cfg: DictConfig, data: Any, where: str, model: Any) -> None:
             f"data={cfg.data.name} has {data.n_outputs} target column"
             f"{'s' if data.n_outputs != 1 else ''} ({data.task}): build the last layer with "
             "n_outputs units")
+    if cfg.loss.get("from_logits") is True and hasattr(out, "_keras_logits"):
+        # Keras marks what its softmax and sigmoid return; a loss with from_logits=true would
+        # squash it again: it trains poorly, and the logged model's probabilities (squashed a
+        # second time when it is served) never reach 1. Keras' own loss only warns.
+        raise ConfigError(
+            f"{where}: its output comes out of a softmax or sigmoid (probabilities), but "
+            f"loss.from_logits=true reads it as logits and applies another: set "
+            "loss.from_logits=false, or end the model without the activation")
     key = verdict_key(cfg, data)
     if key in _PASSED:  # an earlier job of this shape passed: the same trace would pass
         return
