@@ -166,14 +166,15 @@ class CheckResult:
 def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig,
                              data: Dataset, epoch: int, eager: bool = False) -> CheckResult:
     """Run the checks `gradcheck` asks for (see _checks); if they fail, name the wrong layers."""
+    from gradexp.endings import RunFailed
     from gradexp.models import variables_keyword_refusal
 
     try:
         result = _checks(cfg, model, loss_cfg, data, epoch, eager)
     except Exception as error:
         refused = variables_keyword_refusal(error)
-        if refused is not None:
-            raise refused from None
+        if refused is not None:  # met inside the run: it ends FAILED, exit 1 (as a failed check)
+            raise RunFailed(str(refused)) from None
         raise
     if not result.passed:  # which layer is wrong, each checked alone
         _name_culprits(result, cfg, model, data)
