@@ -265,3 +265,40 @@ def test_pruned_replicates_are_left_out_of_their_configurations_mean(tmp_path, c
     assert groups["0.3"]["n"] >= 1 and [g["params"] for g in summary["groups"]][0] == {
         "optimizer.learning_rate": "0.3"}
     assert "2 pruned" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("overrides", "jobs", "says"), [
+    # the only evaluation is the last epoch, which is never judged
+    (("sweep.pruner=asha", "trainer.epochs=5"), 3, "no evaluation before the last epoch"),
+    (("sweep.pruner=median", "eval.every=10", "trainer.epochs=20",
+      "sweep.pruner_warmup_epochs=50", "sweep.pruner_startup_trials=1"), 3,
+     "sweep.pruner_warmup_epochs=50"),
+    # the docs' own example: 4 jobs, and median waits for 5 to finish unpruned
+    (("sweep.pruner=median", "eval.every=10", "trainer.epochs=20"), 4,
+     "sweep.pruner_startup_trials=5 jobs have finished unpruned, and this sweep has 4"),
+    (("sweep.pruner=median", "eval.every=10", "trainer.epochs=20",
+      "sweep.pruner_startup_trials=1"), 4, None),
+    (("sweep.pruner=asha", "eval.every=10", "trainer.epochs=20"), 3, None),
+])
+def test_a_pruner_that_can_stop_no_job_is_said_at_the_sweeps_start(overrides, jobs, says):
+    # Such a sweep ended with every job FINISHED and nothing said: it read as a sweep whose
+    # jobs were all worth finishing.
+    from conftest import compose_config
+    from gradexp.pruning import judges_nothing
+
+    note = judges_nothing(compose_config(*overrides), jobs)
+    if says is None:
+        assert note is None
+    else:
+        assert note.startswith(f"sweep.pruner={overrides[0].split('=')[1]} will stop no job: ")
+        assert says in note
+
+
+def test_the_note_comes_once_on_the_sweeps_console(tmp_path, capsys):
+    empty_store(tmp_path)
+    gradexp.sweep(RATES, "sweep.pruner=asha", "trainer.epochs=3", "gradcheck=off",
+                  "tracking.log_model=false", launch_dir=tmp_path)
+    notes = [line for line in capsys.readouterr().err.splitlines() if "will stop no job" in line]
+    assert notes == ["note: sweep.pruner=asha will stop no job: no evaluation before the last "
+                     "epoch is judged (trainer.epochs=3, eval.every=null (about ten a run, at "
+                     "trainer.log_every)): evaluate more often (eval.every) or train longer"]

@@ -115,6 +115,11 @@ def start_study(config: DictConfig) -> None:
 
     if pruner_name(config) == "none" or _sweeper(config) == "OptunaSweeper":
         return  # the Optuna sweeper keeps its own study and writes the file itself
+    from gradexp.console import note_line
+
+    idle = judges_nothing(config, _grid_size(config))
+    if idle is not None:
+        note_line(idle)
     _quiet_optuna()
     journal = str(store_folder(config) / JOURNAL_FILE)
     storage = open_storage(None, journal)
@@ -122,6 +127,49 @@ def start_study(config: DictConfig) -> None:
     _set_aside(storage, name)
     optuna.create_study(study_name=name, storage=storage, direction=objective(config)[1])
     write_pruning_file(Path(config.hydra.sweep.dir), name, journal=journal)
+
+
+def judges_nothing(cfg: DictConfig, jobs: int | None) -> str | None:
+    """Why sweep.pruner can stop no job of this sweep, if it cannot: one line. Otherwise a
+    sweep with a pruner that never judges looks like a sweep whose jobs were all worth
+    finishing (the docs' own example did: 4 jobs, and median waits for 5 to finish)."""
+    from gradexp.callbacks.held_out import eval_epochs
+
+    name, sweep, epochs = pruner_name(cfg), cfg.sweep, cfg.trainer.epochs
+    judged = sorted(e for e in eval_epochs(cfg) if e < epochs)  # the last epoch is not judged
+    if name in ("median", "percentile"):
+        judged = [e for e in judged if e >= sweep.pruner_warmup_epochs]
+    why = None
+    if not judged:
+        every = cfg.eval.every or "null (about ten a run, at trainer.log_every)"
+        why = (f"no evaluation before the last epoch is judged (trainer.epochs={epochs}, "
+               f"eval.every={every}"
+               + (f", sweep.pruner_warmup_epochs={sweep.pruner_warmup_epochs}"
+                  if name in ("median", "percentile") else "")
+               + "): evaluate more often (eval.every) or train longer")
+    elif name in ("median", "percentile") and jobs is not None \
+            and jobs <= sweep.pruner_startup_trials:
+        why = (f"it judges a job only once sweep.pruner_startup_trials="
+               f"{sweep.pruner_startup_trials} jobs have finished unpruned, and this sweep has "
+               f"{jobs}: set sweep.pruner_startup_trials lower, or use asha")
+    return None if why is None else f"sweep.pruner={name} will stop no job: {why}"
+
+
+def _grid_size(config: DictConfig) -> int | None:
+    """The number of jobs of a grid sweep (Hydra's basic sweeper), None if it cannot tell."""
+    try:
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        from hydra.core.global_hydra import GlobalHydra
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
+        parsed = OverridesParser.create(
+            config_loader=GlobalHydra.instance().config_loader()).parse_overrides(
+            [*(f"{key}={value}" for key, value in params.items()),
+             *config.hydra.overrides.task])
+        return sum(len(batch) for batch in BasicSweeper.split_arguments(parsed, None))
+    except Exception:  # noqa: BLE001 - only a note depends on it
+        return None
 
 
 def study_name(config: DictConfig) -> str:
