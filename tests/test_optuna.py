@@ -231,3 +231,118 @@ def test_a_search_with_nothing_to_search_is_refused(tmp_path):
                       launch_dir=tmp_path)
     assert str(refused.value).startswith("OptunaSweeper has nothing to search: no key is swept")
     assert not (tmp_path / "optuna.journal").exists()
+
+
+# A search space Optuna cannot take: (the override, the one line it gets). Each crashed in a
+# traceback from Optuna (or an IndexError), after the sweep's parent run had opened; tag(lg, ...)
+# was sampled linearly, in silence.
+BAD_SPACES = [
+    ("optimizer.learning_rate=interval(1.0,0.1)",
+     "optimizer.learning_rate=interval(1.0,0.1): its low end 1.0 is above its high end 0.1; "
+     "interval(low, high) takes low <= high, e.g. interval(0.1, 1.0)"),
+    ("optimizer.learning_rate=tag(log,interval(0,1))",
+     "optimizer.learning_rate=tag(log,interval(0,1)): a log-scale interval's low end must be > 0 "
+     "(it is sampled by its log), but it is 0.0; tag(log, interval(low, high)) takes "
+     "0 < low <= high, e.g. tag(log, interval(0.001, 1.0))"),
+    ("trainer.batch_size=range(1,0)",
+     "trainer.batch_size=range(1,0): it has no values (it counts up from 1 by 1 and stops before "
+     "0); range(start, stop[, step]) takes start < stop (start > stop with a negative step)"),
+    ("trainer.batch_size=range(1,9,0)",
+     "trainer.batch_size=range(1,9,0): its step is 0, so it never reaches its stop; "
+     "range(start, stop[, step]) takes a step other than 0 (1 when left out)"),
+    ("optimizer.learning_rate=tag(lg,interval(0.001,0.1))",
+     "optimizer.learning_rate=tag(lg,interval(0.001,0.1)): unknown tag lg (the interval would be "
+     "sampled linearly); the Optuna sweeper reads one tag, log: "
+     "tag(log, interval(0.001, 0.1)); did you mean log?"),
+    ("trainer.batch_size=tag(log,range(8,64,8))",
+     "trainer.batch_size=tag(log,range(8,64,8)): tag(log, ...) is not read on a choice or range"),
+]
+
+
+@pytest.mark.parametrize(("override", "line"), BAD_SPACES,
+                         ids=["low>high", "log-low<=0", "empty-range", "step-0", "tag-lg",
+                              "tag-on-range"])
+def test_a_search_space_optuna_cannot_take_is_one_line(override, line):
+    from gradexp.schema import ConfigError
+    from hydra_plugins.gradexp_optuna.search_space import searched
+
+    with pytest.raises(ConfigError) as refused:
+        searched({}, [override, "trainer.epochs=5"])
+    assert str(refused.value).startswith(line)
+    # a descending range is the same values as its ascending one
+    found = searched({}, ["model.seed=range(5,0,-1)", "data.noise=range(1.0,0.0,-0.25)"])
+    assert found.distributions["model.seed"] == optuna.distributions.IntDistribution(1, 5)
+    assert found.distributions["data.noise"] == optuna.distributions.FloatDistribution(
+        0.25, 1.0, step=0.25)
+
+
+def _nothing_recorded(store: str, folder: Path) -> None:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(store)
+    ids = [e.experiment_id for e in client.search_experiments()]
+    assert client.search_runs(ids) == []  # no parent run, no child
+    assert not (folder / "optuna.journal").exists()  # no study, no trial
+
+
+def _refused(tmp_path: Path, capsys, *overrides: str) -> str:
+    """The one line a sweep is refused with before anything is recorded, as the command line
+    prints it (exit 2)."""
+    import gradexp
+    from gradexp.api import GradexpError
+
+    store = empty_store(tmp_path)
+    with pytest.raises(GradexpError) as refused:
+        gradexp.sweep("hydra/sweeper=optuna", "hydra.sweeper.n_trials=1", *overrides, *TINY,
+                      f"tracking.uri={store}", launch_dir=tmp_path)
+    _nothing_recorded(store, tmp_path)
+    assert refused.value.exit_code == 2
+    said = capsys.readouterr().err
+    assert "Traceback" not in said
+    (line,) = [line for line in said.splitlines() if line.startswith("error:")]
+    assert line == f"error: {refused.value}"
+    return str(refused.value)
+
+
+@pytest.mark.parametrize(("override", "line"), [BAD_SPACES[0], BAD_SPACES[4]],
+                         ids=["low>high", "tag-lg"])
+def test_a_bad_search_space_is_refused_before_the_parent_run_opens(tmp_path, capsys, override,
+                                                                    line):
+    """interval(1.0,0.1) was a 38-line traceback, exit 1, and an empty KILLED parent run."""
+    assert _refused(tmp_path, capsys, override) == line
+
+
+@pytest.mark.parametrize(("overrides", "line"), [
+    (["optimizer=sgd,adamm"],
+     "optimizer=adamm: no such option; available: adagrad, adam, adamw, momentum, nadam, "
+     "rmsprop, sgd"),
+    (["optimizer=choice(sgd,adam)", "optimizer.learning_rate=interval(0,0.1)"],
+     "optimizer.learning_rate=0.0: must be a number > 0 (the low end of "
+     "optimizer.learning_rate=interval(0,0.1), which Optuna may choose)"),
+], ids=["no-such-option", "interval-end"])
+def test_a_value_the_search_may_choose_is_checked_before_the_parent_run_opens(
+        tmp_path, capsys, overrides, line):
+    """`optimizer=sgd,adamm` under Optuna said its line and exited 2, but only in the trial that
+    chose adamm: the parent run was left KILLED, and the study held a FAIL trial. Each choice's
+    values and each interval's ends are now checked as a basic sweep's jobs are."""
+    assert _refused(tmp_path, capsys, *overrides) == line
+
+
+def test_the_jobs_checked_hold_every_choice_and_each_end_of_every_interval():
+    from hydra_plugins.gradexp_optuna.checks import MAX_JOBS, candidate_jobs
+    from hydra_plugins.gradexp_optuna.search_space import searched
+
+    space = searched({}, ["optimizer=sgd,adam", "loss=mse,mae",
+                          "optimizer.learning_rate=interval(0.01,0.1)", "model.seed=range(0,3)"])
+    jobs = candidate_jobs(space.distributions)
+    assert len(jobs) == 8 and list(jobs[0]) == list(space.distributions)
+    assert {(j["optimizer"], j["loss"], j["optimizer.learning_rate"], j["model.seed"])
+            for j in jobs} == {(o, loss, rate, seed) for o in ("sgd", "adam")
+                               for loss in ("mse", "mae") for rate, seed in ((0.01, 0), (0.1, 2))}
+    many = searched({}, [f"optimizer.learning_rate=choice({','.join(map(str, range(1, 40)))})",
+                         "loss=mse,mae", "data.noise=interval(0.1,0.5)"])
+    jobs = candidate_jobs(many.distributions)  # over MAX_JOBS: each value in one job at least
+    assert len(jobs) == 39 > MAX_JOBS
+    assert {j["optimizer.learning_rate"] for j in jobs} == set(range(1, 40))
+    assert {j["loss"] for j in jobs} == {"mse", "mae"}
+    assert {j["data.noise"] for j in jobs} == {0.1, 0.5}

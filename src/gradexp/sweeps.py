@@ -120,6 +120,11 @@ class MlflowSweepCallback(Callback):
             check_sweeper_direction(config)
             check_launcher(config)
             check_search(config)
+            if plugin_name(config.hydra.sweeper) == "OptunaSweeper":
+                # its search space, and each value it may choose as a basic sweep's every job
+                from hydra_plugins.gradexp_optuna.checks import check_search_space
+
+                check_search_space(config)
             keys = check_every_job(config)  # a sweep that does not all compose opens no parent
             if not keys:
                 check_shared_objective(config)  # Optuna: its jobs are chosen as they run

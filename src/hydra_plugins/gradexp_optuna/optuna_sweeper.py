@@ -34,7 +34,7 @@ from gradexp.pruning import (
     write_pruning_file,
 )
 
-from .search_space import grid, search_space
+from .search_space import grid, job_overrides, searched
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,7 @@ class OptunaSweeper(Sweeper):
         from hydra.core.plugins import Plugins
 
         self.config = config
+        self.config_loader = hydra_context.config_loader  # a glob(...) of options lists them
         self.job_idx = 0
         self.launcher = Plugins.instance().instantiate_launcher(
             config=config, hydra_context=hydra_context, task_function=task_function)
@@ -100,10 +101,9 @@ class OptunaSweeper(Sweeper):
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         _optuna_logs_to(sweep_dir / "optuna.log")
-        distributions, fixed = search_space(
-            [f"{key}={value}" for key, value in self.params.items()] + list(arguments))
-        for key in fixed:
-            distributions.pop(key, None)  # a value on the command line fixes a searched key
+        # A value on the command line fixes a searched key. gradexp.sweeps checked this space
+        # before the sweep's parent run opened (checks.check_search_space).
+        distributions, fixed, _ = searched(self.params, arguments, self.config_loader)
         name = self.study_name or default_study_name(self.config, distributions, fixed,
                                                      self.direction)
         storage, where = self._storage()
@@ -119,9 +119,7 @@ class OptunaSweeper(Sweeper):
                  f"({self.direction} the objective)")
         while n_trials > 0:
             batch = [study.ask(distributions) for _ in range(min(self.n_jobs, n_trials))]
-            overrides = [tuple(f"{key}={value}" for key, value in trial.params.items())
-                         + tuple(f"{key}={value}" for key, value in fixed.items())
-                         for trial in batch]
+            overrides = [job_overrides(trial.params, fixed) for trial in batch]
             if pruning:  # each job finds its trial by its job number (gradexp.pruning)
                 write_pruning_file(sweep_dir, name, storage=self.storage or None,
                                    journal=None if self.storage else where,

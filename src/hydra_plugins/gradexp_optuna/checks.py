@@ -1,0 +1,109 @@
+"""What a `hydra/sweeper=optuna` sweep checks before its parent run opens, as a basic sweep checks
+its every job (gradexp.sweep_checks.check_every_job): gradexp.sweeps' callback calls
+check_search_space before the parent run, the study or any trial exists.
+
+- The search space reads as Optuna distributions (search_space: `interval(1.0,0.1)`,
+  `tag(log, interval(0,1))`, `range(1,0)`, `tag(lg, ...)` are one line each), and the grid
+  sampler is given discrete values only.
+- Every value the search may choose composes and passes the checks a job's run makes before
+  TensorFlow loads (`optimizer=sgd,adamm` ends here, not in a trial). Optuna chooses its trials
+  as it runs, so a choice's values are checked as a grid's values, and an interval or range by
+  its two ends: every combination of the choices, each with the numeric keys all at their low
+  ends and all at their high ends; when that is more than MAX_JOBS jobs, fewer jobs that still
+  hold each value once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from gradexp.schema import ConfigError
+
+from .search_space import Space, grid, job_overrides, searched
+
+MAX_JOBS = 32  # jobs composed for the check (a composition is ~0.2-0.4 s, a copy ~15 ms)
+
+
+def check_search_space(config: DictConfig) -> None:
+    """The sweep's search space and each value it may choose; a ConfigError (one line) for the
+    first mistake, before anything is recorded."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    loader = GlobalHydra.instance().config_loader() \
+        if GlobalHydra.instance().is_initialized() else None
+    params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
+    space = searched(params, list(config.hydra.overrides.task), loader)
+    sampler = str(OmegaConf.select(config, "hydra.sweeper.sampler._target_", default=""))
+    if sampler.endswith(".GridSampler"):
+        grid(space.distributions)  # a continuous interval cannot be listed
+    if loader is not None:
+        for job in candidate_jobs(space.distributions):
+            try:
+                check_job(config, loader, list(job_overrides(job, space.fixed)))
+            except ConfigError as error:
+                raise ConfigError(_with_its_sweep(str(error), job, space)) from None
+
+
+def candidate_jobs(distributions: dict[str, Any]) -> list[dict[str, Any]]:
+    """The trials checked in advance: each choice's every value, each interval or range at its
+    low and at its high end (in the order the sweeper gives a trial's values)."""
+    from optuna.distributions import CategoricalDistribution
+
+    choices = {key: list(dist.choices) for key, dist in distributions.items()
+               if isinstance(dist, CategoricalDistribution)}
+    ends = {key: list(dict.fromkeys((dist.low, dist.high)))
+            for key, dist in distributions.items() if key not in choices}
+    sides = [{key: values[0] for key, values in ends.items()},
+             {key: values[-1] for key, values in ends.items()}]
+    if sides[0] == sides[1]:
+        sides = sides[:1]
+    if math.prod(len(values) for values in choices.values()) * len(sides) <= MAX_JOBS:
+        jobs = [dict(zip(choices, combination)) | side
+                for combination in itertools.product(*choices.values()) for side in sides]
+    else:  # each value in one job at least
+        values = choices | ends
+        count = max(len(v) for v in values.values())
+        jobs = [{key: v[i % len(v)] for key, v in values.items()} for i in range(count)]
+    return [{key: job[key] for key in distributions} for job in jobs]
+
+
+def check_job(config: DictConfig, loader: Any, overrides: list[str]) -> None:
+    """One job of the sweep `config`, composed as the launcher will compose it and checked as
+    gradexp.sweep_checks.check_every_job checks a basic sweep's job."""
+    from gradexp.config_checks import check_ranges
+    from gradexp.config_errors import USER_ERRORS, one_line
+    from gradexp.metrics import check_monitor, check_objective, task_of
+    from gradexp.setup_checks import check_config
+    from gradexp.sweep_checks import task_is_the_configs
+    from gradexp.sweep_configs import compose_job
+    from gradexp.user_code import check_modules_exist
+
+    try:
+        # kept: a trial of these very values is answered from it (gradexp.sweep_configs)
+        job_cfg = compose_job(loader, config, overrides)
+        with open_dict(job_cfg):
+            del job_cfg["hydra"]  # the run's config, as the job's task sees it
+    except USER_ERRORS as error:
+        raise ConfigError(one_line(error)) from None
+    check_ranges(job_cfg)
+    check_modules_exist(job_cfg, Path.cwd())
+    check_config(job_cfg)
+    if task_is_the_configs(job_cfg):
+        check_objective(job_cfg, task_of(job_cfg.data))
+        check_monitor(job_cfg, task_of(job_cfg.data), ("train", "val"))
+
+
+def _with_its_sweep(line: str, job: dict[str, Any], space: Space) -> str:
+    """A job's line names its value (`optimizer.learning_rate=0.0: must be a number > 0`); a
+    value the person did not write (an interval's end) is said to be one of their sweep's."""
+    for key, value in job.items():
+        dist = space.distributions[key]
+        if hasattr(dist, "low") and line.startswith(f"{key.lstrip('+~')}="):
+            end = "low" if value == dist.low else "high"
+            return f"{line} (the {end} end of {space.lines[key]}, which Optuna may choose)"
+    return line
