@@ -116,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         metric = args.sort or shared_objective(selection.runs) or DEFAULT_SORT
         desc = args.desc or ranks_largest_first(selection.runs, metric)
         sort_runs(selection.runs, metric, desc, asked=bool(args.sort))
+        if args.aggregate:
+            check_aggregate(selection, args.aggregate.split(","))
         print_table(selection, metric, desc, uri)
         if args.aggregate:
             print_groups(selection, metric, desc, args.aggregate.split(","))
@@ -532,8 +534,7 @@ def print_groups(selection: Selection, metric: str, desc: bool, over: list[str])
     swept = [key for key in swept if key not in derived_keys(swept)]
     if not any(key in over for key in swept):
         out.print(f"--aggregate: the runs shown do not differ in {', '.join(over)}; "
-                  "no replicates to group" + _unknown_keys_hint(runs, swept, over),
-                  highlight=False, markup=False)
+                  "no replicates to group", highlight=False, markup=False)
         return
     groups = group_runs([(run.info.run_id, run.data.params, run.data.metrics.get(metric, math.nan))
                          for run in runs], swept, over, "maximize" if desc else "minimize",
@@ -552,18 +553,24 @@ def print_groups(selection: Selection, metric: str, desc: bool, over: list[str])
                   "replicate", highlight=False, markup=False)
 
 
-def _unknown_keys_hint(runs: list, swept: list[str], over: list[str]) -> str:
-    """'; seed is no param of these runs: did you mean seed?' for a key of --aggregate that no
-    run shown has (a typo, as `--aggregate sed`), or ''."""
+def check_aggregate(selection: Selection, over: list[str]) -> None:
+    """--aggregate names params of the runs shown, or a swept group of them (optimizer): a key
+    no run has (a typo, `--aggregate sed`) would group nothing, and the table would stand as if
+    no grouping had been asked for. A key the runs have but do not differ in is no mistake
+    (the default, seed, on runs of one seed): print_groups says there is nothing to group."""
     from gradexp.config_checks import closest_key
 
-    params = {key for run in runs for key in run.data.params}
-    unknown = [key for key in over if key not in params]
-    if not unknown:
-        return ""
-    hint = closest_key(unknown[0], sorted(set(swept) | params))
-    return (f"; {unknown[0]} is no param of these runs"
-            + (f": did you mean {hint}?" if hint else ""))
+    params = {key for run in selection.runs for key in run.data.params}
+    named = sorted(params | set(selection.swept or ()))
+    for key in over:
+        if not selection.runs or key in named or any(p.startswith(f"{key}.") for p in params):
+            continue
+        differ = selection.swept if selection.swept is not None else (
+            differing_params(selection.runs)[0] if len(selection.runs) > 1 else [])
+        hint = closest_key(key, named)
+        raise BadInput(f"--aggregate {key}: no run shown has that param; the runs shown differ "
+                       f"in {', '.join(differ) or '(no param)'} (any param of theirs may be "
+                       "named)" + (f"; did you mean {hint}?" if hint else ""))
 
 
 def write_plot(client, selection: Selection, path: Path) -> None:

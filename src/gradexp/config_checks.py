@@ -112,11 +112,43 @@ def closest_key(name: str, accepted: list[str]) -> str | None:
 
 
 def group_keys(group: str) -> list[str]:
-    """The keys some option of `group` accepts, in schema order."""
+    """The keys some option of `group` accepts, in schema order: a group's options (optimizer),
+    a block of the root config (sweep, eval: no options), or a node of Hydra's (hydra.sweeper)."""
+    if group.split(".")[0] == "hydra":
+        return _hydra_keys(group)
+    schemas = list(SCHEMAS.get(group, {}).values())
+    block = next((f.default_factory for f in fields(Config) if f.name == group), None)
+    if not schemas and is_dataclass(block):  # sweep, eval: one schema, no options to choose
+        schemas = [block]
     keys: dict[str, None] = {}
-    for schema in SCHEMAS.get(group, {}).values():
+    for schema in schemas:
         keys.update((f.name, None) for f in fields(schema))
     return list(keys)
+
+
+def _hydra_keys(node: str) -> list[str]:
+    """The keys of Hydra's node `node` (hydra, hydra.job, ...). hydra.sweeper and hydra.launcher
+    are the chosen plugin's config, and where a composition failed nothing says which one was
+    chosen: so every installed sweeper's (launcher's) keys, its `_target_` aside."""
+    from typing import get_type_hints
+
+    from hydra.conf import HydraConf
+
+    path = node.split(".")[1:]
+    if path in (["sweeper"], ["launcher"]):
+        from hydra.core.config_store import ConfigStore
+        from hydra.core.plugins import Plugins
+
+        Plugins.instance()  # each installed plugin stores its configs when first scanned
+        options = ConfigStore.instance().repo["hydra"][path[0]].values()
+        return list(dict.fromkeys(key for option in options if hasattr(option, "node")
+                                  for key in option.node if key not in ("_target_", "defaults")))
+    schema: Any = HydraConf
+    for name in path:
+        schema = get_type_hints(schema).get(name)
+        if not is_dataclass(schema):
+            return []
+    return [f.name for f in fields(schema) if f.name != "defaults"]
 
 
 def _nested_key(group: str, name: str) -> str | None:

@@ -105,13 +105,63 @@ def evaluated(cfg: DictConfig, task: str, splits: tuple[str, ...] = ("train", "v
 
 
 def check_objective(cfg: DictConfig, task: str) -> None:
-    """A `<split>/<metric>` objective must name a metric this run logs."""
+    """The objective must name what a run logs: eval.metrics on a split (`val/accuracy`) or
+    final_loss. Any other name (`accuracy`, `val_accuracy`, a typo) is in no run's results, so
+    each job would hand the sweeper its final_loss instead, in the objective's direction: a
+    maximized loss, its worst run reported as the best."""
     metric, _ = objective(cfg, task)
+    logged = [metric_name(spec) for spec in metric_specs(cfg, task)]
     split, _, name = metric.partition("/")
-    if split in SPLITS and name and metric not in evaluated(cfg, task, (split,)):
-        logged = [metric_name(spec) for spec in metric_specs(cfg, task)]
+    if metric == FALLBACK or (split in SPLITS and name in logged):
+        return
+    hint = _meant_objective(metric, logged)
+    meant = f"; did you mean {hint}?" if hint else ""
+    if split in SPLITS and name:
         raise ConfigError(f"sweep.objective={metric}: the runs log {split}/ "
-                          f"{', '.join(logged)} (eval.metrics); pick one of those")
+                          f"{', '.join(logged)} (eval.metrics); pick one of those{meant}")
+    raise ConfigError(f"sweep.objective={metric}: no run logs a metric of that name; the runs log "
+                      f"train/, val/ and (with a test split) test/ {', '.join(logged)} "
+                      f"(eval.metrics), and {FALLBACK}{meant}")
+
+
+def _meant_objective(metric: str, logged: list[str]) -> str | None:
+    """The objective a person most likely meant: a logged metric under Keras' name (val_accuracy)
+    or with no split (accuracy: its val/ value), else the closest spelling."""
+    import difflib
+    import re
+
+    named = re.fullmatch(rf"({'|'.join(SPLITS)})[/_.-](.+)", metric)
+    split, name = named.groups() if named else ("val", metric)
+    if name in logged:
+        return f"{split}/{name}"
+    accepted = [f"{where}/{each}" for where in SPLITS for each in logged] + [FALLBACK]
+    close = difflib.get_close_matches(f"{split}/{name}", accepted, n=1, cutoff=0.7)
+    return close[0] if close else None
+
+
+def missing_split(cfg: DictConfig, metric: str) -> str | None:
+    """Why no run can log `metric` (a `<split>/<metric>` name), when the config already says so:
+    gradexp's own data options hold out no rows of its split (`data.n_val=0`). None when the
+    split may have rows: always for train, and for a loader of yours, which may split its own."""
+    split = metric.partition("/")[0]
+    if split not in ("val", "test") or \
+            not str(cfg.data.get("_target_", "")).startswith("gradexp."):
+        return None
+    sizes = ("n_val", "val_fraction") if split == "val" else ("test_fraction",)
+    for key in sizes:
+        if key in cfg.data and cfg.data[key] == 0:
+            return f"data.{key}={cfg.data[key]}"
+    if not any(key in cfg.data for key in sizes):
+        return f"data={cfg.data.name} holds out no {split} rows"
+    return None
+
+
+def sweeper_direction(cfg: DictConfig) -> str:
+    """The direction of what each job hands the sweeper: the objective's, or minimize when the
+    config shows that no run can log it (data.n_val=0): every job then hands it final_loss, a
+    loss, which maximized would pick the worst run."""
+    metric, direction = objective(cfg)
+    return "minimize" if missing_split(cfg, metric) else direction
 
 
 def check_monitor(cfg: DictConfig, task: str, splits: tuple[str, ...]) -> None:
@@ -139,7 +189,8 @@ def check_monitor(cfg: DictConfig, task: str, splits: tuple[str, ...]) -> None:
 
 def register_resolver() -> None:
     """`${gradexp.direction:}` in a config (e.g. an Optuna sweeper's `direction`): the direction
-    of this config's sweep objective, so a sweeper maximizes accuracy and minimizes errors."""
+    of this config's sweep objective, so a sweeper maximizes accuracy and minimizes errors (and
+    final_loss, when the jobs hand it that in the objective's place: sweeper_direction)."""
     if not OmegaConf.has_resolver("gradexp.direction"):
         OmegaConf.register_new_resolver(
-            "gradexp.direction", lambda *, _root_: objective(_root_)[1])
+            "gradexp.direction", lambda *, _root_: sweeper_direction(_root_))

@@ -21,7 +21,9 @@ def plugin_name(node: DictConfig) -> str:
 
 def check_sweeper_direction(config: DictConfig) -> None:
     """An optimizing sweeper (Optuna) must push the objective the right way: maximizing a
-    val/mse, or minimizing a val/accuracy, would search for the worst run."""
+    val/mse, or minimizing a val/accuracy, would search for the worst run; so would maximizing
+    the final_loss each job returns when the config leaves no run its objective (data.n_val=0)."""
+    from gradexp.metrics import FALLBACK, missing_split, sweeper_direction
     from gradexp.schema import ConfigError
 
     wanted = OmegaConf.select(config, "hydra.sweeper.direction", default=None)
@@ -29,10 +31,18 @@ def check_sweeper_direction(config: DictConfig) -> None:
         return  # the basic sweeper runs every job; nothing is optimized
     metric, direction = objective(config)
     wanted = str(getattr(wanted, "name", wanted)).lower()
-    if wanted != direction:
+    if wanted == sweeper_direction(config):
+        return
+    missing = missing_split(config, metric)
+    if missing:  # each job hands the sweeper its final_loss instead
         raise ConfigError(
-            f"hydra.sweeper.direction={wanted}, but sweep.objective {metric} is to {direction}: "
-            "set hydra.sweeper.direction='${gradexp.direction:}' (or sweep.direction)")
+            f"hydra.sweeper.direction={wanted}, but no run can log sweep.objective {metric} "
+            f"({missing}), so each job returns its {FALLBACK}, which is to "
+            "minimize: set hydra.sweeper.direction='${gradexp.direction:}', or give the runs "
+            "held-out rows")
+    raise ConfigError(
+        f"hydra.sweeper.direction={wanted}, but sweep.objective {metric} is to {direction}: "
+        "set hydra.sweeper.direction='${gradexp.direction:}' (or sweep.direction)")
 
 
 def check_launcher(config: DictConfig) -> None:
