@@ -688,3 +688,20 @@ def test_sweep_keys_are_never_columns(capsys, tmp_path):
     assert code == 0, err
     header, _ = table(out)
     assert "optimizer.name" in header and "sweep.resume_killed" not in header
+
+
+def test_a_swept_group_does_not_hide_a_setting_its_options_give_differently(tmp_path, capsys):
+    # -m optimizer=sgd,rmsprop: sgd's learning rate 0.1 against rmsprop's 0.01. The sweep and
+    # compare said "besides the swept keys (optimizer), no param differs", which is what
+    # a fair comparison would say. (QA)
+    import gradexp
+    from conftest import empty_store
+
+    store = empty_store(tmp_path)
+    gradexp.sweep(f"tracking.uri={store}", "optimizer=sgd,rmsprop", "trainer.epochs=2",
+                  "gradcheck=off", "tracking.log_model=false", launch_dir=tmp_path)
+    assert ("besides the swept keys, these differ between the runs: optimizer.learning_rate"
+            in capsys.readouterr().out)
+    code, out, err = compare(capsys, "--tracking-uri", store, "--sweep", "latest")
+    assert code == 0, err
+    assert "besides the swept keys (optimizer), these differ: optimizer.learning_rate" in out

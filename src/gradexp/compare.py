@@ -388,10 +388,16 @@ def follows_from_option(runs: list, key: str) -> bool:
 
 def is_swept(key: str, swept: list[str]) -> bool:
     """optimizer.learning_rate is swept by `optimizer.learning_rate`; optimizer._target_ and
-    optimizer.name by the group `optimizer`. sweep.* keys steer the sweep, not a job: they count
-    as swept too."""
-    return key.startswith("sweep.") or any(key == name or key.startswith(name + ".")
-                                           for name in swept)
+    optimizer.name by the group `optimizer`, but not the keys every option of the group has:
+    `-m optimizer=sgd,rmsprop` compares sgd at its 0.1 with rmsprop at its 0.01, which the
+    comparison must say (it said "no param differs"). A swept dotted key covers its own
+    sub-keys (`model.kwargs`). sweep.* keys steer the sweep, not a job: swept too."""
+    def covers(name: str) -> bool:
+        if "." not in name:  # a group (or a top-level key: seed)
+            return key in (name, f"{name}.name", f"{name}._target_")
+        return key == name or key.startswith(name + ".")
+
+    return key.startswith("sweep.") or any(covers(name) for name in swept)
 
 
 def verdict(run) -> str:
