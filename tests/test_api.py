@@ -291,6 +291,69 @@ def test_a_model_redefined_to_train_only_eagerly_is_refused_before_its_run(
     assert len(MlflowClient(store).search_runs(["1"])) == 1  # no run opened for it
 
 
+def _draws() -> tuple[float, ...]:
+    """The next number of each global random stream a caller's seed sets
+    (keras.utils.set_random_seed): Python's, numpy's, TensorFlow's unseeded ops', Keras'."""
+    import random
+
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    return (random.random(), float(np.random.random()), float(tf.random.uniform(())),
+            float(keras.random.uniform(())))
+
+
+def _seeded(seed: int) -> None:
+    """A caller's seed, its global SeedGenerator already drawn from (so it is an object a run
+    could advance), as a notebook's cells would leave it."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    keras.random.uniform(())
+
+
+@pytest.mark.heavy  # ~6 s
+def test_a_run_or_sweep_leaves_the_callers_random_state_as_it_found_it(tmp_path, store):
+    """A run seeds Python's, numpy's, Keras' and TensorFlow's global state for itself (trainer.
+    seed, trainer.deterministic); the caller's own seed went on from the run's: after
+    keras.utils.set_random_seed(1) or (2), tf.random.uniform(()) gave the same number."""
+    from tensorflow.python.framework import config
+
+    determinism = config.is_op_determinism_enabled()
+    _seeded(7)
+    expected = _draws()
+
+    _seeded(7)
+    gradexp.run("tracking=none", "trainer.deterministic=true", "trainer.seed=3", *QUICK,
+                launch_dir=tmp_path)
+    assert _draws() == expected
+    _seeded(7)  # a run that fails, after it seeded everything
+    with pytest.raises(gradexp.GradexpError):
+        gradexp.run("tracking=none", "trainer.deterministic=true", "optimizer.learning_rate=50",
+                    "trainer.epochs=10", "gradcheck=off", launch_dir=tmp_path)
+    assert _draws() == expected
+    _seeded(7)  # a sweep, recorded in MLflow, the callback's parent run around its jobs
+    gradexp.sweep(f"tracking.uri={store}", "optimizer=sgd,adam", *QUICK, launch_dir=tmp_path)
+    assert _draws() == expected
+    assert config.is_op_determinism_enabled() == determinism
+
+    # No seed and no op determinism before: a deterministic run leaves neither, or the
+    # caller's next unseeded op would raise "Random ops require a seed to be set".
+    import tensorflow as tf
+
+    config.disable_op_determinism()
+    tf.random.set_seed(None)
+    gradexp.run("tracking=none", "trainer.deterministic=true", *QUICK, launch_dir=tmp_path)
+    assert not config.is_op_determinism_enabled()
+    from tensorflow.python.eager import context
+
+    assert context.global_seed() is None
+    tf.random.uniform(())
+    if determinism:
+        config.enable_op_determinism()
+
+
 @pytest.mark.slow
 def test_gradexp_run_records_what_the_command_line_records(tmp_path):
     overrides = ("optimizer=adam", "loss=mae", "trainer.epochs=4", "gradcheck.every_n_epochs=2")
@@ -334,6 +397,23 @@ def test_import_gradexp_loads_neither_hydra_nor_tensorflow(tmp_path):
 
     assert loaded("pass") == "[]"
     assert loaded("gradexp.run, gradexp.sweep") == "['hydra']"  # TensorFlow loads in the job
+
+
+@pytest.mark.slow
+def test_the_first_use_of_gradexp_run_leaves_pythons_random_stream_alone(tmp_path):
+    """gradexp.run's first use loads gradexp.api, and with it rich, whose import draws from
+    Python's random (rich.style's ids): after random.seed(5), the caller's next number was
+    0.2554, not 0.6229 (seen as "MLflow advances random", on a session's first run)."""
+    import subprocess
+
+    from conftest import cli_env
+
+    code = ("import random, gradexp; random.seed(5); gradexp.run; a = random.random(); "
+            "random.seed(5); print(a == random.random())")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=cli_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"
 
 
 @pytest.mark.heavy  # ~4 s

@@ -427,6 +427,163 @@ def test_a_loaders_row_counts_and_nan_are_one_line_before_any_run(tmp_path, load
     assert not (tmp_path / "mlflow.db").exists()
 
 
+TYPED_LOADERS = """
+import numpy as np
+import pandas as pd
+
+def _houses(n=20):
+    rng = np.random.default_rng(0)
+    x = pd.DataFrame({"area": rng.uniform(50, 150, n), "kids": rng.integers(0, 4, n),
+                      "rooms": rng.integers(1, 6, n)})
+    return x, (x["area"] * 2).to_numpy()
+
+def kids_category():                      # integers as a pandas category
+    x, y = _houses()
+    x["kids"] = x["kids"].astype("category")
+    return x, y
+
+def rooms_text():                         # numbers written as strings
+    x, y = _houses()
+    x["rooms"] = x["rooms"].astype(str)
+    return x, y
+
+def rooms_string_dtype():
+    x, y = _houses()
+    x["rooms"] = x["rooms"].astype(str).astype("string")
+    return x, y
+
+def rooms_objects():                      # Python ints in an object column
+    x, y = _houses()
+    x["rooms"] = x["rooms"].astype(object)
+    return x, y
+
+def text_array():                         # numpy: the whole table as strings
+    x, y = _houses()
+    return x.to_numpy().astype(str), y
+
+def own_split_category():                 # x_val's column a category, x's not
+    x, y = _houses()
+    x_val = x.iloc[15:].copy()
+    x_val["kids"] = x_val["kids"].astype("category")
+    return (x.iloc[:15], y[:15]), (x_val, y[15:])
+
+def kids_int():                           # the advice followed: trains
+    x, y = kids_category()
+    x["kids"] = x["kids"].astype(int)
+    return x, y
+
+def _labels(n=20):
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(n, 2))
+    return x, np.where(x[:, 0] > 0, "up", "down").astype(object)
+
+def none_label():                         # one text label missing as None
+    x, y = _labels()
+    y[3] = None
+    return x, y
+
+def nan_label():
+    x, y = _labels()
+    y[3] = np.nan
+    return x, y
+
+def na_label():                           # pandas' string column with NA
+    x, y = _labels()
+    y = pd.Series(y, dtype="string")
+    y[3] = pd.NA
+    return x, y
+
+def none_label_list():                    # a list of labels, two missing
+    x, y = _labels()
+    y = y.tolist()
+    y[5] = y[7] = None
+    return x, y
+
+def none_label_own_split():
+    x, y = _labels()
+    y[16] = None
+    return (x[:15], y[:15]), (x[15:], y[15:])
+
+def mixed_labels():                       # text and a number: labels of two kinds
+    x, y = _labels()
+    y[3] = 7
+    return x, y
+"""
+
+NOT_TYPED_AS_NUMBERS = [
+    ("kids_category", "column 'kids' is a pandas category: give numbers "
+     "(df['kids'].astype(int)) or one column per category (pd.get_dummies(df, "
+     "columns=['kids']))"),
+    ("rooms_text", "column 'rooms' holds numbers as text ('5'): give numbers "
+     "(pd.to_numeric(df['rooms']))"),
+    ("rooms_string_dtype", "column 'rooms' holds numbers as text ('5'): give numbers "
+     "(pd.to_numeric(df['rooms']))"),
+    ("rooms_objects", "column 'rooms' holds numbers as Python objects (dtype object): give "
+     "numbers (pd.to_numeric(df['rooms']))"),
+    ("text_array", "the features x hold numbers as text: give numbers (x.astype(float))"),
+    ("own_split_category", "column 'kids' is a pandas category: give numbers "
+     "(df['kids'].astype(int)) or one column per category (pd.get_dummies(df, "
+     "columns=['kids']))"),
+]
+
+
+@pytest.mark.parametrize(("loader", "said"), NOT_TYPED_AS_NUMBERS,
+                         ids=[case[0] for case in NOT_TYPED_AS_NUMBERS])
+def test_numbers_held_as_a_category_or_text_are_refused_naming_the_column(tmp_path, loader,
+                                                                           said):
+    """Before: they converted to numbers and trained, but the logged model's signature took
+    a double column and its predict refused the loader's own x ("Incompatible input types for
+    column kids. Can not safely convert category to float64")."""
+    (tmp_path / "typed_loaders.py").write_text(TYPED_LOADERS)
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"  # none made yet: a refusal makes none
+    with pytest.raises(gradexp.GradexpError) as refused:
+        gradexp.run(f"tracking.uri={store}", "data=custom",
+                    f"data._target_=typed_loaders.{loader}", launch_dir=tmp_path)
+    assert str(refused.value) == f"data._target_=typed_loaders.{loader}: {said}"
+    assert refused.value.exit_code == 2
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_the_advice_for_a_category_gives_an_integer_column_of_the_signature(tmp_path):
+    (tmp_path / "typed_loaders.py").write_text(TYPED_LOADERS)
+    cfg = compose_config("data=custom", "data._target_=typed_loaders.kids_int")
+    assert load_data(cfg.data, tmp_path).integer_features == ["kids", "rooms"]
+
+
+MISSING_LABELS = [
+    ("none_label", "y[3] is None (every row needs a class label: fill or drop those rows; 1 "
+     "such value in the targets y)"),
+    ("nan_label", "y[3] is nan (every row needs a class label: fill or drop those rows; 1 "
+     "such value in the targets y)"),
+    ("na_label", "y[3] is <NA> (every row needs a class label: fill or drop those rows; 1 "
+     "such value in the targets y)"),
+    ("none_label_list", "y[5] is None (every row needs a class label: fill or drop those rows; "
+     "2 such values in the targets y)"),
+    ("none_label_own_split", "y_val[1] is None (every row needs a class label: fill or drop "
+     "those rows; 1 such value in the validation targets y_val)"),
+    ("mixed_labels", "the class labels cannot be sorted ('<' not supported between instances "
+     "of 'int' and 'str'); give labels of one kind (all text or all numbers)"),
+]
+
+
+@pytest.mark.parametrize(("loader", "said"), MISSING_LABELS,
+                         ids=[case[0] for case in MISSING_LABELS])
+def test_a_missing_or_mixed_label_is_one_line_naming_the_loader(tmp_path, loader, said):
+    """Before: "the class labels cannot be sorted ('<' not supported between instances of
+    'NoneType' and 'str'); give labels of one kind", naming neither the loader nor the row
+    (pandas' NA: "boolean value of NA is ambiguous"). Labels of two kinds keep that line,
+    now after the loader's name."""
+    (tmp_path / "typed_loaders.py").write_text(TYPED_LOADERS)
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with pytest.raises(gradexp.GradexpError) as refused:
+        gradexp.run(f"tracking.uri={store}", "data=custom",
+                    f"data._target_=typed_loaders.{loader}", "data.task=classification",
+                    launch_dir=tmp_path)
+    assert str(refused.value) == f"data._target_=typed_loaders.{loader}: {said}"
+    assert refused.value.exit_code == 2
+    assert not (tmp_path / "mlflow.db").exists()
+
+
 def test_a_csv_of_one_class_is_refused_naming_the_target(tmp_path):
     (tmp_path / "single.csv").write_text("x,label\n" + "".join(f"{i},a\n" for i in range(200)))
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"

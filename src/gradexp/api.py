@@ -12,8 +12,10 @@ own `hydra.main` calls (hydra-core is pinned to 1.3, and tests/test_api.py compa
 
 Each job is app.run_job, the command line's job; a failure it would say in one line and exit on
 is raised here as GradexpError carrying that line (app.job_failure / app.launch_failure, one
-mapping). Hydra's global state (GlobalHydra, the Python logging it configures) is put back after
-each call, so calls can follow one another in a notebook or a test suite.
+mapping). Hydra's global state (GlobalHydra, the Python logging it configures) and the global
+random state a run seeds (Python's, numpy's, Keras' and TensorFlow's: gradexp.seeds) are put
+back after each call, so calls can follow one another in a notebook or a test suite, and a
+caller's own seed goes on as if no run had come between.
 """
 
 from __future__ import annotations
@@ -25,22 +27,27 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gradexp.app import (
-    VERSION_BASE,
-    Failure,
-    Stop,
-    launch_failure,
-    mode_is_known,
-    register_configs,
-    run_job,
-    settle,
-    sweeper_value,
-    task,
-)
-from gradexp.console import error_line, quiet_libraries
 from gradexp.resources import resource_dir
 from gradexp.schema import ConfigError
+from gradexp.seeds import python_random_kept, restore_session_random_state, session_random_state
 from gradexp.user_code import new_launch
+
+# This module loads on gradexp.run's first use, often right after a caller seeded Python's
+# random; rich (gradexp.console's tables), imported for the first time here, draws from it.
+with python_random_kept():
+    from gradexp.app import (
+        VERSION_BASE,
+        Failure,
+        Stop,
+        launch_failure,
+        mode_is_known,
+        register_configs,
+        run_job,
+        settle,
+        sweeper_value,
+        task,
+    )
+    from gradexp.console import error_line, quiet_libraries
 
 if TYPE_CHECKING:
     from gradexp.loop import RunResult
@@ -132,6 +139,7 @@ def _launch(overrides: list[str], job: Callable[[Any], Any], launch_dir: str | P
     from hydra.initialize import get_gh_backup, restore_gh_from_backup
     from hydra.types import RunMode
 
+    randomness = session_random_state()  # the caller's seeds: a run sets its own (seeds.py)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # as app.main: before TensorFlow loads
     new_launch()  # the person's code may have changed since the last call (user_code)
     quiet_libraries()
@@ -176,6 +184,7 @@ def _launch(overrides: list[str], job: Callable[[Any], Any], launch_dir: str | P
         restore_gh_from_backup(backup)
         version.VersionBase.instance().version_base = base  # setbase takes no "unset"
         _restore_logging(handlers, level)
+        restore_session_random_state(randomness)
 
 
 @contextmanager

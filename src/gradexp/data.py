@@ -375,8 +375,8 @@ def encode_labels(*parts: np.ndarray, where: str = "data.target"
     try:
         classes = np.unique(np.concatenate(values))
     except TypeError as error:  # e.g. numbers and text mixed in an object array
-        raise ConfigError(f"the class labels cannot be sorted ({error}); give labels of one kind "
-                          "(all text or all numbers)") from None
+        raise ConfigError(f"{where}: the class labels cannot be sorted ({error}); give labels "
+                          "of one kind (all text or all numbers)") from None
     if len(classes) == 1:
         rows = sum(len(part) for part in values)
         raise ConfigError(f"{where}: only one class ({_plain(classes)[0]!r}) in {rows} rows; a "

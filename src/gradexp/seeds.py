@@ -95,6 +95,19 @@ def builder_seeded(cfg: DictConfig) -> Iterator[None]:
         seed_tensorflow(cfg.trainer.seed, cfg)  # TensorFlow's global seed back to trainer.seed
 
 
+@contextmanager
+def python_random_kept() -> Iterator[None]:
+    """Python's `random` state as it was after the block: for imports that draw from it (rich
+    draws random.getrandbits(24) when first imported, for its styles' ids)."""
+    import random
+
+    state = random.getstate()
+    try:
+        yield
+    finally:
+        random.setstate(state)
+
+
 def _keras_seed_attributes() -> tuple[str, str]:
     """Keras 3's global attributes that keras.utils.set_random_seed sets: the seed, and the
     SeedGenerator unseeded keras.random ops draw from (None: made anew from Python's random
@@ -127,6 +140,101 @@ def _restore_global_random_state(saved: tuple) -> None:
     np.random.set_state(numpy)
     for name, value in zip(_keras_seed_attributes(), keras_attributes):
         global_state.set_global_attribute(name, value)
+
+
+def session_random_state() -> dict[str, Any]:
+    """The process's global random state a run changes, to be put back after it
+    (restore_session_random_state; gradexp.run and gradexp.sweep): Python's `random`, numpy's
+    global RandomState, Keras' global seed and SeedGenerator (keras.utils.set_random_seed, a
+    deterministic run, model=keras), TensorFlow's global seed and the stream its unseeded ops
+    take their op seeds from (tf.random.set_seed, seed_tensorflow). A library not imported yet
+    is not imported here: its state after the run is put back to what a fresh import has."""
+    import random
+    import sys
+
+    saved: dict[str, Any] = {"python": random.getstate()}
+    if "numpy" in sys.modules:
+        import numpy as np
+
+        saved["numpy"] = np.random.get_state()
+    if "keras" in sys.modules:
+        from keras.src.backend.common import global_state
+
+        seed, generator = (global_state.get_global_attribute(name)
+                           for name in _keras_seed_attributes())
+        # The generator's draws advance its state variable: its value, not just the object.
+        saved["keras"] = (seed, generator,
+                          None if generator is None else generator.state.numpy())
+    if "tensorflow" in sys.modules:
+        context = _eager_context()
+        if context is not None:
+            rng = getattr(context, "_rng", None)
+            saved["tensorflow"] = (getattr(context, "_seed", None), rng,
+                                   None if rng is None else rng.getstate())
+        saved["op_determinism"] = _op_determinism()
+    return saved
+
+
+def restore_session_random_state(saved: dict[str, Any]) -> None:
+    """Put back what session_random_state saved (see there)."""
+    import random
+    import sys
+
+    random.setstate(saved["python"])
+    if "numpy" in sys.modules:
+        import numpy as np
+
+        if "numpy" in saved:
+            np.random.set_state(saved["numpy"])
+        else:  # imported during the run, perhaps seeded by it: unseeded, as a fresh import
+            np.random.seed()
+    if "keras" in sys.modules:
+        from keras.src.backend.common import global_state
+
+        seed, generator, state = saved.get("keras", (None, None, None))
+        for name, value in zip(_keras_seed_attributes(), (seed, generator)):
+            global_state.set_global_attribute(name, value)
+        if generator is not None:
+            generator.state.assign(state)
+    if "tensorflow" in sys.modules:
+        _restore_tensorflow_seed(*saved.get("tensorflow", (None, None, None)))
+        # trainer.deterministic turns op determinism on; left on with the caller's seed put
+        # back (none, often), the caller's next unseeded tf.random op would raise.
+        now, before = _op_determinism(), saved.get("op_determinism", False)
+        if now is not None and before is not None and now != before:
+            from tensorflow.python.framework import config
+
+            (config.enable_op_determinism if before else config.disable_op_determinism)()
+
+
+def _op_determinism() -> bool | None:
+    """Whether TensorFlow's op determinism is on (tf.config.experimental.enable_op_determinism;
+    TensorFlow has no public getter); None where this TensorFlow does not say."""
+    from tensorflow.python.framework import config
+
+    getter = getattr(config, "is_op_determinism_enabled", None)
+    return None if getter is None else bool(getter())
+
+
+def _restore_tensorflow_seed(seed: int | None, rng: Any, state: Any) -> None:
+    """TensorFlow's global seed and op-seed stream as they were. Set directly, as
+    seed_tensorflow sets them, not through tf.random.set_seed: that would draw the caller's
+    op seeds from the start of `seed`'s stream again, and clear the kernel cache (traced
+    programs the next call reuses). Where TensorFlow lays the context out otherwise,
+    tf.random.set_seed(seed) is the nearest. A stream that did not exist yet (no seed ever set)
+    needs none: TensorFlow reads it only while a seed is set, and setting one makes it anew."""
+    context = _eager_context()
+    if context is None:
+        return
+    if not hasattr(context, "_seed"):
+        import tensorflow as tf
+
+        tf.random.set_seed(seed)
+        return
+    context._seed = seed
+    if rng is not None:
+        rng.setstate(state)
+        context._rng = rng
 
 
 # Packages whose random ops are stateless (Keras 3 draws from seed variables, gradexp's batch order

@@ -187,6 +187,36 @@ def _check_part(where: str, x: np.ndarray, y: np.ndarray, names: list[str] | Non
     refuse_non_finite(x, where, _element(x_name, x, names), f"the {what}features {x_name}")
     if y.dtype.kind == "f":  # a classification's labels may be text: only numbers can be NaN
         refuse_non_finite(y, where, _element(y_name, y), f"the {what}targets {y_name}")
+    elif y.dtype.kind == "O":  # labels as objects (text, say): None, NaN or pandas' NA among them
+        refuse_missing_labels(y, where, _element(y_name, y), f"the {what}targets {y_name}")
+
+
+def refuse_missing_labels(labels: np.ndarray, where: str,
+                          subject: Callable[[tuple[int, ...]], str], held_by: str) -> None:
+    """`WHERE: y[3] is None (every row needs a class label: fill or drop those rows; 1 such
+    value in the targets y)`, as refuse_non_finite names a NaN among numbers and a csv an empty
+    label cell. A missing label (None, NaN, pandas' NA) among text labels was "the class labels
+    cannot be sorted", naming neither the loader nor the row."""
+    missing = np.frompyfunc(_missing, 1, 1)(labels).astype(bool)
+    if not missing.any():
+        return
+    first = tuple(int(i) for i in np.argwhere(missing)[0])
+    n = int(missing.sum())
+    raise ConfigError(f"{where}: {subject(first)} is {labels[first]} (every row needs a class "
+                      f"label: fill or drop those rows; {n} such value{'s' * (n > 1)} in "
+                      f"{held_by})")
+
+
+def _missing(value: Any) -> bool:
+    """None, NaN (a float, NaT) or pandas' NA: a value that is no label."""
+    if value is None:
+        return True
+    try:
+        return bool(value != value)  # NaN and NaT differ from themselves
+    except TypeError:  # pandas' NA: its comparisons are NA, whose truth is ambiguous
+        return True
+    except ValueError:  # an array as a label: not missing (np.unique says what it is)
+        return False
 
 
 def _element(name: str, array: np.ndarray, columns: list[str] | None = None
@@ -212,14 +242,60 @@ def _array_parts(loaded: Any, where: str) -> list[tuple[np.ndarray, np.ndarray, 
     given (a classification's labels may be text), the features' names of a DataFrame's x."""
     pairs = isinstance(loaded, tuple | list) and len(loaded) == 2
     if pairs and all(isinstance(part, tuple | list) and len(part) == 2 for part in loaded):
-        return [(_columns(x, f"{where}: the features", FEATURES_HINT), _targets(y), _names(x))
-                for x, y in loaded]
+        return [(_features(x, where, x_name), _targets(y), _names(x))
+                for (x, y), x_name in zip(loaded, ("x", "x_val"))]
     if pairs:
         x, y = loaded
-        return [(_columns(x, f"{where}: the features", FEATURES_HINT), _targets(y), _names(x))]
+        return [(_features(x, where, "x"), _targets(y), _names(x))]
     raise ConfigError(f"{where}: returned a {type(loaded).__name__}; a data loader returns "
                       "(x, y) arrays, ((x, y), (x_val, y_val)), a tf.data.Dataset of (x, y) "
                       "(or two: training, validation) or a gradexp.data.Dataset")
+
+
+def _features(x, where: str, name: str) -> np.ndarray:
+    """A loader's features as float64 columns (_columns), given as numbers. Numbers held as a
+    pandas category, as text ('3') or as Python objects used to convert here and train, but the
+    logged model's signature takes a double column for them, and its predict refused the
+    loader's own x ("Can not safely convert category to float64"): they are refused before any
+    run, naming the column and the conversion to make."""
+    values = _columns(x, f"{where}: the features", FEATURES_HINT)
+    if hasattr(x, "dtypes") and hasattr(x, "columns"):  # a pandas DataFrame
+        for index, dtype in enumerate(x.dtypes):
+            if getattr(dtype, "kind", "O") not in NUMERIC_KINDS:
+                raise ConfigError(f"{where}: "
+                                  f"{_not_numeric_column(x.iloc[:, index], x.columns[index])}")
+        return values
+    kind = getattr(getattr(x, "dtype", None), "kind", None)  # numpy's, a pandas Series'
+    if kind is None:  # lists, a tf.Tensor: as numpy reads them
+        kind = np.asarray(x).dtype.kind
+    if kind in NUMERIC_KINDS:
+        return values
+    if hasattr(x, "to_frame"):  # a pandas Series: one column
+        raise ConfigError(f"{where}: {_not_numeric_column(x, name if x.name is None else x.name)}")
+    first = np.asarray(x, dtype=object).ravel()[:1].tolist()
+    held = "text" if first and isinstance(first[0], str | bytes) else "Python objects"
+    raise ConfigError(f"{where}: the features {name} hold numbers as {held}: give numbers "
+                      f"({name}.astype(float))")
+
+
+# numpy's kinds of numbers (bool, signed and unsigned integers, floats); pandas' nullable Int64,
+# Float64 and boolean columns have them too, a category or a string column has "O".
+NUMERIC_KINDS = "biuf"
+
+
+def _not_numeric_column(column: Any, name: Any) -> str:
+    """Why a DataFrame's column of numbers (they converted) is not typed as numbers, and what
+    to give instead."""
+    dtype = column.dtype
+    if str(dtype) == "category":
+        cast = "int" if getattr(dtype.categories.dtype, "kind", "O") in "iu" else "float"
+        return (f"column '{name}' is a pandas category: give numbers "
+                f"(df['{name}'].astype({cast})) or one column per category "
+                f"(pd.get_dummies(df, columns=['{name}']))")
+    first = [value for value in column.tolist() if value is not None][:1]
+    held = (f"numbers as text ({first[0]!r})" if first and isinstance(first[0], str | bytes)
+            else f"numbers as Python objects (dtype {dtype})")
+    return f"column '{name}' holds {held}: give numbers (pd.to_numeric(df['{name}']))"
 
 
 def _columns(array, where: str = "data", hint: str = "") -> np.ndarray:
