@@ -3,6 +3,7 @@ a signal raised into TensorFlow's or a checkpoint's Python code once ended a run
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -373,3 +374,52 @@ def test_a_signal_while_a_finished_job_hands_its_end_over_leaves_it_finished(tmp
     (job,) = [r for r in runs if r.data.tags.get("gradexp.sweep") != "true"]
     assert job.info.status == "FINISHED"
     assert {"final_loss", "val/mse", "loss"} <= set(job.data.metrics)
+
+
+@pytest.mark.slow
+def test_ctrl_c_under_the_joblib_launcher_ends_the_workers_running_jobs_killed(tmp_path):
+    # joblib kills its workers (SIGKILL) as the interrupt lands in the sweep's process: the
+    # jobs training there stayed RUNNING until a later run found their processes gone. Ctrl-C
+    # at a terminal reaches the whole process group, as here.
+    import time
+
+    from mlflow import MlflowClient
+
+    from conftest import empty_store, finish, spawn_cli
+
+    store = empty_store(tmp_path)
+    sweep = spawn_cli("-m", f"tracking.uri={store}", "hydra/launcher=joblib",
+                      "hydra.launcher.n_jobs=2", "optimizer=sgd,adam,rmsprop", "gradcheck=off",
+                      "tracking.log_model=false", "trainer.epochs=100000", cwd=tmp_path,
+                      start_new_session=True)
+    client = MlflowClient(store)
+    try:
+        deadline = time.monotonic() + 240
+        while True:  # until a job trains in a worker: its run RUNNING, with loss points
+            assert sweep.poll() is None, sweep.stderr.read()[-3000:]
+            assert time.monotonic() < deadline, "no job was seen training"
+            found = client.get_experiment_by_name("gradexp")
+            training = found and client.search_runs(
+                [found.experiment_id], "attributes.status = 'RUNNING' and metrics.loss > -1")
+            if training and any("gradexp.sweep" not in r.data.tags for r in training):
+                break
+            time.sleep(0.1)
+        os.killpg(sweep.pid, signal.SIGINT)
+        done = finish(sweep, 300)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(sweep.pid, signal.SIGKILL)  # a worker left behind
+    assert done.returncode == 130, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        "error: interrupted (Ctrl-C): the sweep's parent run is recorded as KILLED; the jobs "
+        "that ended keep their runs")
+    runs = client.search_runs([found.experiment_id])
+    assert [r for r in runs if r.info.status == "RUNNING"] == []
+    # each job that was training ended itself KILLED, said in its own line (not marked later)
+    killed = [r for r in runs if "gradexp.sweep" not in r.data.tags]
+    assert killed and {r.info.status for r in killed} == {"KILLED"}
+    assert {r.data.tags["gradexp.status_reason"] for r in killed} == {
+        "interrupted (Ctrl-C or SIGTERM)"}
+    assert done.stderr.count("error: terminated (SIGTERM): the run is recorded as KILLED") == \
+        len(killed)

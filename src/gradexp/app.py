@@ -167,9 +167,8 @@ def run_job(cfg: DictConfig, stop: Callable[[Failure], NoReturn]):
 
     A failure a person can act on goes to `stop`, which does not return: the command line says
     the line and exits, gradexp.run raises it."""
-    from gradexp.loop import run_experiment
-    from gradexp.sweep_reuse import resume_killed_run, reuse_finished_run
-    from gradexp.sweeps import child_run_name, note_failed_job, parent_run_file
+    from gradexp.sweeps import child_run_name, parent_run_file
+    from gradexp.worker_signals import in_joblib_worker, worker_job
 
     # Again in the job: Hydra has set up its logging by now, and some launchers (Ray) run jobs
     # in processes that never ran main().
@@ -181,6 +180,23 @@ def run_job(cfg: DictConfig, stop: Callable[[Failure], NoReturn]):
     parent = parent_run_file(sweep_dir) if multirun else None
     swept = child_run_name(hydra_cfg, sweep_dir) if multirun else None  # only what varies
     run_name = cfg.tracking.run_name or swept or hydra_cfg.job.override_dirname or "defaults"
+    if multirun and in_joblib_worker(str(hydra_cfg.launcher.get("_target_", ""))):
+        # Signals are the sweep process's (gradexp.worker_signals): it stops this job before
+        # joblib kills this process, and once it stops no job starts here.
+        with worker_job(sweep_dir) as may_run:
+            if not may_run:
+                return None
+            return _run_job(cfg, stop, hydra_cfg, sweep_dir, parent, run_name)
+    return _run_job(cfg, stop, hydra_cfg, sweep_dir, parent, run_name)
+
+
+def _run_job(cfg: DictConfig, stop: Callable[[Failure], NoReturn], hydra_cfg, sweep_dir: Path,
+             parent: Path | None, run_name: str):
+    from gradexp.loop import run_experiment
+    from gradexp.sweep_reuse import resume_killed_run, reuse_finished_run
+    from gradexp.sweeps import note_failed_job
+
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
     try:
         # sweep.skip_finished (issue 4, gradexp/sweeps.py): a config that FINISHED is not rerun.
         reused = reuse_finished_run(cfg, hydra_cfg) if multirun else None

@@ -177,3 +177,23 @@ def mark_dead_in_experiment(uri: str, experiment: str, stale_after_minutes: floa
     if found is None:
         return []
     return mark_dead_runs(client, [found.experiment_id], stale_after_minutes, say)
+
+
+def mark_dead_children(client, experiment_id: str, parent_run_id: str,
+                       stale_after_minutes: float) -> list[str]:
+    """Mark the RUNNING children of a sweep's parent that are dead (why_dead) KILLED, end time
+    = when last heard of: a sweep stopped early ends them before its parent (gradexp.sweeps).
+    Their ids."""
+    from gradexp.mlflow_store import find_runs, mark_killed, read_run
+
+    running = find_runs(client, [experiment_id], f"tags.`{PARENT_TAG}` = '{parent_run_id}' "
+                        "and attributes.status = 'RUNNING'", max_results=10_000)
+    marked = []
+    for run in running:
+        reason = why_dead(run, stale_after_minutes)
+        if reason is None or read_run(client, run.info.run_id).info.status != "RUNNING":
+            continue
+        mark_killed(client, run.info.run_id, f"marked KILLED: {reason}",
+                    int(_last_sign(run) * 1000))
+        marked.append(run.info.run_id)
+    return marked

@@ -97,6 +97,7 @@ class MlflowSweepCallback(Callback):
         self.ended = False
         self.best_per: list[str] = []
         self.aggregate_over: list[str] = ["seed"]
+        self.stale_after = 10.0  # tracking.stale_after: when a child on another host is dead
 
     def __getstate__(self) -> dict[str, Any]:
         """Launchers that run jobs in other processes (joblib, Ray, submitit) pickle Hydra's
@@ -133,12 +134,19 @@ class MlflowSweepCallback(Callback):
             if not tracking_off(config):
                 self._open_parent(config)
             start_study(config)  # sweep.pruner: the Optuna study the jobs report to
+        if plugin_name(config.hydra.launcher) == "JoblibLauncher":
+            from gradexp.worker_signals import WorkersStoppedFirst
+
+            # joblib kills its workers on an interrupt: their jobs are stopped first
+            _STOPS_WORKERS.append(WorkersStoppedFirst(config.hydra.sweep.dir))
+            _STOPS_WORKERS[-1].install()
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from gradexp.callbacks.recorder import wait_for_ends
         from gradexp.sweep_configs import forget
 
         forget()  # the job configs check_every_job kept for the launcher
+        _restore_signals()
         wait_for_ends()  # the last child's writes, ending in the background: stored first
         if self.tracker is None:
             return
@@ -170,6 +178,7 @@ class MlflowSweepCallback(Callback):
         self.tracker.log_params({"sweep.overrides": overrides})
         self.best_per = list(config.sweep.best_per)
         self.aggregate_over = list(config.sweep.aggregate_over)
+        self.stale_after = float(config.tracking.stale_after)
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         # An earlier sweep into this folder (a fixed hydra.sweep.dir, rerun with
@@ -215,13 +224,37 @@ class MlflowSweepCallback(Callback):
         FAILED (a job stopped the sweep: sweep.continue_on_failure=false; an error)."""
         from gradexp.interrupts import interrupts_deferred
 
+        _restore_signals()
         if self.tracker is None or self.ended:
             return
+        self._end_dead_children()
         with interrupts_deferred():  # marked and ended at once, as _close_parent does
             self.ended = True
             if reason:
                 self.tracker.set_tags({REASON_TAG: reason[:5000]})
             self.tracker.end(status)
+
+    def _end_dead_children(self) -> None:
+        """The last resort for a sweep stopped early: a child still RUNNING whose process is
+        gone (a worker process a launcher killed, e.g. joblib's on a failure that stops the
+        sweep) ends KILLED now, not when a later run finds it. Said nowhere but its reason tag:
+        the line of what stopped the sweep follows."""
+        from gradexp.liveness import mark_dead_children
+
+        try:
+            mark_dead_children(self.tracker.client, self.tracker.experiment_id,
+                               self.tracker.run_id, self.stale_after)
+        except Exception:  # noqa: BLE001 - a store that fails here: the next run marks them
+            pass
+
+
+_STOPS_WORKERS: list = []  # gradexp.worker_signals.WorkersStoppedFirst of this process's sweeps
+
+
+def _restore_signals() -> None:
+    """Ctrl-C and SIGTERM as they were before a joblib sweep took them."""
+    while _STOPS_WORKERS:
+        _STOPS_WORKERS.pop().restore()
 
 
 @contextmanager
