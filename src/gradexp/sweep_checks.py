@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -90,20 +91,15 @@ def check_every_job(config: DictConfig) -> dict[str, bool]:
     """Compose each job of a basic sweep as Hydra will (its overrides and hydra.sweeper.params)
     and check it as its run would before TensorFlow loads: `-m optimizer=sgd,adamm` ends here,
     in one line, before the parent run or any child exists; so does a sweep.objective that no
-    job logs (`val/msee`, or val/accuracy on a regression), which every job would fail on. Other
-    sweepers (Optuna) choose their jobs as they go; their first job checks itself.
+    job logs (`val/msee`, or val/accuracy on a regression), which every job would fail on. The
+    Optuna sweeper's search is checked by hydra_plugins.gradexp_optuna.checks, each value it may
+    choose through checked_job too.
 
     Returns the keys of the jobs' configs (config_keys), {} when the jobs were not composed."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from gradexp.config_checks import check_ranges
-    from gradexp.config_errors import USER_ERRORS, one_line
-    from gradexp.metrics import check_monitor, check_objective, task_of
-    from gradexp.schema import ConfigError
-    from gradexp.setup_checks import check_config
-    from gradexp.sweep_configs import compose_job
-    from gradexp.user_code import check_modules_exist
+    from gradexp.metrics import task_of
 
     if plugin_name(config.hydra.sweeper) != "BasicSweeper" \
             or not GlobalHydra.instance().is_initialized():
@@ -120,25 +116,43 @@ def check_every_job(config: DictConfig) -> dict[str, bool]:
     swept = set(swept_keys(config))
     for batch in BasicSweeper.split_arguments(parsed, None):
         for job in batch:
-            try:
-                # kept: the sweeper and the launcher ask for it again (gradexp.sweep_configs)
-                job_cfg = compose_job(loader, config, list(job))
-                with open_dict(job_cfg):
-                    del job_cfg["hydra"]  # the run's config, as the job's task sees it
-            except USER_ERRORS as error:
-                raise ConfigError(one_line(error)) from None
-            check_ranges(job_cfg)
-            check_modules_exist(job_cfg, Path.cwd())
-            check_config(job_cfg)
+            job_cfg = checked_job(config, loader, list(job))
             if task_is_the_configs(job_cfg):
-                check_objective(job_cfg, task_of(job_cfg.data))
-                # the monitor's name, before any data loads: whether val/ has rows is the job's
-                check_monitor(job_cfg, task_of(job_cfg.data), ("train", "val"))
                 tasks.setdefault(task_of(job_cfg.data), ",".join(
                     o for o in job if o.split("=")[0].lstrip("+~") in swept))
             keys.update(config_keys(job_cfg))
     _warn_of_mixed_tasks(config, tasks)
     return keys
+
+
+def checked_job(config: DictConfig, loader: Any, overrides: list[str]) -> DictConfig:
+    """One job of the sweep `config` composed as the launcher will compose it (kept: the sweeper
+    and the launcher ask for it again, gradexp.sweep_configs) and checked as its run would check
+    it before TensorFlow loads; its config as the job's task sees it. A ConfigError (one line)
+    for a mistake. The basic sweeper's every job, and each value an Optuna search may choose
+    (hydra_plugins.gradexp_optuna.checks)."""
+    from gradexp.config_checks import check_ranges
+    from gradexp.config_errors import USER_ERRORS, one_line
+    from gradexp.metrics import check_monitor, check_objective, task_of
+    from gradexp.schema import ConfigError
+    from gradexp.setup_checks import check_config
+    from gradexp.sweep_configs import compose_job
+    from gradexp.user_code import check_modules_exist
+
+    try:
+        job_cfg = compose_job(loader, config, overrides)
+        with open_dict(job_cfg):
+            del job_cfg["hydra"]  # the run's config, as the job's task sees it
+    except USER_ERRORS as error:
+        raise ConfigError(one_line(error)) from None
+    check_ranges(job_cfg)
+    check_modules_exist(job_cfg, Path.cwd())
+    check_config(job_cfg)
+    if task_is_the_configs(job_cfg):
+        check_objective(job_cfg, task_of(job_cfg.data))
+        # the monitor's name, before any data loads: whether val/ has rows is the job's
+        check_monitor(job_cfg, task_of(job_cfg.data), ("train", "val"))
+    return job_cfg
 
 
 def _warn_of_mixed_tasks(config: DictConfig, tasks: dict[str, str]) -> None:

@@ -360,8 +360,8 @@ def summarize_sweep(tracker, best_per: list[str] | None = None,
     jobs that failed before their run opened, FAILED with their reason and no run id.
     """
     from gradexp import replicates
-    from gradexp.compare import differing_params, is_swept
     from gradexp.mlflow_store import retry_locked, tag_run
+    from gradexp.param_differences import differing_params, is_swept
     from gradexp.sweep_plots import overlay_figures
 
     client, parent_id = tracker.client, tracker.run_id

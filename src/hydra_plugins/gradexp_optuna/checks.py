@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 from gradexp.schema import ConfigError
 
@@ -74,28 +73,10 @@ def candidate_jobs(distributions: dict[str, Any]) -> list[dict[str, Any]]:
 
 def check_job(config: DictConfig, loader: Any, overrides: list[str]) -> None:
     """One job of the sweep `config`, composed as the launcher will compose it and checked as
-    gradexp.sweep_checks.check_every_job checks a basic sweep's job."""
-    from gradexp.config_checks import check_ranges
-    from gradexp.config_errors import USER_ERRORS, one_line
-    from gradexp.metrics import check_monitor, check_objective, task_of
-    from gradexp.setup_checks import check_config
-    from gradexp.sweep_checks import task_is_the_configs
-    from gradexp.sweep_configs import compose_job
-    from gradexp.user_code import check_modules_exist
+    a basic sweep's every job is (gradexp.sweep_checks.checked_job)."""
+    from gradexp.sweep_checks import checked_job
 
-    try:
-        # kept: a trial of these very values is answered from it (gradexp.sweep_configs)
-        job_cfg = compose_job(loader, config, overrides)
-        with open_dict(job_cfg):
-            del job_cfg["hydra"]  # the run's config, as the job's task sees it
-    except USER_ERRORS as error:
-        raise ConfigError(one_line(error)) from None
-    check_ranges(job_cfg)
-    check_modules_exist(job_cfg, Path.cwd())
-    check_config(job_cfg)
-    if task_is_the_configs(job_cfg):
-        check_objective(job_cfg, task_of(job_cfg.data))
-        check_monitor(job_cfg, task_of(job_cfg.data), ("train", "val"))
+    checked_job(config, loader, overrides)
 
 
 def _with_its_sweep(line: str, job: dict[str, Any], space: Space) -> str:
