@@ -690,6 +690,7 @@ def test_sweep_keys_are_never_columns(capsys, tmp_path):
     assert "optimizer.name" in header and "sweep.resume_killed" not in header
 
 
+@pytest.mark.heavy  # ~2.7 s
 def test_a_swept_group_does_not_hide_a_setting_its_options_give_differently(tmp_path, capsys):
     # -m optimizer=sgd,rmsprop: sgd's learning rate 0.1 against rmsprop's 0.01. The sweep and
     # compare said "besides the swept keys (optimizer), no param differs", which is what

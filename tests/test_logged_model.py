@@ -455,6 +455,7 @@ def with_lambda(n_features, n_outputs):
 
 
 @pytest.mark.parametrize("builder", ["compiled", "with_lambda"])
+@pytest.mark.heavy  # ~3 s
 def test_a_model_compiled_with_your_loss_or_with_a_lambda_is_checked_in_float64_and_loads(
         tmp_path, store, client, served, builder):
     # Compiled with a loss of the person's: its compile config named own_mse, which neither the
@@ -470,6 +471,7 @@ def test_a_model_compiled_with_your_loss_or_with_a_lambda_is_checked_in_float64_
         result.metrics["val/mse"], rel=1e-4)
 
 
+@pytest.mark.heavy  # ~3 s
 def test_a_model_that_would_not_load_back_is_said_and_not_logged(tmp_path, store, client,
                                                                  capsys):
     # Keras saved it, then could not load it (Scale.__init__ takes no `name`): the run was

@@ -294,6 +294,7 @@ def test_a_pruner_that_can_stop_no_job_is_said_at_the_sweeps_start(overrides, jo
         assert says in note
 
 
+@pytest.mark.heavy  # 3 short jobs
 def test_the_note_comes_once_on_the_sweeps_console(tmp_path, capsys):
     empty_store(tmp_path)
     gradexp.sweep(RATES, "sweep.pruner=asha", "trainer.epochs=3", "gradcheck=off",
