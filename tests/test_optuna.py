@@ -251,9 +251,9 @@ BAD_SPACES = [
      "trainer.batch_size=range(1,9,0): its step is 0, so it never reaches its stop; "
      "range(start, stop[, step]) takes a step other than 0 (1 when left out)"),
     ("optimizer.learning_rate=tag(lg,interval(0.001,0.1))",
-     "optimizer.learning_rate=tag(lg,interval(0.001,0.1)): unknown tag lg (the interval would be "
-     "sampled linearly); the Optuna sweeper reads one tag, log: "
-     "tag(log, interval(0.001, 0.1)); did you mean log?"),
+     "optimizer.learning_rate=tag(lg,interval(0.001,0.1)): unknown tag lg; the Optuna sweeper "
+     "reads the tags log (a log scale) and int (integers) on an interval: "
+     "tag(log, interval(0.001, 0.1)), tag(int, interval(...)); did you mean log?"),
     ("trainer.batch_size=tag(log,range(8,64,8))",
      "trainer.batch_size=tag(log,range(8,64,8)): tag(log, ...) is not read on a choice or range"),
 ]
@@ -274,6 +274,28 @@ def test_a_search_space_optuna_cannot_take_is_one_line(override, line):
     assert found.distributions["model.seed"] == optuna.distributions.IntDistribution(1, 5)
     assert found.distributions["data.noise"] == optuna.distributions.FloatDistribution(
         0.25, 1.0, step=0.25)
+
+
+def test_hydras_int_tag_searches_integers():
+    # tag(int, interval(...)) is hydra-optuna-sweeper's syntax for an integer interval (Hydra
+    # reads interval bounds as floats); it was refused as an unknown tag
+    from hydra_plugins.gradexp_optuna.search_space import searched
+
+    found = searched({}, ["trainer.batch_size=tag(int,interval(8,64))",
+                          "model.seed=tag(log,int,interval(1,100))"])
+    assert found.distributions["trainer.batch_size"] == optuna.distributions.IntDistribution(8, 64)
+    assert found.distributions["model.seed"] == optuna.distributions.IntDistribution(
+        1, 100, log=True)
+
+
+def test_an_intervals_open_end_is_checked_just_below_it():
+    # Optuna samples [low, high): interval(0.0, 1.0) fits model.dropout, in [0, 1), though 1.0
+    # itself does not; the check refused it by its high end
+    from hydra_plugins.gradexp_optuna.checks import candidate_jobs
+    from hydra_plugins.gradexp_optuna.search_space import searched
+
+    jobs = candidate_jobs(searched({}, ["model.dropout=interval(0.0,1.0)"]).distributions)
+    assert [job["model.dropout"] for job in jobs] == [0.0, 0.9999999999999999]
 
 
 def _nothing_recorded(store: str, folder: Path) -> None:
@@ -338,11 +360,16 @@ def test_the_jobs_checked_hold_every_choice_and_each_end_of_every_interval():
     assert len(jobs) == 8 and list(jobs[0]) == list(space.distributions)
     assert {(j["optimizer"], j["loss"], j["optimizer.learning_rate"], j["model.seed"])
             for j in jobs} == {(o, loss, rate, seed) for o in ("sgd", "adam")
-                               for loss in ("mse", "mae") for rate, seed in ((0.01, 0), (0.1, 2))}
-    many = searched({}, [f"optimizer.learning_rate=choice({','.join(map(str, range(1, 40)))})",
-                         "loss=mse,mae", "data.noise=interval(0.1,0.5)"])
-    jobs = candidate_jobs(many.distributions)  # over MAX_JOBS: each value in one job at least
-    assert len(jobs) == 39 > MAX_JOBS
-    assert {j["optimizer.learning_rate"] for j in jobs} == set(range(1, 40))
+                               for loss in ("mse", "mae")
+                               for rate, seed in ((0.01, 0), (math.nextafter(0.1, 0), 2))}
+    few = searched({}, [f"optimizer.learning_rate=choice({','.join(map(str, range(1, 21)))})",
+                        "loss=mse,mae", "data.noise=interval(0.1,0.5)"])
+    jobs = candidate_jobs(few.distributions)  # over MAX_JOBS combined: each value in one job
+    assert len(jobs) == 20
+    assert {j["optimizer.learning_rate"] for j in jobs} == set(range(1, 21))
     assert {j["loss"] for j in jobs} == {"mse", "mae"}
-    assert {j["data.noise"] for j in jobs} == {0.1, 0.5}
+    assert {j["data.noise"] for j in jobs} == {0.1, math.nextafter(0.5, 0)}
+    many = searched({}, [f"optimizer.learning_rate=choice({','.join(map(str, range(1, 200)))})"])
+    jobs = candidate_jobs(many.distributions)  # at most MAX_JOBS, spread over the values
+    rates = [j["optimizer.learning_rate"] for j in jobs]
+    assert len(rates) == MAX_JOBS and rates[0] == 1 and rates[-1] == 199

@@ -55,7 +55,7 @@ def candidate_jobs(distributions: dict[str, Any]) -> list[dict[str, Any]]:
 
     choices = {key: list(dist.choices) for key, dist in distributions.items()
                if isinstance(dist, CategoricalDistribution)}
-    ends = {key: list(dict.fromkeys((dist.low, dist.high)))
+    ends = {key: list(dict.fromkeys((dist.low, _highest(dist))))
             for key, dist in distributions.items() if key not in choices}
     sides = [{key: values[0] for key, values in ends.items()},
              {key: values[-1] for key, values in ends.items()}]
@@ -64,11 +64,23 @@ def candidate_jobs(distributions: dict[str, Any]) -> list[dict[str, Any]]:
     if math.prod(len(values) for values in choices.values()) * len(sides) <= MAX_JOBS:
         jobs = [dict(zip(choices, combination)) | side
                 for combination in itertools.product(*choices.values()) for side in sides]
-    else:  # each value in one job at least
+    else:  # each value in one job at least, up to MAX_JOBS jobs (then spread over the values)
         values = choices | ends
-        count = max(len(v) for v in values.values())
-        jobs = [{key: v[i % len(v)] for key, v in values.items()} for i in range(count)]
+        count = min(max(len(v) for v in values.values()), MAX_JOBS)
+        jobs = [{key: v[round(i * (len(v) - 1) / max(count - 1, 1))] if len(v) > count
+                 else v[i % len(v)] for key, v in values.items()} for i in range(count)]
     return [{key: job[key] for key in distributions} for job in jobs]
+
+
+def _highest(dist: Any) -> Any:
+    """The highest value a distribution gives: a range's last value, and for a continuous
+    interval the float just below its end (Optuna samples [low, high); so interval(0.0, 1.0)
+    fits a dropout rate, which 1.0 itself would not)."""
+    from optuna.distributions import FloatDistribution
+
+    if isinstance(dist, FloatDistribution) and dist.step is None and dist.high > dist.low:
+        return math.nextafter(dist.high, dist.low)
+    return dist.high
 
 
 def check_job(config: DictConfig, loader: Any, overrides: list[str]) -> None:

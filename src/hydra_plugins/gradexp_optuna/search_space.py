@@ -17,7 +17,7 @@ from hydra.core.override_parser.types import Override, Transformer
 
 from gradexp.schema import ConfigError
 
-TAGS = ("log",)  # the only tag this sweeper reads, on an interval
+TAGS = ("int", "log")  # the tags this sweeper reads on an interval, as hydra-optuna-sweeper
 
 
 class Space(NamedTuple):
@@ -113,14 +113,14 @@ def _interval(line: str, sweep: Any) -> Any:
             f"{line}: a log-scale interval's low end must be > 0 (it is sampled by its log), "
             f"but it is {low}; tag(log, interval(low, high)) takes 0 < low <= high, "
             f"e.g. tag(log, interval({example}))")
-    if isinstance(low, int) and isinstance(high, int):  # Hydra reads interval bounds as floats
-        return IntDistribution(low, high, log=log)
+    if "int" in sweep.tags:  # Hydra reads interval bounds as floats: integers only when told
+        return IntDistribution(int(low), int(high), log=log)
     return FloatDistribution(float(low), float(high), log=log)
 
 
 def _check_tags(override: Override) -> None:
     """Tags this sweeper does not read would be ignored in silence: `tag(lg, interval(...))`
-    sampled linearly. So only `log`, and only on an interval."""
+    sampled linearly. So only `log` and `int`, and only on an interval."""
     sweep = override.value()
     tags = sorted(getattr(sweep, "tags", None) or ())
     if not tags:
@@ -129,14 +129,15 @@ def _check_tags(override: Override) -> None:
     if not override.is_interval_sweep():
         raise ConfigError(
             f"{line}: tag({', '.join(tags)}, ...) is not read on a choice or range (Optuna "
-            "samples their values as listed); the Optuna sweeper reads one tag, log, on an "
-            "interval: tag(log, interval(low, high))")
+            "samples their values as listed); the Optuna sweeper reads the tags log and int "
+            "on an interval: tag(log, interval(low, high)), tag(int, interval(low, high))")
     unknown = [tag for tag in tags if tag not in TAGS]
     if unknown:
         close = difflib.get_close_matches(unknown[0], TAGS, n=1, cutoff=0.5)
         raise ConfigError(
-            f"{line}: unknown tag {unknown[0]} (the interval would be sampled linearly); the "
-            f"Optuna sweeper reads one tag, log: tag(log, interval({sweep.start}, {sweep.end}))"
+            f"{line}: unknown tag {unknown[0]}; the Optuna sweeper reads the tags log (a "
+            "log scale) and int (integers) on an interval: "
+            f"tag(log, interval({sweep.start}, {sweep.end})), tag(int, interval(...))"
             + (f"; did you mean {close[0]}?" if close else ""))
 
 
