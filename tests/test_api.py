@@ -427,3 +427,25 @@ def test_a_store_deleted_between_two_runs_is_made_anew(tmp_path):
 
     (run,) = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_runs(["1"])
     assert run.info.run_id == result.run_id and run.info.status == "FINISHED"
+
+
+def test_a_caller_seeded_as_the_run_was_draws_as_if_no_run_had_come_between():
+    # Both at seed 0 (the default trainer.seed): the run's tf.random.set_seed(0) and its draws
+    # advanced the stateful random kernels cached for seed 0, and the caller's next draw went on
+    # from where the run stopped.
+    import tensorflow as tf
+
+    from gradexp.seeds import restore_session_random_state, session_random_state
+
+    def draws(count: int) -> list[float]:
+        return [float(tf.random.normal(())) for _ in range(count)]
+
+    tf.random.set_seed(0)
+    expected = draws(1) + draws(2)
+    tf.random.set_seed(0)
+    got = draws(1)
+    saved = session_random_state()
+    tf.random.set_seed(0)  # the run's own seeding, and its draws
+    draws(3)
+    restore_session_random_state(saved)
+    assert got + draws(2) == expected

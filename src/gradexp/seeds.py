@@ -222,7 +222,11 @@ def _restore_tensorflow_seed(seed: int | None, rng: Any, state: Any) -> None:
     op seeds from the start of `seed`'s stream again, and clear the kernel cache (traced
     programs the next call reuses). Where TensorFlow lays the context out otherwise,
     tf.random.set_seed(seed) is the nearest. A stream that did not exist yet (no seed ever set)
-    needs none: TensorFlow reads it only while a seed is set, and setting one makes it anew."""
+    needs none: TensorFlow reads it only while a seed is set, and setting one makes it anew.
+
+    Where the run set a seed of its own (tf.random.set_seed, for code of yours), the kernel
+    cache is cleared after all: it holds the stateful random kernels the run's draws advanced,
+    and a caller seeded as the run was (both 0) would draw on from where the run stopped."""
     context = _eager_context()
     if context is None:
         return
@@ -231,6 +235,8 @@ def _restore_tensorflow_seed(seed: int | None, rng: Any, state: Any) -> None:
 
         tf.random.set_seed(seed)
         return
+    if getattr(context, "_rng", None) is not rng and hasattr(context, "_set_global_seed"):
+        context._set_global_seed(seed)  # a new stream means the run seeded: clear its kernels
     context._seed = seed
     if rng is not None:
         rng.setstate(state)
