@@ -180,7 +180,7 @@ def run_job(cfg: DictConfig, stop: Callable[[Failure], NoReturn]):
     parent = parent_run_file(sweep_dir) if multirun else None
     swept = child_run_name(hydra_cfg, sweep_dir) if multirun else None  # only what varies
     run_name = cfg.tracking.run_name or swept or hydra_cfg.job.override_dirname or "defaults"
-    if multirun and in_joblib_worker(str(hydra_cfg.launcher.get("_target_", ""))):
+    if multirun and in_joblib_worker(str(hydra_cfg.launcher.get("_target_", "")), sweep_dir):
         # Signals are the sweep process's (gradexp.worker_signals): it stops this job before
         # joblib kills this process, and once it stops no job starts here.
         with worker_job(sweep_dir) as may_run:

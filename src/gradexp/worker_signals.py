@@ -31,6 +31,7 @@ from pathlib import Path
 
 STOP_TIMEOUT = 120.0  # seconds the workers' jobs get to end their runs KILLED
 _STOP = "stop"
+_SWEEP_PID = "sweep_pid"  # the sweep's own process: its jobs are not a worker's
 
 
 def jobs_dir(sweep_dir: str | Path) -> Path:
@@ -38,13 +39,17 @@ def jobs_dir(sweep_dir: str | Path) -> Path:
     return Path(sweep_dir) / ".gradexp_worker_jobs"
 
 
-def in_joblib_worker(launcher_target: str) -> bool:
-    """Whether this job runs in a worker process of Hydra's joblib launcher (n_jobs=1 runs the
-    jobs in the sweep's own process)."""
-    import multiprocessing
-
-    return launcher_target.endswith(".JoblibLauncher") and \
-        multiprocessing.parent_process() is not None
+def in_joblib_worker(launcher_target: str, sweep_dir: str | Path) -> bool:
+    """Whether this job runs in a worker process of Hydra's joblib launcher: another process
+    than the sweep's, whose pid WorkersStoppedFirst left in the jobs folder (n_jobs=1 runs the
+    jobs in the sweep's own process, which may itself be some multiprocessing child)."""
+    if not launcher_target.endswith(".JoblibLauncher"):
+        return False
+    try:
+        sweep_pid = int((jobs_dir(sweep_dir) / _SWEEP_PID).read_text())
+    except (OSError, ValueError):
+        return False  # no sweep process took the signals: nothing to hand them to
+    return sweep_pid != os.getpid()
 
 
 @contextlib.contextmanager
@@ -58,9 +63,9 @@ def worker_job(sweep_dir: str | Path) -> Iterator[bool]:
     folder = jobs_dir(sweep_dir)
     marker = folder / str(os.getpid())
     with sigterm_as_interrupt():
-        folder.mkdir(parents=True, exist_ok=True)
-        marker.touch()
-        try:
+        try:  # a SIGTERM landing right after the touch still takes the marker away
+            folder.mkdir(parents=True, exist_ok=True)
+            marker.touch()
             yield not (folder / _STOP).exists()
         finally:
             marker.unlink(missing_ok=True)
@@ -75,7 +80,11 @@ class WorkersStoppedFirst:
         self.previous: dict[int, object] = {}
 
     def install(self) -> None:
-        shutil.rmtree(jobs_dir(self.sweep_dir), ignore_errors=True)  # an earlier sweep's
+        folder = jobs_dir(self.sweep_dir)
+        shutil.rmtree(folder, ignore_errors=True)  # an earlier sweep's
+        with contextlib.suppress(OSError):
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / _SWEEP_PID).write_text(str(os.getpid()))  # in_joblib_worker
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
                 handler = signal.getsignal(sig)
