@@ -457,6 +457,11 @@ def rooms_objects():                      # Python ints in an object column
     x["rooms"] = x["rooms"].astype(object)
     return x, y
 
+def float_objects():                      # floats in an object column: the signature takes them
+    x, y = _houses()
+    x["area"] = x["area"].astype(object)
+    return x, y
+
 def text_array():                         # numpy: the whole table as strings
     x, y = _houses()
     return x.to_numpy().astype(str), y
@@ -521,6 +526,7 @@ NOT_TYPED_AS_NUMBERS = [
     ("rooms_objects", "column 'rooms' holds numbers as Python objects (dtype object): give "
      "numbers (pd.to_numeric(df['rooms']))"),
     ("text_array", "the features x hold numbers as text: give numbers (x.astype(float))"),
+
     ("own_split_category", "column 'kids' is a pandas category: give numbers "
      "(df['kids'].astype(int)) or one column per category (pd.get_dummies(df, "
      "columns=['kids']))"),
@@ -542,6 +548,12 @@ def test_numbers_held_as_a_category_or_text_are_refused_naming_the_column(tmp_pa
     assert str(refused.value) == f"data._target_=typed_loaders.{loader}: {said}"
     assert refused.value.exit_code == 2
     assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_floats_held_as_python_objects_are_taken(tmp_path):
+    (tmp_path / "typed_loaders.py").write_text(TYPED_LOADERS)
+    cfg = compose_config("data=custom", "data._target_=typed_loaders.float_objects")
+    assert load_data(cfg.data, tmp_path).n_features == 3
 
 
 def test_the_advice_for_a_category_gives_an_integer_column_of_the_signature(tmp_path):

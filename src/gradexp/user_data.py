@@ -261,9 +261,10 @@ def _features(x, where: str, name: str) -> np.ndarray:
     values = _columns(x, f"{where}: the features", FEATURES_HINT)
     if hasattr(x, "dtypes") and hasattr(x, "columns"):  # a pandas DataFrame
         for index, dtype in enumerate(x.dtypes):
-            if getattr(dtype, "kind", "O") not in NUMERIC_KINDS:
+            column = x.iloc[:, index]
+            if getattr(dtype, "kind", "O") not in NUMERIC_KINDS and not _held_as_objects(column):
                 raise ConfigError(f"{where}: "
-                                  f"{_not_numeric_column(x.iloc[:, index], x.columns[index])}")
+                                  f"{_not_numeric_column(column, x.columns[index])}")
         return values
     kind = getattr(getattr(x, "dtype", None), "kind", None)  # numpy's, a pandas Series'
     if kind is None:  # lists, a tf.Tensor: as numpy reads them
@@ -271,7 +272,10 @@ def _features(x, where: str, name: str) -> np.ndarray:
     if kind in NUMERIC_KINDS:
         return values
     if hasattr(x, "to_frame"):  # a pandas Series: one column
-        raise ConfigError(f"{where}: {_not_numeric_column(x, name if x.name is None else x.name)}")
+        if _held_as_objects(x):
+            return values
+        named = x.name is not None
+        raise ConfigError(f"{where}: {_not_numeric_column(x, x.name if named else name, named)}")
     first = np.asarray(x, dtype=object).ravel()[:1].tolist()
     held = "text" if first and isinstance(first[0], str | bytes) else "Python objects"
     raise ConfigError(f"{where}: the features {name} hold numbers as {held}: give numbers "
@@ -283,19 +287,38 @@ def _features(x, where: str, name: str) -> np.ndarray:
 NUMERIC_KINDS = "biuf"
 
 
-def _not_numeric_column(column: Any, name: Any) -> str:
-    """Why a DataFrame's column of numbers (they converted) is not typed as numbers, and what
-    to give instead."""
+def _held_as_objects(column: Any) -> bool:
+    """Floats in a column of Python objects (dtype object): MLflow's signature takes them as
+    the double column they are, so they are not refused. (Python ints there are: the signature
+    would say double, and MLflow does not cast int64 to it.)"""
+    if getattr(column.dtype, "kind", None) != "O":
+        return False
+    return getattr(column.infer_objects().dtype, "kind", "O") == "f"
+
+
+def _not_numeric_column(column: Any, name: Any, in_frame: bool = True) -> str:
+    """Why a column of numbers (they converted) is not typed as numbers, and what to give
+    instead; `in_frame`: a DataFrame's column (df['name']), else a Series given as `name`."""
     dtype = column.dtype
+    kind = getattr(dtype, "kind", "O")
+    what = f"column '{name}'" if in_frame else f"the features {name}"
+    ref = f"df['{name}']" if in_frame else str(name)
     if str(dtype) == "category":
         cast = "int" if getattr(dtype.categories.dtype, "kind", "O") in "iu" else "float"
-        return (f"column '{name}' is a pandas category: give numbers "
-                f"(df['{name}'].astype({cast})) or one column per category "
-                f"(pd.get_dummies(df, columns=['{name}']))")
+        return (f"{what} is a pandas category: give numbers ({ref}.astype({cast})) or one "
+                f"column per category (pd.get_dummies(df, columns=['{name}']))")
+    if kind == "M":
+        return (f"{what} holds dates or times (dtype {dtype}): give numbers, e.g. seconds "
+                f"({ref}.astype('int64') // 10**9)")
+    if kind == "m":
+        return f"{what} holds durations (dtype {dtype}): give numbers ({ref}.dt.total_seconds())"
+    if kind == "c":
+        return (f"{what} holds complex numbers: give their real and imaginary parts as two "
+                f"columns ({ref}.to_numpy().real, .imag)")
     first = [value for value in column.tolist() if value is not None][:1]
     held = (f"numbers as text ({first[0]!r})" if first and isinstance(first[0], str | bytes)
             else f"numbers as Python objects (dtype {dtype})")
-    return f"column '{name}' holds {held}: give numbers (pd.to_numeric(df['{name}']))"
+    return f"{what} holds {held}: give numbers (pd.to_numeric({ref}))"
 
 
 def _columns(array, where: str = "data", hint: str = "") -> np.ndarray:
