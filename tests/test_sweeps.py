@@ -343,3 +343,23 @@ def test_skip_finished_reuses_a_pruned_run_only_under_the_same_pruner(tmp_path):
     assert find_finished_run(client, "gradexp", job).info.run_id == pruned
     whole = child({**job, "sweep.pruner": "none"}, {})  # trained to the end: reused by any
     assert find_finished_run(client, "gradexp", job).info.run_id == whole
+
+
+@pytest.mark.heavy  # two short jobs
+def test_of_jobs_that_tie_the_first_started_is_the_best(tmp_path):
+    # tracking.max_points only thins what is logged: both jobs end at the same val/mse. The
+    # store lists the newest run first, so the later job was tagged best, where Optuna's best
+    # trial among equals is the first (QA: the two named different trials).
+    from mlflow import MlflowClient
+
+    import gradexp
+    from conftest import empty_store
+
+    store = empty_store(tmp_path)
+    results = gradexp.sweep(f"tracking.uri={store}", "tracking.max_points=50,100",
+                            "trainer.epochs=5", "gradcheck=off", "tracking.log_model=false",
+                            launch_dir=tmp_path)
+    assert results[0].objective_value == results[1].objective_value
+    (parent,) = [run for run in MlflowClient(store).search_runs(["1"])
+                 if run.data.tags.get("gradexp.sweep") == "true"]
+    assert parent.data.tags["gradexp.best_run_id"] == results[0].run_id

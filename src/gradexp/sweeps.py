@@ -372,7 +372,9 @@ def summarize_sweep(tracker, best_per: list[str] | None = None,
     reused_ids = sorted({value for key, value in parent_tags.items() if key.startswith(REUSED_TAG)}
                         - {child.info.run_id for child in children})
     reused = [retry_locked(lambda run_id=run_id: client.get_run(run_id)) for run_id in reused_ids]
-    runs = [*children, *reused]
+    # Oldest first, so that of runs that tie the first started ranks first, as Optuna's best
+    # trial is the first of the best (the store lists the newest first)
+    runs = sorted([*children, *reused], key=lambda run: run.info.start_time or 0)
     metric = parent_tags.get(OBJECTIVE_TAG, FALLBACK)
     direction = parent_tags.get(DIRECTION_TAG, "minimize")
     rows = [_row(run, metric, reused=run in reused) for run in runs] + list(not_started or [])
