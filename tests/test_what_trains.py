@@ -523,6 +523,20 @@ def test_a_subclassed_model_without_training_argument_trains_and_is_checked(stor
     assert result.gradcheck_passed is True
 
 
+def keras_fit_losses(user_models: str, builder: str, epochs: int) -> list[float]:
+    """The per-epoch losses Keras' fit gives the builder's model on seed 004's line: SGD(0.05),
+    mse, full batches in order, as the runs here train it."""
+    import importlib
+
+    import keras
+
+    data = load_data(compose_config().data)
+    network = getattr(importlib.import_module(user_models), builder)(1, 1)
+    network.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+    return network.fit(data.x, data.y, batch_size=len(data.x), epochs=epochs, shuffle=False,
+                       verbose=0).history["loss"]
+
+
 @pytest.mark.heavy  # ~2.3 s
 def test_a_model_whose_call_takes_no_training_trains_as_keras_fit_trains_it(
         store, client, tmp_path, user_models):
@@ -530,21 +544,15 @@ def test_a_model_whose_call_takes_no_training_trains_as_keras_fit_trains_it(
     # which Keras hands down to its layers: its batch norm trained on batch statistics (another
     # loss from the first epoch), while the check ran it in inference mode and passed a bug
     # of the training branch.
-    import importlib
 
-    import keras
 
     result = run(store, tmp_path, "model=custom",
                  f"model._target_={user_models}.normalized_no_training", "trainer.epochs=3",
                  "optimizer.learning_rate=0.05")
     assert result.gradcheck_passed is True
     ours = [m.value for m in client.get_metric_history(result.run_id, "loss")]
-    data = load_data(compose_config().data)
-    network = importlib.import_module(user_models).normalized_no_training(1, 1)
-    network.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
-    fit = network.fit(data.x, data.y, batch_size=len(data.x), epochs=3, shuffle=False,
-                      verbose=0).history["loss"]
-    assert ours == pytest.approx(fit, rel=1e-5)
+    assert ours == pytest.approx(keras_fit_losses(user_models, "normalized_no_training", 3),
+                                 rel=1e-5)
 
 
 def test_a_layer_only_training_mode_takes_is_in_the_float64_twin(store, client, tmp_path,
@@ -602,20 +610,14 @@ def test_a_mixed_float16_model_trains_with_its_loss_scaled_as_keras_fit(store, c
     # up before the gradients, and the steps whose float16 gradients overflow are skipped (here
     # the first two, at the initial scale 2^15). gradexp trained it on unscaled gradients, and
     # then took the scaled ones' overflow for a divergence at the starting weights.
-    import importlib
 
-    import keras
 
     result = run(store, tmp_path, "model=custom",
                  f"model._target_={user_models}.mixed_precision_mlp", "trainer.epochs=6",
                  "optimizer.learning_rate=0.05", "gradcheck.at_end=false")
     assert client.get_run(result.run_id).info.status == "FINISHED"
     ours = [m.value for m in client.get_metric_history(result.run_id, "loss")]
-    data = load_data(compose_config().data)
-    network = importlib.import_module(user_models).mixed_precision_mlp(1, 1)
-    network.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
-    fit = network.fit(data.x, data.y, batch_size=len(data.x), epochs=6, shuffle=False,
-                      verbose=0).history["loss"]
+    fit = keras_fit_losses(user_models, "mixed_precision_mlp", 6)
     assert fit[0] == fit[1] == fit[2] > fit[3]  # two skipped steps, then it trains
     assert ours == pytest.approx(fit, rel=1e-5)
 

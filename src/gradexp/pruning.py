@@ -157,19 +157,13 @@ def judges_nothing(cfg: DictConfig, jobs: int | None) -> str | None:
 
 def _grid_size(config: DictConfig) -> int | None:
     """The number of jobs of a grid sweep (Hydra's basic sweeper), None if it cannot tell."""
-    try:
-        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-        from hydra.core.global_hydra import GlobalHydra
-        from hydra.core.override_parser.overrides_parser import OverridesParser
+    from gradexp.sweep_checks import grid_jobs
 
-        params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
-        parsed = OverridesParser.create(
-            config_loader=GlobalHydra.instance().config_loader()).parse_overrides(
-            [*(f"{key}={value}" for key, value in params.items()),
-             *config.hydra.overrides.task])
-        return sum(len(batch) for batch in BasicSweeper.split_arguments(parsed, None))
+    try:
+        jobs = grid_jobs(config)
     except Exception:  # noqa: BLE001 - only a note depends on it
         return None
+    return None if jobs is None else len(jobs)
 
 
 def study_name(config: DictConfig) -> str:

@@ -97,32 +97,42 @@ def check_every_job(config: DictConfig) -> dict[str, bool]:
 
     Returns the keys of the jobs' configs (config_keys), {} when the jobs were not composed."""
     from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from gradexp.metrics import task_of
 
-    if plugin_name(config.hydra.sweeper) != "BasicSweeper" \
-            or not GlobalHydra.instance().is_initialized():
+    jobs = grid_jobs(config)
+    if jobs is None:
         return {}
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
-    params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
-    arguments = [f"{key}={value}" for key, value in params.items()]
     loader = GlobalHydra.instance().config_loader()
-    parsed = OverridesParser.create(config_loader=loader).parse_overrides(
-        [*arguments, *config.hydra.overrides.task])
     keys: dict[str, bool] = {}
     tasks: dict[str, str] = {}  # each task's first job, as its swept overrides
     swept = set(swept_keys(config))
-    for batch in BasicSweeper.split_arguments(parsed, None):
-        for job in batch:
-            job_cfg = checked_job(config, loader, list(job))
-            if task_is_the_configs(job_cfg):
-                tasks.setdefault(task_of(job_cfg.data), ",".join(
-                    o for o in job if o.split("=")[0].lstrip("+~") in swept))
-            keys.update(config_keys(job_cfg))
+    for job in jobs:
+        job_cfg = checked_job(config, loader, job)
+        if task_is_the_configs(job_cfg):
+            tasks.setdefault(task_of(job_cfg.data), ",".join(
+                o for o in job if o.split("=")[0].lstrip("+~") in swept))
+        keys.update(config_keys(job_cfg))
     _warn_of_mixed_tasks(config, tasks)
     return keys
+
+
+def grid_jobs(config: DictConfig) -> list[list[str]] | None:
+    """The overrides of each job of a basic sweep (hydra.sweeper.params, then the command
+    line's), in Hydra's order; None for another sweeper, or outside a Hydra launch."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if plugin_name(config.hydra.sweeper) != "BasicSweeper" \
+            or not GlobalHydra.instance().is_initialized():
+        return None
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
+    parsed = OverridesParser.create(
+        config_loader=GlobalHydra.instance().config_loader()).parse_overrides(
+        [*(f"{key}={value}" for key, value in params.items()), *config.hydra.overrides.task])
+    return [list(job) for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
 
 
 def checked_job(config: DictConfig, loader: Any, overrides: list[str]) -> DictConfig:
