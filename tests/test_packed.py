@@ -153,7 +153,8 @@ def test_an_interrupted_packed_sweep_leaves_no_child_running(tmp_path):
     started = []
     while not started and process.poll() is None and time.monotonic() < deadline:
         try:  # the store exists once the parent run opened
-            started = [r for r in client.search_runs(["1"]) if "mlflow.parentRunId" in r.data.tags]
+            started = [r for r in client.search_runs(["1"]) if "mlflow.parentRunId" in r.data.tags
+                       and r.info.status == "RUNNING"]  # a job replaying now
         except Exception:  # noqa: BLE001 - not created yet
             started = []
         time.sleep(0.05)  # polling, not waiting for a fixed time
@@ -166,7 +167,10 @@ def test_an_interrupted_packed_sweep_leaves_no_child_running(tmp_path):
     finish(process, timeout=120)
     runs = client.search_runs(["1"])
     statuses = [run.info.status for run in runs if "mlflow.parentRunId" in run.data.tags]
-    assert "KILLED" in statuses and "RUNNING" not in statuses
+    # The job seen replaying ends KILLED, unless its replay (a fraction of a second) ended
+    # before the signal landed, as it may on a loaded machine: then it is FINISHED. Either
+    # way none is left RUNNING, and the sweep stopped.
+    assert set(statuses) <= {"KILLED", "FINISHED"}
     assert len(statuses) < 16  # it stopped the sweep
 
 
