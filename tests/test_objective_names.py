@@ -141,6 +141,37 @@ def test_a_typo_under_sweep_eval_or_hydra_is_told_what_is_accepted(overrides, sa
     assert failure.exit_code == 2
 
 
+def test_a_key_added_under_sweep_names_its_block_by_its_key():
+    # `+sweep.objectve=...` said "(sweep=... accepts: ...)", as if sweep were a group (QA)
+    from gradexp.config_checks import check_known_keys
+
+    with pytest.raises(ConfigError) as refused:
+        check_known_keys(compose_config("+sweep.objectve=val/mae"))
+    assert str(refused.value) == ("sweep.objectve=val/mae: no such key, gradexp would not read "
+                                  f"it (sweep. accepts: {SWEEP_KEYS}); did you mean "
+                                  "sweep.objective?")
+
+
+@pytest.mark.parametrize(("override", "says"), [
+    ("optimizer.learning_rate=intervl(0.1,1)", "Unknown function 'intervl' (sweep functions: "
+     "bool, choice, float, glob, int, interval, range, shuffle, sort, str, tag); did you mean "
+     "interval(...)?"),
+    ("optimizer.learning_rate=tag(log,intervl(0.1,1))", "did you mean interval(...)?"),
+    ("optimizer.learning_rate=range(a,b)", "mismatch type argument start: str is incompatible"),
+    ("optimizer.learning_rate=interval(0.1", "no viable alternative at input 'interval(0.1'"),
+])
+def test_a_misspelt_sweep_function_is_told_the_functions_there_are(override, says):
+    # `intervl(...)` got only Hydra's first line, "Error parsing override '...'" (QA)
+    from gradexp.app import launch_failure
+
+    with pytest.raises(Exception) as refused:
+        compose_config(override)
+    failure = launch_failure(refused.value, [override])
+    assert failure.line.startswith(f"cannot read the override {override}: ")
+    assert says in failure.line and "Error parsing" not in failure.line
+    assert failure.exit_code == 2
+
+
 # ---------------------------------------------------------------- compare --aggregate
 @pytest.fixture
 def replicates(tmp_path) -> str:

@@ -12,7 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import empty_store, run_cli
-from hydra_plugins.gradexp_optuna.search_space import grid, search_space
+from hydra_plugins.gradexp_optuna.search_space import grid, job_overrides, search_space
 
 TINY = ("trainer.epochs=5", "gradcheck=off", "tracking.log_model=false")
 
@@ -41,6 +41,17 @@ def test_hydras_sweep_syntax_becomes_optunas_distributions():
     assert values["data.outliers"] == pytest.approx(hydras) and len(hydras) >= 3
     with pytest.raises(ValueError, match="optimizer.learning_rate is continuous"):
         grid({"optimizer.learning_rate": found["optimizer.learning_rate"]})
+
+
+def test_a_trials_job_writes_its_choices_as_the_command_line_did():
+    # a `true,false` choice came back from Optuna as Python's True: child runs were named
+    # `data.shuffle=True` where the command line said `true` (QA)
+    found, fixed = search_space(["model.use_bias=true,false", "model.hidden=null,[8]",
+                                 "trainer.epochs=7"])
+    assert job_overrides({"model.use_bias": True, "model.hidden": None}, fixed) == (
+        "model.use_bias=true", "model.hidden=null", "trainer.epochs=7")
+    assert job_overrides({"model.use_bias": False, "optimizer": "adam"}, {}) == (
+        "model.use_bias=false", "optimizer=adam")
 
 
 def study_in(folder: Path) -> optuna.Study:

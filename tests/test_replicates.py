@@ -22,7 +22,7 @@ from conftest import compose_config, run
 from gradexp.compare import main as compare_main
 from gradexp.data import load_data
 from gradexp.models import seed_004_start
-from gradexp.replicates import ERRORBAR_PLOT, Group, overlap_note, t_quantile
+from gradexp.replicates import ERRORBAR_PLOT, Group, identical_note, overlap_note, t_quantile
 from gradexp.seeds import PURPOSES, derive_seeds, derived_seed
 from gradexp.tag_keys import BEST_GROUP_TAG
 
@@ -462,3 +462,14 @@ def test_a_job_run_twice_is_one_replicate_and_equal_replicates_are_said(store):
     recorded = json.load(open(MlflowClient(store).download_artifacts(parent_id,
                                                                      "sweep_summary.json")))
     assert recorded["groups_notes"] == summary.group_notes
+
+
+def test_replicates_of_one_value_in_several_groups_are_said_of_each():
+    # two groups of equal replicates read "sgd, momentum: its 2 replicates gave one value" (QA)
+    groups = [Group({"optimizer": name}, [value] * n, ["r"] * n)
+              for name, value, n in (("sgd", 1.0, 2), ("momentum", 2.0, 3), ("adam", 3.0, 1))]
+    assert identical_note(groups, ["seed"]).startswith(
+        "optimizer=sgd, optimizer=momentum: each one's replicates gave one value; seed changes")
+    assert identical_note(groups[1:], ["seed"]).startswith(
+        "optimizer=momentum: its 3 replicates gave one value")
+    assert identical_note(groups[2:], ["seed"]) is None

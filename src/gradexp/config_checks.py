@@ -234,7 +234,9 @@ def _undeclared(node: DictConfig, prefix: str) -> tuple[str, list[str]] | None:
 def _refuse(cfg: DictConfig, key: str, accepted: list[str]) -> None:
     group, _, _ = key.rpartition(".")
     value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
-    where = f"{group}={_option(cfg, group)}" if group else "the config"
+    # an option of a group (`trainer=default`); a block no option fills (`sweep.`) by its key
+    where = (f"{group}={_option(cfg, group)}" if group in SCHEMAS else f"{group}." if group
+             else "the config")
     shown = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
     meant = did_you_mean(key, shown, accepted if group else None)
     raise ConfigError(f"{key}={shown}: no such key, gradexp would not read it "

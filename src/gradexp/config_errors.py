@@ -7,6 +7,7 @@ read from the exceptions' attributes and the schemas, not from the reports' text
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Sequence
 from dataclasses import fields, is_dataclass
@@ -45,7 +46,7 @@ def one_line(error: BaseException, overrides: Sequence[str] = ()) -> str:
     if isinstance(error, MissingConfigException):
         return _missing_option(error)
     if isinstance(error, OverrideParseException):
-        return f"cannot read the override {error.override}: {_first_line(error.message)}"
+        return f"cannot read the override {error.override}: {_parse_problem(error.message)}"
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)):  # Could not override 'k'
         return _unknown_key(cause.full_key, _override(cause.full_key, overrides))
     if isinstance(cause, ValidationError):
@@ -58,6 +59,28 @@ def one_line(error: BaseException, overrides: Sequence[str] = ()) -> str:
         return f"{key}: {message}" if key else message
     text = _first_line(str(error))
     return text + (f": {_first_line(str(cause))}" if cause else "")
+
+
+def _parse_problem(message: str) -> str:
+    """What Hydra says is wrong with an override, on one line. Hydra's exception carries it only
+    as text: a first line that may say only "Error parsing override", then the problem and what
+    is accepted (`Unknown function 'intervl'`, `Available: bool,choice,...`), to which a
+    did-you-mean is added."""
+    lines = [line.strip() for line in message.strip().splitlines()
+             if line.strip().strip("^") and not line.strip().startswith("See https://")]
+    if len(lines) > 1 and lines[0].startswith("Error parsing override"):
+        lines = lines[1:]
+    if not lines:
+        return _first_line(message)
+    problem = re.sub(r"^\w+ while evaluating '.*?': ", "", lines[0])
+    unknown = re.match(r"Unknown function '(\w+)'", problem)
+    available = lines[1].removeprefix("Available:").strip() if len(lines) > 1 else ""
+    if unknown and available:
+        names = available.split(",")
+        close = difflib.get_close_matches(unknown.group(1), names, n=1)
+        return (f"{problem} (sweep functions: {', '.join(names)})"
+                + (f"; did you mean {close[0]}(...)?" if close else ""))
+    return "; ".join([problem, *lines[1:]])
 
 
 def _first_line(text: str) -> str:

@@ -173,8 +173,9 @@ def identical_note(groups: Sequence[Group], aggregate_over: Sequence[str]) -> st
     same = [group for group in groups if group.n > 1 and len(set(group.values)) == 1]
     if not same:
         return None
+    whose = f"its {same[0].n} replicates" if len(same) == 1 else "each one's replicates"
     return (f"{', '.join(group.label for group in same[:3])}{' ...' if len(same) > 3 else ''}: "
-            f"its {same[0].n} replicates gave one value; {', '.join(aggregate_over)} changes "
+            f"{whose} gave one value; {', '.join(aggregate_over)} changes "
             "nothing these runs compute (the master seed= varies the weights, dropout, batch "
             "order and data too)")
 

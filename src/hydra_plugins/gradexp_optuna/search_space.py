@@ -58,8 +58,16 @@ def _parse(arguments: list[str], loader: Any = None) -> Space:
 
 def job_overrides(params: dict[str, Any], fixed: dict[str, str]) -> tuple[str, ...]:
     """A trial's job: its chosen values, then the fixed ones (what the launcher composes)."""
-    return (tuple(f"{key}={value}" for key, value in params.items())
+    return (tuple(f"{key}={_as_written(value)}" for key, value in params.items())
             + tuple(f"{key}={value}" for key, value in fixed.items()))
+
+
+def _as_written(value: Any) -> Any:
+    """A chosen value as the override would write it: `true`, `null` (Python's `True` and
+    `None` would name the child run differently from the command line's choice)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "null" if value is None else value
 
 
 def distribution(override: Override) -> Any:
