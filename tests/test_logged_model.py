@@ -486,3 +486,74 @@ def test_a_model_that_would_not_load_back_is_said_and_not_logged(tmp_path, store
     assert len(said) == 1 and "would not load back" in said[0] \
         and "Scale.__init__() got an unexpected keyword argument" in said[0], said
     assert not client.search_logged_models([run.info.experiment_id])  # none left FAILED
+
+
+PROBABILITIES = '''
+import keras
+
+
+def sigmoid_out(n_features, n_outputs):
+    inputs = keras.Input((n_features,))
+    hidden = keras.layers.Dense(8, activation="tanh")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(n_outputs, activation="sigmoid")(hidden))
+
+
+@keras.saving.register_keras_serializable(package="probability_test")
+class OwnSoftmax(keras.layers.Layer):
+    """Probabilities Keras' own softmax did not make: no logits behind them to recover."""
+
+    def call(self, x):
+        e = keras.ops.exp(x - keras.ops.max(x, axis=-1, keepdims=True))
+        return e / keras.ops.sum(e, axis=-1, keepdims=True)
+
+
+def softmax_out(n_features, n_outputs):
+    inputs = keras.Input((n_features,))
+    hidden = keras.layers.Dense(8, activation="tanh")(inputs)
+    return keras.Model(inputs, OwnSoftmax()(keras.layers.Dense(n_outputs)(hidden)))
+'''
+
+
+def write_classes(path: Path, labels: list[str], n: int = 240) -> None:
+    """Rows whose label is told by the features: a class per cluster centre."""
+    import pandas as pd
+
+    rng = np.random.default_rng(7)
+    which = rng.integers(0, len(labels), n)
+    x = rng.normal(size=(n, 2)) * 0.6 + np.stack([np.cos(2 * which), np.sin(2 * which)], 1) * 2
+    pd.DataFrame({"a": x[:, 0], "b": x[:, 1], "label": np.array(labels)[which]}).to_csv(
+        path, index=False)
+
+
+@pytest.mark.parametrize("loss", [
+    ("loss._target_=keras.losses.BinaryFocalCrossentropy",),  # its from_logits defaults to False
+    ("loss=binary_crossentropy", "loss.from_logits=false"),
+    ("loss=categorical_crossentropy", "loss.from_logits=false"),
+], ids=["focal_by_its_default", "binary_told", "categorical_told"])
+def test_a_model_ending_in_probabilities_is_measured_and_served_as_probabilities(
+        tmp_path, store, served, loss):
+    """QA: a model ending in a sigmoid, its loss reading probabilities, was evaluated as if it
+    gave logits (accuracy thresholded at 0: every row 'yes', val/accuracy 0.417 where the model
+    scored 0.933; crossentropy softmaxed again), and where the loss's from_logits was its class's
+    default (not in the config) the logged model took a second sigmoid: probabilities 0.51-0.73."""
+    labels = ["cat", "dog", "emu"] if "categorical" in loss[0] else ["no", "yes"]
+    write_classes(tmp_path / "classes.csv", labels)
+    (tmp_path / "probability_models.py").write_text(PROBABILITIES)
+    keys = ("data=csv", "data.path=classes.csv", "data.target=label",
+            "data.task=classification")
+    ending = "softmax_out" if len(labels) > 2 else "sigmoid_out"
+    result = run(store, *keys, "model=custom", f"model._target_=probability_models.{ending}",
+                 *loss, "optimizer=adam", "optimizer.learning_rate=0.05", "trainer.epochs=40",
+                 launch_dir=tmp_path)
+    data = raw_rows(*keys, *loss[:1], launch_dir=tmp_path)
+    probabilities = served(result.run_id).predict(frame(data.val.x, ["a", "b"])).to_numpy()
+    if probabilities.shape[1] == 1:  # a yes/no label: the probability of "yes"
+        probabilities = np.hstack([1 - probabilities, probabilities])
+    truth = data.val.y.argmax(axis=1)  # one-hot, as the rows are loaded without the loss
+    accuracy = np.mean(probabilities.argmax(axis=1) == truth)
+    log_loss = -np.mean(np.log(np.clip(probabilities[np.arange(len(truth)), truth], 1e-7, 1)))
+    assert accuracy > 0.9  # the classes are apart: what the run's model learned
+    assert probabilities.max() > 0.95  # squashed twice, none came above 0.73
+    assert result.metrics["val/accuracy"] == pytest.approx(accuracy, abs=1e-6)
+    if "focal" not in loss[0]:  # the focal loss is not a crossentropy of the probabilities
+        assert result.metrics["val/crossentropy"] == pytest.approx(log_loss, rel=1e-3)

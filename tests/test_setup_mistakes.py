@@ -357,6 +357,10 @@ MISTAKES = [
     (["data=blobs", "model=mlp", "loss=categorical_crossentropy", "loss.from_logits=false"],
      "loss.from_logits=false: model=mlp outputs logits (its last layer is a Dense with no "
      "softmax or sigmoid)"),
+    # ... and so would a loss whose own from_logits defaults to false, not set in the config
+    (["data=blobs", "model=mlp", "loss._target_=keras.losses.BinaryFocalCrossentropy"],
+     "(keras.losses.BinaryFocalCrossentropy) reads probabilities (its from_logits defaults to "
+     "false): model=mlp outputs logits"),
     (["data=blobs", "loss._target_=keras.losses.SparseCategoricalCrossentropy"],
      "takes class indices, but gradexp gives one-hot targets (data=blobs, 3 columns)"),
     (["loss._target_=wrong_models.one_argument_loss"],

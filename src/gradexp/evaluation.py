@@ -6,8 +6,10 @@ metric on whole splits. During training the trainer calls `tensors` inside its o
 weights) the Evaluator is called itself: eagerly for its first EAGER_CALLS calls, which cost less
 than a trace, compiled after. The built-in names are Keras' metric functions
 (gradexp.metrics.BUILTIN_METRICS; r2 alone is ours, see _r2), a `_target_` any Keras metric or
-function. The models output logits for a classification, so accuracy is Keras' categorical one
-(or the binary one at threshold 0, for one output) and crossentropy is told from_logits.
+function. A classification's outputs are logits (gradexp's models; a loss with from_logits=true)
+or probabilities (a model that ends in a softmax or sigmoid, its loss told from_logits=false): the
+binary accuracy's threshold (0 or 0.5) and the crossentropy's from_logits follow
+(gradexp.losses.outputs_are_logits); the categorical accuracy is the argmax either way.
 """
 
 from __future__ import annotations
@@ -47,24 +49,26 @@ def _r2(y: tf.Tensor, p: tf.Tensor) -> tf.Tensor:
     return tf.reduce_mean(tf.where(constant, exact, explained))
 
 
-def _keras_builtin(name: str, n_outputs: int, independent: bool = False) -> MetricFn:
-    """A built-in name (gradexp.metrics.BUILTIN_METRICS) as Keras computes it, on logits:
-    Keras' per-row metric functions averaged over the split (what its stateful classes
-    accumulate, without their variables: cheaper to trace, and the same numbers).
-    `independent` (a binary crossentropy's columns, each its own label): binary per column,
-    averaged over columns and rows, as Keras' `fit` picks for that loss."""
+def _keras_builtin(name: str, n_outputs: int, independent: bool = False,
+                   logits: bool = True) -> MetricFn:
+    """A built-in name (gradexp.metrics.BUILTIN_METRICS) as Keras computes it, on logits (or
+    on probabilities, `logits=False`): Keras' per-row metric functions averaged over the split
+    (what its stateful classes accumulate, without their variables: cheaper to trace, and the
+    same numbers). `independent` (a binary crossentropy's columns, each its own label): binary
+    per column, averaged over columns and rows, as Keras' `fit` picks for that loss."""
     import keras
 
     binary = n_outputs == 1 or independent  # a binary label a column: the logit's sign
+    threshold = 0.0 if logits else 0.5
     per_row = {
         "mse": keras.metrics.mean_squared_error,
         "rmse": keras.metrics.mean_squared_error,
         "mae": keras.metrics.mean_absolute_error,
-        "accuracy": (lambda y, p: keras.metrics.binary_accuracy(y, p, threshold=0.0)) if binary
-        else keras.metrics.categorical_accuracy,
-        "crossentropy": (lambda y, p: keras.metrics.binary_crossentropy(y, p, from_logits=True))
-        if binary else (lambda y, p: keras.metrics.categorical_crossentropy(
-            y, p, from_logits=True)),
+        "accuracy": (lambda y, p: keras.metrics.binary_accuracy(y, p, threshold=threshold))
+        if binary else keras.metrics.categorical_accuracy,
+        "crossentropy": (lambda y, p: keras.metrics.binary_crossentropy(
+            y, p, from_logits=logits)) if binary
+        else (lambda y, p: keras.metrics.categorical_crossentropy(y, p, from_logits=logits)),
     }[name]
 
     def compute(y: tf.Tensor, p: tf.Tensor) -> tf.Tensor:
@@ -84,15 +88,17 @@ def _on_whole_split(metric: Any) -> MetricFn:
     return compute
 
 
-def build_metric(spec: Any, n_outputs: int = 1, independent: bool = False) -> MetricFn:
+def build_metric(spec: Any, n_outputs: int = 1, independent: bool = False,
+                 logits: bool = True) -> MetricFn:
     """A built-in by name (a Keras metric; r2 our own), or a `_target_`: a Keras metric
     (stateful: reset, update, result on the whole split) or any callable (y_true, y_pred)
     whose result is averaged. `independent`: the outputs are labels of their own
-    (gradexp.losses.independent_outputs)."""
+    (gradexp.losses.independent_outputs); `logits`: the outputs are logits, not probabilities
+    (gradexp.losses.outputs_are_logits)."""
     if spec == "r2":
         return _r2
     if isinstance(spec, str):
-        return _keras_builtin(spec, n_outputs, independent)
+        return _keras_builtin(spec, n_outputs, independent, logits)
     made = instantiate("eval.metrics", {key: value for key, value in spec.items()
                                         if key != "name"})
     if hasattr(made, "update_state") and hasattr(made, "result"):
@@ -105,12 +111,15 @@ class Evaluator:
     """Every metric on whole splits, one compiled call per evaluation."""
 
     def __init__(self, model: Callable[[tf.Tensor], tf.Tensor], specs: Iterable[Any],
-                 splits: Mapping[str, Split], independent_outputs: bool = False):
+                 splits: Mapping[str, Split], independent_outputs: bool = False,
+                 logits: bool = True):
         self.model = model
+        self.logits = logits  # the outputs are logits (False: probabilities)
         self.splits = {name: (tf.constant(split.x), tf.constant(split.y))
                        for name, split in splits.items()}
         outputs = next((y.shape[-1] for _, y in self.splits.values()), 1)
-        self.metrics = {metric_name(spec): build_metric(spec, outputs, independent_outputs)
+        self.metrics = {metric_name(spec): build_metric(spec, outputs, independent_outputs,
+                                                        logits)
                         for spec in specs}
         self._compiled = tf.function(self._evaluate)
         self.calls = 0

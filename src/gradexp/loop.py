@@ -28,7 +28,7 @@ from gradexp.data import data_record, load_data
 from gradexp.devices import check_device
 from gradexp.endings import Diverged, GradientCheckFailed, RunFailed, Terminated, status_of
 from gradexp.interrupts import interrupts_deferred, sigterm_as_interrupt
-from gradexp.losses import independent_outputs
+from gradexp.losses import independent_outputs, outputs_are_logits
 from gradexp.metrics import check_monitor, check_objective, metric_specs, objective
 from gradexp.resume import prepare_resume
 from gradexp.run_params import config_params
@@ -262,7 +262,7 @@ class Loop:
             return device
         with device.run_scope():
             run.evaluator = Evaluator(run.model, metric_specs(cfg, data.task), data.splits(),
-                                      independent_outputs(cfg.loss))
+                                      independent_outputs(cfg.loss), outputs_are_logits(cfg.loss))
         with device.scope():
             epochs = cfg.trainer.epochs
             batch_size = data.batch_size or cfg.trainer.batch_size  # a loader's batches win

@@ -66,6 +66,29 @@ def independent_outputs(cfg: DictConfig) -> bool:
     return str(cfg.get("_target_", "")).rsplit(".", 1)[-1].lower().startswith("binary")
 
 
+def from_logits_of(cfg: DictConfig) -> bool | None:
+    """The loss's `from_logits`: the config's, else its class's or function's own default (Keras'
+    `BinaryFocalCrossentropy` and `keras.losses.binary_crossentropy` default to False:
+    probabilities), else None: the loss does not say."""
+    if "from_logits" in cfg:
+        return bool(cfg.from_logits)
+    target = locate(KEY, str(cfg["_target_"]))
+    try:  # a class's signature is its constructor's
+        parameter = inspect.signature(target).parameters.get("from_logits")
+    except (TypeError, ValueError):  # a builtin without a signature
+        return None
+    return parameter.default if parameter is not None and isinstance(parameter.default,
+                                                                      bool) else None
+
+
+def outputs_are_logits(cfg: DictConfig) -> bool:
+    """Does the model trained with the loss `cfg` output logits? As the loss reads them
+    (`from_logits_of`); a loss that does not say is taken to, as gradexp's models output
+    logits. The held-out accuracy and crossentropy, the confusion matrix and the logged model's
+    softmax or sigmoid follow it: a model that ends in probabilities is never squashed twice."""
+    return from_logits_of(cfg) is not False
+
+
 def build_loss(cfg: DictConfig, dtype: str | None = None) -> Callable[[Any, Any], Any]:
     """The loss `cfg` names, called as loss(y_true, y_pred) -> scalar tensor.
 

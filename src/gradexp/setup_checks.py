@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gradexp.config_checks import NO_OPTION, shipped_target
 from gradexp.endings import reason_of
+from gradexp.losses import from_logits_of, outputs_are_logits
 from gradexp.schema import ConfigError
 
 # Groups whose option's keys go to the option's own code only: a person's `_target_` in their
@@ -218,12 +219,14 @@ def check_loss_fits_task(cfg: DictConfig, data: Any, say=warning_line) -> None:
     where = f"loss={cfg.loss.name} ({target})"
     data_name = f"data={cfg.data.name}"
     model = str(cfg.model["_target_"])
-    if task == "classification" and cfg.loss.get("from_logits", True) is False \
+    if task == "classification" and not outputs_are_logits(cfg.loss) \
             and model.startswith(f"{__package__}.models."):
+        told = ("loss.from_logits=false" if "from_logits" in cfg.loss
+                else f"{where} reads probabilities (its from_logits defaults to false)")
         raise ConfigError(
-            f"loss.from_logits=false: model={cfg.model.name} outputs logits (its last layer is "
+            f"{told}: model={cfg.model.name} outputs logits (its last layer is "
             "a Dense with no softmax or sigmoid), which the loss would read as probabilities; "
-            "keep loss.from_logits=true (the default), or use model=custom with a model that "
+            "set loss.from_logits=true, or use model=custom with a model that "
             "ends in a softmax")
     if kind == "classification" and task == "regression":
         raise ConfigError(
@@ -345,7 +348,7 @@ def _check_built(cfg: DictConfig, data: Any, where: str, model: Any) -> None:
             f"data={cfg.data.name} has {data.n_outputs} target column"
             f"{'s' if data.n_outputs != 1 else ''} ({data.task}): build the last layer with "
             "n_outputs units")
-    if cfg.loss.get("from_logits") is True and hasattr(out, "_keras_logits"):
+    if from_logits_of(cfg.loss) is True and hasattr(out, "_keras_logits"):
         # Keras marks what its softmax and sigmoid return; a loss with from_logits=true would
         # squash it again: it trains poorly, and the logged model's probabilities (squashed a
         # second time when it is served) never reach 1. Keras' own loss only warns.

@@ -46,8 +46,9 @@ def confusion_matrix(run: RunView, split: str):
     from gradexp.plots import confusion_matrix as draw
 
     targets, outputs = run.evaluator.predictions(split)
-    if targets.shape[1] == 1:  # one output: a binary label and a logit
-        true, predicted, n_classes = targets[:, 0] > 0.5, outputs[:, 0] > 0, 2
+    if targets.shape[1] == 1:  # one output: a binary label, and a logit or a probability
+        threshold = 0.0 if run.evaluator.logits else 0.5
+        true, predicted, n_classes = targets[:, 0] > 0.5, outputs[:, 0] > threshold, 2
     else:
         true, predicted, n_classes = targets.argmax(1), outputs.argmax(1), targets.shape[1]
     counts = np.zeros((n_classes, n_classes), dtype=int)

@@ -239,7 +239,7 @@ class GroupJudge:
                  trials: dict[int, Any]):
         from gradexp.callbacks.held_out import eval_epochs
         from gradexp.evaluation import Evaluator
-        from gradexp.losses import independent_outputs
+        from gradexp.losses import independent_outputs, outputs_are_logits
         from gradexp.metrics import metric_specs, objective
 
         self.jobs = []  # (position in the group, its number, trial, parts, evaluator, ...)
@@ -250,7 +250,8 @@ class GroupJudge:
             job = prepared[number]
             try:
                 evaluator = Evaluator(job.model, metric_specs(job.cfg, job.data.task),
-                                      job.data.splits(), independent_outputs(job.cfg.loss))
+                                      job.data.splits(), independent_outputs(job.cfg.loss),
+                                      outputs_are_logits(job.cfg.loss))
             except Exception:  # noqa: BLE001 - its own run will say it in full
                 self.unjudged.add(number)
                 continue
