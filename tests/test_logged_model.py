@@ -557,3 +557,28 @@ def test_a_model_ending_in_probabilities_is_measured_and_served_as_probabilities
     assert result.metrics["val/accuracy"] == pytest.approx(accuracy, abs=1e-6)
     if "focal" not in loss[0]:  # the focal loss is not a crossentropy of the probabilities
         assert result.metrics["val/crossentropy"] == pytest.approx(log_loss, rel=1e-3)
+
+
+@pytest.mark.parametrize("labels", [["no", "yes"], ["cat", "dog", "emu"]], ids=["yes_no", "three"])
+def test_classes_regressed_with_mse_are_scored_and_served_as_scores(tmp_path, store, served,
+                                                                    labels):
+    """QA: mse on one-hot classes (a warning says it trains) regresses each output toward its
+    0 or 1; the logged model put a softmax on those scores (a perfect fit could not pass 0.58)
+    and called them probabilities, and a yes/no score was counted 'yes' above 0, not 0.5."""
+    from mlflow.models import get_model_info
+
+    write_classes(tmp_path / "classes.csv", labels)
+    keys = ("data=csv", "data.path=classes.csv", "data.target=label",
+            "data.task=classification")
+    result = run(store, *keys, "model=mlp", "loss=mse", "optimizer=adam",
+                 "optimizer.learning_rate=0.05", "trainer.epochs=40", launch_dir=tmp_path)
+    data = raw_rows(*keys, launch_dir=tmp_path)
+    model = served(result.run_id)
+    scores = model.predict(frame(data.val.x, ["a", "b"])).to_numpy()
+    assert "Softmax" not in {type(layer).__name__ for layer in model.get_raw_model().layers}
+    truth = data.val.y.argmax(axis=1)
+    predicted = scores.argmax(axis=1) if scores.shape[1] > 1 else (scores[:, 0] > 0.5)
+    assert np.mean(predicted == truth) > 0.9
+    assert result.metrics["val/accuracy"] == pytest.approx(np.mean(predicted == truth),
+                                                           abs=1e-6)
+    assert get_model_info(f"runs:/{result.run_id}/model").metadata["outputs"] == "scores"

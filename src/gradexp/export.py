@@ -39,6 +39,7 @@ class Export:
     boolean_features: list[str] = field(default_factory=list)  # bool columns
     labels: list | None = None  # a classification: the label of each output column
     standardized: bool = False
+    scores: bool = False  # a classification trained by a regression loss: no softmax, scores
     custom_objects: dict[str, list[str]] = field(default_factory=dict)  # name -> [module, attr]
     code_paths: list[Path] = field(default_factory=list)  # your modules' files, bundled
 
@@ -47,21 +48,23 @@ class Export:
         """The model's MLflow metadata (mlflow.models.get_model_info(uri).metadata): task,
         labels, outputs, standardized."""
         values = {"task": self.task, "standardized": self.standardized,
-                  "outputs": "probabilities" if self.task == "classification" else "values"}
+                  "outputs": "values" if self.task != "classification"
+                  else "scores" if self.scores else "probabilities"}
         if self.labels is not None:  # the features' names are the signature's
             values["labels"] = self.labels
         return values
 
 
-def export(network, data: Dataset, outputs_are_logits: bool = True,
+def export(network, data: Dataset, outputs: str = "logits",
            independent_outputs: bool = False) -> Export:
-    """The served model of `network` trained on `data`. `outputs_are_logits` (the loss's
-    from_logits; gradexp's models output logits) adds the softmax or sigmoid.
+    """The served model of `network` trained on `data`. `outputs` (gradexp.losses.outputs_of:
+    "logits", "probabilities" or "scores") says what the network gives for a classification:
+    logits get the softmax or sigmoid, probabilities and a regression loss's scores nothing.
     `independent_outputs` (a binary crossentropy: each column its own yes/no, as it trained
     them, several labels per row allowed) takes a sigmoid per column, not a softmax across."""
     classification = data.task == "classification"
     activation = None
-    if classification and outputs_are_logits:
+    if classification and outputs == "logits":
         independent = data.n_outputs == 1 or independent_outputs
         activation = "sigmoid" if independent else "softmax"
     served = served_network(network, data.n_features, data.standardization, activation)
@@ -74,7 +77,8 @@ def export(network, data: Dataset, outputs_are_logits: bool = True,
         custom, code = user_code(served)
     return Export(served, data.task, data.n_features, data.n_outputs, data.features,
                   data.integer_features or [], data.boolean_features or [], labels,
-                  data.standardization is not None, custom, code)
+                  data.standardization is not None, classification and outputs == "scores",
+                  custom, code)
 
 
 def served_network(network, n_features: int, standardization: Standardization | None,

@@ -66,6 +66,29 @@ def independent_outputs(cfg: DictConfig) -> bool:
     return str(cfg.get("_target_", "")).rsplit(".", 1)[-1].lower().startswith("binary")
 
 
+REGRESSION_LOSSES = {"meansquarederror", "mean_squared_error", "mse", "meanabsoluteerror",
+                     "mean_absolute_error", "mae", "huber", "logcosh", "log_cosh",
+                     "meansquaredlogarithmicerror", "mean_squared_logarithmic_error",
+                     "meanabsolutepercentageerror", "mean_absolute_percentage_error"}
+CLASSIFICATION_LOSSES = {"binarycrossentropy", "binary_crossentropy",
+                         "categoricalcrossentropy", "categorical_crossentropy",
+                         "binaryfocalcrossentropy", "binary_focal_crossentropy",
+                         "categoricalfocalcrossentropy", "categorical_focal_crossentropy",
+                         "sparsecategoricalcrossentropy", "sparse_categorical_crossentropy",
+                         "categoricalhinge", "categorical_hinge", "hinge", "squaredhinge",
+                         "squared_hinge"}  # (poisson and KL divergence: either task)
+
+
+def loss_kind(target: str) -> str | None:
+    """"regression", "classification", or None for a loss gradexp does not know (yours)."""
+    last = str(target).rsplit(".", 1)[-1].lower()
+    if last in REGRESSION_LOSSES:
+        return "regression"
+    if last in CLASSIFICATION_LOSSES:
+        return "classification"
+    return None
+
+
 def from_logits_of(cfg: DictConfig) -> bool | None:
     """The loss's `from_logits`: the config's, else its class's or function's own default (Keras'
     `BinaryFocalCrossentropy` and `keras.losses.binary_crossentropy` default to False:
@@ -81,12 +104,22 @@ def from_logits_of(cfg: DictConfig) -> bool | None:
                                                                       bool) else None
 
 
+def outputs_of(cfg: DictConfig) -> str:
+    """What a classification model trained with the loss `cfg` outputs: "logits" or
+    "probabilities", as the loss reads them (`from_logits_of`); for a loss that does not say,
+    "scores" from a regression loss (mse on one-hot classes: each output regressed toward its
+    0 or 1), else "logits", as gradexp's models output. The held-out accuracy and
+    crossentropy, the confusion matrix and the logged model's softmax or sigmoid follow it: a
+    model that ends in probabilities is never squashed twice, and scores are not squashed."""
+    told = from_logits_of(cfg)
+    if told is not None:
+        return "logits" if told else "probabilities"
+    return "scores" if loss_kind(str(cfg["_target_"])) == "regression" else "logits"
+
+
 def outputs_are_logits(cfg: DictConfig) -> bool:
-    """Does the model trained with the loss `cfg` output logits? As the loss reads them
-    (`from_logits_of`); a loss that does not say is taken to, as gradexp's models output
-    logits. The held-out accuracy and crossentropy, the confusion matrix and the logged model's
-    softmax or sigmoid follow it: a model that ends in probabilities is never squashed twice."""
-    return from_logits_of(cfg) is not False
+    """`outputs_of(cfg)` is "logits": a sign says yes or no (a probability or score: 0.5)."""
+    return outputs_of(cfg) == "logits"
 
 
 def build_loss(cfg: DictConfig, dtype: str | None = None) -> Callable[[Any, Any], Any]:

@@ -26,24 +26,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from gradexp.config_checks import NO_OPTION, shipped_target
 from gradexp.endings import reason_of
-from gradexp.losses import from_logits_of, outputs_are_logits
+from gradexp.losses import from_logits_of, loss_kind, outputs_of
 from gradexp.schema import ConfigError
 
 # Groups whose option's keys go to the option's own code only: a person's `_target_` in their
 # place is called with `kwargs` (model=custom, data=custom), never with the option's keys.
 BUILT_BY_OPTION = ("model", "data")
 # Keras' losses by the last part of their dotted path (class or function), lower-cased.
-REGRESSION_LOSSES = {"meansquarederror", "mean_squared_error", "mse", "meanabsoluteerror",
-                     "mean_absolute_error", "mae", "huber", "logcosh", "log_cosh",
-                     "meansquaredlogarithmicerror", "mean_squared_logarithmic_error",
-                     "meanabsolutepercentageerror", "mean_absolute_percentage_error"}
-CLASSIFICATION_LOSSES = {"binarycrossentropy", "binary_crossentropy",
-                         "categoricalcrossentropy", "categorical_crossentropy",
-                         "binaryfocalcrossentropy", "binary_focal_crossentropy",
-                         "categoricalfocalcrossentropy", "categorical_focal_crossentropy",
-                         "sparsecategoricalcrossentropy", "sparse_categorical_crossentropy",
-                         "categoricalhinge", "categorical_hinge", "hinge", "squaredhinge",
-                         "squared_hinge"}  # (poisson and KL divergence: either task)
 SPARSE = {"sparsecategoricalcrossentropy", "sparse_categorical_crossentropy"}
 # gradexp's builders that size the model from the data (n_features in, n_outputs out): nothing
 # to check. gradexp.models.sequential (model=keras, model=digits_cnn) is not among them: its
@@ -198,16 +187,6 @@ def check_label_like_target(cfg: DictConfig, data: Any, say=warning_line) -> Non
         f"in {rows} rows: class labels? data.task=classification learns them as classes")
 
 
-def loss_kind(target: str) -> str | None:
-    """"regression", "classification", or None for a loss gradexp does not know (yours)."""
-    last = str(target).rsplit(".", 1)[-1].lower()
-    if last in REGRESSION_LOSSES:
-        return "regression"
-    if last in CLASSIFICATION_LOSSES:
-        return "classification"
-    return None
-
-
 def check_loss_fits_task(cfg: DictConfig, data: Any, say=warning_line) -> None:
     """Crossentropy on a regression's real-valued targets cannot work: refused. A regression
     loss on one-hot classes trains (Keras lets you compile it), but is rarely meant: a warning.
@@ -219,7 +198,7 @@ def check_loss_fits_task(cfg: DictConfig, data: Any, say=warning_line) -> None:
     where = f"loss={cfg.loss.name} ({target})"
     data_name = f"data={cfg.data.name}"
     model = str(cfg.model["_target_"])
-    if task == "classification" and not outputs_are_logits(cfg.loss) \
+    if task == "classification" and outputs_of(cfg.loss) == "probabilities" \
             and model.startswith(f"{__package__}.models."):
         told = ("loss.from_logits=false" if "from_logits" in cfg.loss
                 else f"{where} reads probabilities (its from_logits defaults to false)")

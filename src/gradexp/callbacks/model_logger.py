@@ -14,7 +14,7 @@ from gradexp.tag_keys import MODEL_LOGGED_TAG
 class ModelLogger(Callback):
     def on_train_end(self, run: RunView, status: str) -> None:
         from gradexp.export import export
-        from gradexp.losses import independent_outputs, outputs_are_logits
+        from gradexp.losses import independent_outputs, outputs_of
 
         if status != "FINISHED" or not run.cfg.tracking.log_model or run.run_id is None:
             return  # tracking=none: nowhere to log it
@@ -28,7 +28,7 @@ class ModelLogger(Callback):
 
         try:
             served = export(run.model.network, run.data,
-                            outputs_are_logits=outputs_are_logits(run.cfg.loss),
+                            outputs=outputs_of(run.cfg.loss),
                             independent_outputs=independent_outputs(run.cfg.loss))
         except Exception as error:  # noqa: BLE001 - the run's results stand without the file
             not_logged(error)
