@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import compose_config, run
+from conftest import compose_config, read_report, run
 from gradexp.models import build_model
 from gradexp.schema import ConfigError
 
@@ -138,3 +138,78 @@ def test_the_logged_model_loads_with_pyfunc_and_predicts_what_was_trained(store,
     off = run(store, "gradcheck=off", "tracking.log_model=false", "trainer.epochs=2")
     assert [m.source_run_id for m in client.search_logged_models([off.experiment_id])] == \
         [result.run_id]
+
+
+SETTINGS_LEFT_OUT = '''
+import keras
+import tensorflow as tf
+
+
+def tanh_backward_scaled(z, factor):
+    @tf.custom_gradient
+    def forward(z):
+        def backward(upstream):
+            return upstream * (1 - tf.tanh(z) ** 2) * tf.cast(factor, z.dtype)
+        return tf.tanh(z), backward
+    return forward(z)
+
+
+class Settable(keras.layers.Layer):
+    factor = 1.0  # set by the builder after the layer is made: not in its config
+
+    def call(self, x):
+        return tanh_backward_scaled(x, self.factor)
+
+
+class InInit(keras.layers.Layer):
+    def __init__(self, factor=1.0, **kwargs):  # Keras records it in the config
+        super().__init__(**kwargs)
+        self.factor = factor
+
+    def call(self, x):
+        return tanh_backward_scaled(x, self.factor)
+
+
+def build(n_features, n_outputs, factor=1.5, kind="settable"):
+    inputs = keras.Input((n_features,))
+    hidden = keras.layers.Dense(8, name="enc")(inputs)
+    if kind == "settable":
+        layer = Settable(name="bad_tanh")
+        layer.factor = factor
+    else:
+        layer = InInit(factor, name="bad_tanh")
+    return keras.Model(inputs, keras.layers.Dense(n_outputs, name="head")(layer(hidden)))
+'''
+
+
+@pytest.mark.parametrize("kind", ["settable", "in_init"])
+@pytest.mark.parametrize("factor", [1.5, 1.0])
+def test_a_model_its_float64_copy_does_not_reproduce_is_checked_as_it_is(tmp_path, store,
+                                                                         client, kind, factor):
+    """QA: a layer whose backward hangs on a setting its config leaves out (set by the builder
+    after the layer is made) came back without it in the float64 copy the checks judge: the
+    copy's backward was right, and a model that trained 1.5x too steep passed in float64,
+    jacobian and strict alike. Now the copy is compared with the model on a few rows first;
+    where they differ the check runs on the model itself in float32, says why, fails, and names
+    the layer (checked alone as it is, not as its copy). A setting passed to __init__ is in the
+    config Keras records, and is checked in float64 as before."""
+    (tmp_path / "settings_left_out.py").write_text(SETTINGS_LEFT_OUT)
+    result = run(store, "model=custom", "model._target_=settings_left_out.build",
+                 f"+model.kwargs.factor={factor}", f"+model.kwargs.kind={kind}",
+                 "data.n_features=3", "trainer.epochs=2", launch_dir=tmp_path)
+    report = read_report(client, result.run_id, 0)
+    tags = client.get_run(result.run_id).data.tags
+    if factor == 1.0:  # the copy computes what the model does
+        assert result.gradcheck_passed is True and report["dtype"] == "float64"
+        assert report["notes"] == []
+        return
+    assert result.gradcheck_passed is False
+    assert tags["gradexp.gradcheck.culprits"] == "bad_tanh"
+    if kind == "in_init":  # Keras records __init__'s arguments: a faithful copy
+        assert report["dtype"] == "float64"
+        return
+    assert report["dtype"] == "float32"
+    (note,) = report["notes"]
+    assert re.match(r"gradcheck.dtype=float64 requested, but the model rebuilt in float64 does "
+                    r"not compute what the model does \(enc/(kernel|bias)'s gradient differs by "
+                    r"50% on the same weights and rows", note), note

@@ -11,6 +11,7 @@ import tensorflow as tf
 from omegaconf import DictConfig
 
 from gradexp.data import Dataset
+from gradexp.gradcheck.rebuilt import difference
 from gradexp.losses import build_loss
 from gradexp.models import Model
 
@@ -57,6 +58,47 @@ def evaluation_dtype(requested: str, model: Model, loss_cfg: DictConfig, data: D
                      f"{requested} ({why}); checked in {own}, the dtype it trains "
                      f"in, with {own} steps and tolerances")
     return requested, None
+
+
+def twin_note(model: Model, data: Dataset, values: list[np.ndarray], dtype: str) -> str | None:
+    """None when the model rebuilt in `dtype` (the checks' twin, gradexp.models) computes what
+    the model does; else the note of a check made in the model's own dtype instead, naming what
+    differs.
+
+    The twin is made anew from its layers' configs: a layer whose computation hangs on an
+    attribute set after it was made (`layer.factor = 1.5`, not in its get_config) comes back
+    without it, and a check of the twin judges another model (QA: a custom backward scaled by
+    such an attribute trained 1.5x too steep, and passed in float64). Compared in inference mode
+    (a twin draws its own dropout masks) on a few rows, eagerly, once per run and shape: the
+    outputs, and the gradient of the outputs against a fixed random cotangent plus the model's
+    own losses (not the loss's gradient: near a minimum it is a cancellation float32 does not
+    carry). Tolerances hold float32 rounding with a wide margin; a model that computes in
+    float16 is not compared."""
+    own = own_dtype(model)
+    if dtype == own or model.network.dtype_policy.compute_dtype != own:
+        return None
+    x = data.x[:_DTYPE_ROWS]
+    found = {}
+    for each in (own, dtype):
+        params = [tf.constant(v, each) for v in values]
+        with tf.GradientTape() as tape:
+            tape.watch(params)
+            outputs, own_losses = model.apply(params, tf.constant(x, each), training=False,
+                                              with_losses=True)
+            cotangent = np.random.default_rng(0).standard_normal(outputs.shape)
+            total = tf.reduce_sum(outputs * tf.constant(cotangent, outputs.dtype))
+            if own_losses is not None:
+                total += own_losses
+        gradients = tape.gradient(total, params,
+                                  unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        found[each] = (np.asarray(outputs), [np.asarray(g) for g in gradients])
+    what = difference(*found[own], *found[dtype], model.names)
+    if what is None:
+        return None
+    return (f"gradcheck.dtype={dtype} requested, but the model rebuilt in {dtype} does not "
+            f"compute what the model does ({what} on the same weights and rows: a layer "
+            f"setting that its get_config() leaves out?); checked in {own}, the dtype it "
+            f"trains in, with {own} steps and tolerances")
 
 
 def own_dtype(model: Model) -> str:

@@ -11,9 +11,11 @@ a function `(n_features, n_outputs, **model.kwargs) -> keras.Model`.
 (parameter values, x): `apply` runs a float64 twin of the Keras model statelessly on whatever
 values it is given, so the check's finite differences are not drowned in float32 rounding, and
 the trained variables are never touched. In training mode `apply` computes what a training step
-computes: dropout with the masks the model's seed state gives now (the same at every evaluation
-of one check), batch norm on the batch's statistics; the model's state (seeds, moving
-statistics) is read, never written (`sync_twins` copies it into the twins before a check).
+computes: dropout with masks drawn from the model's seed state as it is now (the same at every
+evaluation of one check; the float64 twin draws other masks of the same rate from that state,
+as Keras draws differently in float64), batch norm on the batch's statistics; the model's
+state (seeds, moving statistics) is read, never written (`sync_twins` copies it into the twins
+before a check).
 """
 
 from __future__ import annotations

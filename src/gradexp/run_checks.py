@@ -36,7 +36,13 @@ from tensorflow.python.eager import context  # per-thread options of function ca
 
 from gradexp import shared_programs
 from gradexp.check_notes import RANDOM_NOTE, half_precision_note, token_inputs
-from gradexp.checked_loss import evaluation_dtype, first_line, own_dtype, training_loss
+from gradexp.checked_loss import (
+    evaluation_dtype,
+    first_line,
+    own_dtype,
+    training_loss,
+    twin_note,
+)
 from gradexp.data import Dataset
 from gradexp.gradcheck import GradCheckReport, check_gradients
 from gradexp.gradcheck.connected import unconnected_names
@@ -476,6 +482,10 @@ def _losses(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset,
                 model.prepare(dtype)
             except TypeError:  # a model that cannot be rebuilt: the check's failure says so
                 pass
+        if dtype in model._twins:  # rebuilt: does it compute what the model does?
+            differs = twin_note(model, data, values or read_values(model.params), dtype)
+            if differs is not None:
+                dtype, note = own_dtype(model), differs
         rows = checked_rows(len(data.x), max_rows)
         x = tf.constant(data.x[rows], dtype)
         y = tf.constant(data.y[rows], dtype)

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from gradexp.gradcheck.rebuilt import difference
 from gradexp.gradcheck.report import GradCheckEntry, GradCheckReport
 
 # A layer called more often than this in one forward pass (a shared layer in a loop) is checked
@@ -341,15 +342,40 @@ def _in_dtype(layer: Any, dtype: str, flat: list, checked: list[int], args: Any,
         f = _as_function(copy, full, checked, args, kwargs, _cast_state(state, dtype))
         values = [full[k] for k in checked] + [tf.cast(v, dtype)
                                                for v in layer.trainable_variables]
-        with tf.GradientTape() as tape:
-            tape.watch(values)
-            out = f(*values)
-        grads = tape.gradient(out, values, output_gradients=tf.ones_like(out))
+        out, grads = _outputs_and_gradients(f, values)
         if out.dtype != dtype or any(g is not None and g.dtype != dtype for g in grads):
+            return layer, own
+        # Its copy must compute what it computes: a setting left out of its config comes back
+        # at its default, and the copy, right where the layer is wrong, would pass it
+        mine = _as_function(layer, flat, checked, args, kwargs, state)
+        out_own, grads_own = _outputs_and_gradients(
+            mine, [flat[k] for k in checked] + list(layer.trainable_variables))
+        names = [f"inputs[{k}]" for k in checked] + [v.path for v in layer.trainable_variables]
+        if difference(out_own, _dense(grads_own), out, _dense(grads), names) is not None:
             return layer, own
     except Exception:  # noqa: BLE001 - whatever fails in float64 is checked in its own dtype
         return layer, own
     return copy, dtype
+
+
+def _outputs_and_gradients(f: Any, values: list) -> tuple[Any, list]:
+    """f(*values) and its gradients against a fixed random cotangent (the same for any dtype)."""
+    import tensorflow as tf
+
+    values = [tf.convert_to_tensor(v) for v in values]
+    with tf.GradientTape() as tape:
+        tape.watch(values)
+        out = f(*values)
+    cotangent = np.random.default_rng(0).standard_normal(out.shape)
+    return out, tape.gradient(out, values, output_gradients=tf.constant(cotangent, out.dtype))
+
+
+def _dense(gradients: list) -> list:
+    """Each gradient as a numpy array (None: zeros are not known, 0.0 stands in)."""
+    import tensorflow as tf
+
+    return [np.zeros(()) if g is None else np.asarray(tf.convert_to_tensor(g))
+            for g in gradients]
 
 
 def _rebuilt(layer: Any, dtype: str) -> Any:

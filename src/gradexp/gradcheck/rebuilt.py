@@ -1,0 +1,39 @@
+"""Does a copy rebuilt in float64 compute what the original computes?
+
+The checks judge a float64 copy of the model (gradexp.models) or of a layer (culprits), made anew
+from its config. A layer whose computation hangs on something its config leaves out (an attribute
+set after it was made) comes back without it: its copy may be right where the original is wrong,
+and a check of the copy passes a model that trains wrongly. So before a copy is checked, it is
+called beside the original on the same values (outputs, and gradients against a cotangent), and
+compared within float32 rounding with a wide margin."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+RTOL = 1e-3  # float32 rounding is ~1e-7 a step; a deep model's gradients stay well inside 1e-4
+
+
+def difference(outputs: np.ndarray, gradients: Sequence[np.ndarray], exact_outputs: np.ndarray,
+               exact_gradients: Sequence[np.ndarray], names: Sequence[str]) -> str | None:
+    """None when the original's `outputs` and `gradients` (its own dtype) agree with the copy's
+    `exact_...` (float64); else what differs, e.g. "enc/kernel's gradient differs by 33%".
+    A gradient is judged against its own size and, for one near 0, the largest's."""
+    outputs, exact_outputs = np.asarray(outputs, np.float64), np.asarray(exact_outputs, np.float64)
+    if np.linalg.norm(outputs - exact_outputs) > (RTOL * np.linalg.norm(exact_outputs)
+                                                  + 1e-6 * np.sqrt(exact_outputs.size)):
+        return "its outputs differ"
+    gradients = [np.asarray(g, np.float64) for g in gradients]
+    exact_gradients = [np.asarray(g, np.float64) for g in exact_gradients]
+    largest = max((np.linalg.norm(g) for g in exact_gradients), default=0.0)
+    differs = []
+    for name, gradient, exact in zip(names, gradients, exact_gradients):
+        gap, size = np.linalg.norm(gradient - exact), np.linalg.norm(exact)
+        if gap > RTOL * size + 0.1 * RTOL * largest + 1e-12:
+            differs.append((gap / max(size, 1e-30), name))
+    if not differs:
+        return None
+    share, name = max(differs)
+    return f"{name}'s gradient differs by {share:.0%}"
