@@ -723,3 +723,19 @@ def test_rows_per_split_and_standardization_are_recorded_for_the_built_in_sets(s
     assert recorded["gradexp.data.batch_size"] == "105"  # full batch: trainer.batch_size=null
     linear = run(store, launch, "trainer.epochs=2")
     assert tags(client, linear.run_id)["gradexp.data.standardized"] == "false"
+
+
+def test_a_column_constant_in_the_file_is_standardized_to_zero(tmp_path):
+    # Its float64 mean misses 0.1 by an ulp and its std came out ~1e-17, not 0: divided by
+    # that, the column trained as +-1 and the served model's inputs blew up by 1e16 (review)
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    pd.DataFrame({"x": rng.normal(size=97), "k": np.full(97, 0.1),
+                  "y": rng.normal(size=97)}).to_csv(tmp_path / "k.csv", index=False)
+    data = load_data(compose_config("data=csv", "data.path=k.csv", "data.target=y").data,
+                     tmp_path)
+    column = data.features.index("k")
+    assert data.standardization.scale[column] == 1.0
+    for split in (data.x, data.val.x):
+        assert np.all(split[:, column] == 0.0)

@@ -52,7 +52,7 @@ WINE = ("data=sklearn", "data.name=wine")
 
 def test_wine_probabilities_from_raw_rows_reproduce_the_runs_val_accuracy(store, client,
                                                                           served):
-    result = run(store, *WINE, "model=mlp", "trainer.epochs=8")
+    result = run(store, *WINE, "model=mlp", "loss=categorical_crossentropy", "trainer.epochs=8")
     data = raw_rows(*WINE)
     model = served(result.run_id)
     probabilities = model.predict(frame(data.val.x, data.features))
@@ -582,3 +582,43 @@ def test_classes_regressed_with_mse_are_scored_and_served_as_scores(tmp_path, st
     assert result.metrics["val/accuracy"] == pytest.approx(np.mean(predicted == truth),
                                                            abs=1e-6)
     assert get_model_info(f"runs:/{result.run_id}/model").metadata["outputs"] == "scores"
+
+
+def test_a_column_whose_spread_is_below_kerass_epsilon_is_served_as_the_run_trained_on_it(
+        tmp_path, store, served):
+    """QA: a capacitance in farads (~5e-9, std ~1e-9): the run divides by its std, the logged
+    model's Normalization by max(std, keras.config.epsilon() = 1e-7), a hundredth of the
+    column: val/mse 0.036, the model's on the same raw rows 8.27. A column constant in the file
+    (0.1) has a std of ~1e-16, not 0, in float64, and is served as the run trained on it too."""
+    import pandas as pd
+
+    rng = np.random.default_rng(11)
+    n = 200
+    a, b, c = rng.normal(size=n), rng.normal(size=n), rng.normal(size=n)
+    cap = 5e-9 + 1e-9 * c
+    y = a + 0.5 * b + 2.0 * c + rng.normal(size=n) * 0.05
+    pd.DataFrame({"a": a, "cap_farad": cap, "b": b, "unit": 0.1, "y": y}).to_csv(
+        tmp_path / "tiny.csv", index=False)
+    result = run(store, "data=csv", "data.path=tiny.csv", "data.target=y", "model=mlp",
+                 "optimizer=adam", "optimizer.learning_rate=0.02", "trainer.epochs=60",
+                 launch_dir=tmp_path)
+    assert result.metrics["val/mse"] < 0.5  # it learned the capacitance's part
+    model = served(result.run_id)
+    rows = pd.read_csv(tmp_path / "tiny.csv").iloc[_val_index(n)]
+    predicted = model.predict(rows.drop(columns="y")).to_numpy()[:, 0]
+    mse = np.mean((predicted - rows["y"].to_numpy()) ** 2)
+    assert mse == pytest.approx(result.metrics["val/mse"], rel=1e-3)
+
+
+def test_a_std_too_small_for_the_served_model_is_refused_in_one_line_naming_the_column():
+    """Below ~1e-154, 1 / std² (the inverted Normalization's variance) is no float64."""
+    from gradexp.data import Dataset, Standardization
+    from gradexp.export import export
+
+    x = np.zeros((4, 2), dtype=np.float32)
+    data = Dataset("tiny", "regression", x, x[:, :1], features=["a", "cap_farad"],
+                   standardization=Standardization(np.zeros(2), np.array([1.0, 1e-160])))
+    with pytest.raises(ValueError, match=r"^feature 'cap_farad': its standardization's std "
+                                         r"1e-160 is too small to divide by \(below "
+                                         r"~1e-154\); rescale or drop the column$"):
+        export(None, data)

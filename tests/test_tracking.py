@@ -266,6 +266,33 @@ def test_an_early_stop_still_logs_the_last_epoch_it_ran(store, client, tmp_path)
     assert len(history_artifact(client, result.run_id, tmp_path)["loss"]) == result.epochs
 
 
+def test_after_restore_best_the_history_keeps_the_last_epochs_values_as_measured(
+        store, client, tmp_path):
+    """QA: after an early stop with restore_best the restored weights are evaluated again at
+    the last epoch; history.parquet kept only that re-measure at the last epoch (the best
+    epoch's values), so the loss plot and a sweep's curves dipped there falsely. And MLflow's
+    val/mse of the run was the stopped epoch's (both points stamped in one millisecond, MLflow
+    took the larger), not that of the weights the run ended on."""
+    cfg = compose_config(f"tracking.uri={store}", "gradcheck=off", "optimizer=adam",
+                         "optimizer.learning_rate=0.5", "eval.every=1", "trainer.epochs=400",
+                         "trainer.early_stopping.enabled=true",
+                         "trainer.early_stopping.patience=5", "tracking.log_model=false")
+    result = run_experiment(cfg, quiet=True, launch_dir=tmp_path)
+    metrics = client.get_run(result.run_id).data.metrics
+    best, last = int(metrics["best_epoch"]), int(metrics["stopped_epoch"])
+    assert best < last == result.epochs
+    stored = history_artifact(client, result.run_id, tmp_path)
+    assert list(stored["step"]) == list(range(1, last + 1))
+    for key in ("val/mse", "train/mse"):
+        at_last = sorted(m.value for m in client.get_metric_history(result.run_id, key)
+                         if m.step == last)
+        restored = result.metrics[key]  # the weights the run ended on: the best epoch's
+        assert restored == pytest.approx(stored[key][best - 1], rel=1e-5), key
+        (measured,) = [value for value in at_last if value != restored]  # and the re-measure
+        assert stored[key][-1] == measured != pytest.approx(restored, rel=1e-3), key
+        assert metrics[key] == restored, key  # the run's final value in MLflow
+
+
 @pytest.mark.heavy  # ~3 s
 def test_a_resumed_run_keeps_every_epoch_in_its_artifact(store, client, tmp_path):
     from gradexp.callbacks.epoch_history import kept_epochs

@@ -330,9 +330,8 @@ def tabular(name: str, task: str, x: np.ndarray, y: np.ndarray, val_fraction: fl
                                 [n_test, n_test + n_val])
     standardization = None
     if standardize:  # in float64, on the rows as read
-        mean, std = x[train].mean(axis=0), x[train].std(axis=0)
-        standardization = Standardization(mean, np.where(std > 0, std, 1.0))
-        x = (x - mean) / standardization.scale  # a constant column becomes 0
+        standardization = standardization_of(x[train])
+        x = (x - standardization.mean) / standardization.scale  # a constant column becomes 0
 
     def rows(index: np.ndarray) -> Split | None:
         return Split(_float32(x[index]), _float32(y[index])) if len(index) else None
@@ -341,14 +340,28 @@ def tabular(name: str, task: str, x: np.ndarray, y: np.ndarray, val_fraction: fl
                    features=features, labels=labels, standardization=standardization)
 
 
+def standardization_of(x: np.ndarray) -> Standardization:
+    """The mean and std of the training rows `x`, per column, in float64; a column whose rows
+    are all equal has scale 1 (it becomes 0). Told by max == min, not std == 0: the float64
+    mean of a constant 0.1 misses it by an ulp, its std is ~1e-17, and dividing by that made the
+    column ±1 in training and its served model's inputs blow up by 1e16."""
+    x = np.asarray(x, np.float64)
+    mean, std = x.mean(axis=0), x.std(axis=0)
+    if not len(x):
+        return Standardization(mean, np.ones(mean.shape))
+    low = x.min(axis=0)
+    constant = x.max(axis=0) == low  # its value is its mean, exactly: it becomes 0
+    return Standardization(np.where(constant, low, mean),
+                           np.where(constant | ~(std > 0), 1.0, std))
+
+
 def standardized(data: Dataset) -> Dataset:
     """`data` with every split's features scaled by the training rows' mean and std (a constant
     column's scale is 1, so it becomes 0), recorded in `data.standardization`. A data set
     standardized already (a loader's own Dataset) is returned as it is."""
     if data.standardization is not None:
         return data
-    mean, std = data.x.astype(np.float64).mean(axis=0), data.x.astype(np.float64).std(axis=0)
-    scaling = Standardization(mean, np.where(std > 0, std, 1.0))
+    scaling = standardization_of(data.x)
 
     def scale(x: np.ndarray) -> np.ndarray:
         return _float32((x - scaling.mean) / scaling.scale)

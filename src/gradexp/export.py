@@ -1,9 +1,10 @@
 """The model a run logs, built for the person who will call it on the raw features they have:
 
     raw features ─> Normalization (the training rows' mean and variance, in float64 as
-    gradexp.data standardized them) ─> the trained network, as trained ─> softmax (sigmoid
-    for one output) for a classification, so predict() gives class probabilities as a Keras
-    classifier does
+    gradexp.data standardized them; a second, inverted one where a column's std is below
+    Keras' epsilon, 1e-7, which Normalization divides by at the least) ─> the trained network,
+    as trained ─> softmax (sigmoid for one output) for a classification, so predict() gives
+    class probabilities as a Keras classifier does
 
 The trained network is not copied or changed: the served model calls it as a layer, so it holds
 the network's current weights (after early stopping's restore_best, the restored ones: the run
@@ -67,6 +68,7 @@ def export(network, data: Dataset, outputs: str = "logits",
     if classification and outputs == "logits":
         independent = data.n_outputs == 1 or independent_outputs
         activation = "sigmoid" if independent else "softmax"
+    _check_scales(data.standardization, data.features)
     served = served_network(network, data.n_features, data.standardization, activation)
     labels = None
     if classification:  # one output: its probability is that of labels[1]
@@ -95,7 +97,9 @@ def served_network(network, n_features: int, standardization: Standardization | 
         # mean rounds a Unix timestamp (~1.7e9) to 128 s, more than such a column's spread.
         # The network (float32) casts the standardized values, as training did.
         inputs = keras.Input((n_features,), name="features", dtype="float64")
-        x = _standardize(standardization, n_features)(inputs)
+        x = inputs
+        for layer in _standardize(standardization, n_features):
+            x = layer(x)
     outputs = network(x)
     if activation == "softmax":
         outputs = keras.layers.Softmax(name="probabilities")(outputs)
@@ -104,18 +108,63 @@ def served_network(network, n_features: int, standardization: Standardization | 
     return keras.Model(inputs, outputs, name="served")
 
 
-def _standardize(standardization: Standardization, n_features: int):
+def _standardize(standardization: Standardization, n_features: int) -> list:
+    """The layers that compute (x - mean) / scale as gradexp.data did: a float64 Normalization
+    `standardize`, and only where some column's scale is below keras.config.epsilon() a second.
+
+    Normalization divides by max(sqrt(variance), epsilon), so a column spread less than epsilon
+    (1e-7: a capacitance in farads, std ~1e-9; a column constant in the file, whose float64 std
+    is ~1e-16, not 0) would be divided by epsilon, not by its scale as it was in training. Such a
+    column is divided by 1 in `standardize` and multiplied by 1 / scale in an inverted
+    Normalization `standardize_small_scales` (mean 0, every other column's factor 1): x ·
+    max(sqrt(variance), epsilon), with sqrt(variance) = 1 / scale > 1, so the two together
+    divide by the true scale whatever epsilon below 1 the serving environment sets. Keras' own
+    layers, in float64: it loads with plain Keras, and a timestamp keeps its digits."""
+    import keras
+    import numpy as np
+
+    scale = np.asarray(standardization.scale, dtype=np.float64)
+    small = scale < keras.config.epsilon()
+    variance = np.where(small, 1.0, scale) ** 2 if small.any() else standardization.scale ** 2
+    layers = [_normalization("standardize", standardization.mean, variance, n_features)]
+    if small.any():
+        factor = np.where(small, 1.0 / np.where(small, scale, 1.0), 1.0)
+        layers.append(_normalization("standardize_small_scales", np.zeros(n_features),
+                                     factor ** 2, n_features, invert=True))
+    return layers
+
+
+def _normalization(name: str, mean, variance, n_features: int, invert: bool = False):
     """A float64 Normalization holding the mean and variance as its weights: given to its
     constructor they would be saved in its config as Python floats, which Keras reads back as
     float32 when the model loads."""
     import keras
 
-    layer = keras.layers.Normalization(dtype="float64", name="standardize")
+    layer = keras.layers.Normalization(dtype="float64", name=name, invert=invert)
     layer.build((None, n_features))
-    layer.adapt_mean.assign(standardization.mean)
-    layer.adapt_variance.assign(standardization.scale ** 2)
+    layer.adapt_mean.assign(mean)
+    layer.adapt_variance.assign(variance)
     layer.finalize_state()
     return layer
+
+
+def _check_scales(standardization: Standardization | None, features: list[str] | None) -> None:
+    """Refuse, in one line naming the column, a scale the served model cannot divide by: not a
+    positive number (a loader's own Standardization), or so small (below ~1e-154) that
+    1 / scale² is no float64 (_standardize)."""
+    import numpy as np
+
+    if standardization is None:
+        return
+    scale = np.asarray(standardization.scale, dtype=np.float64)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        bad = ~(scale > 0) | ~np.isfinite((1.0 / scale) ** 2)  # NaN, 0, negative: a loader's
+    for column in np.flatnonzero(bad)[:1]:
+        name = repr(features[column]) if features else f"column {column}"
+        what = "too small to divide by (below ~1e-154)" if scale[column] > 0 else \
+            "not a positive number"
+        raise ValueError(f"feature {name}: its standardization's std {scale[column]:.3g} is "
+                         f"{what}; rescale or drop the column")
 
 
 def user_code(network) -> tuple[dict[str, list[str]], list[Path]]:

@@ -8,9 +8,12 @@ resumed run's file covers the epochs before the resume too, even after a kill -9
 Layout: one row per step, sorted; column `step` (int64, the epoch number, from 1) and one column
 per metric. Per-epoch series (`loss`, `grad_norm`, `lr`, ...) keep the trainer's dtype and have a
 value at every epoch; held-out evaluations (`train/...`, `val/...`, `test/...`) are float64 and
-null where nothing was evaluated. An evaluation logged twice at one step (early stopping's
-restored weights) keeps the later value, the one the run ended with. An evaluation before any
-epoch adds a row at step 0, where the per-epoch columns are null.
+null where nothing was evaluated. Every row holds its epoch's values as measured then: after
+early stopping put back its best weights, those are evaluated again at the last step (the run's
+final train/ and val/ metrics in MLflow, what the logged model scores), but that re-measure is
+the best epoch's (its row, `best_epoch`), not the last epoch's, so the table keeps the first
+value of a step evaluated twice. An evaluation before any epoch adds a row at step 0, where the
+per-epoch columns are null.
 
 The loss plot, `gradexp compare --plot` and a sweep's overlay curves read this file, and fall back
 to MLflow's metric history for runs recorded without it.
@@ -33,7 +36,8 @@ Curve = tuple[np.ndarray, np.ndarray]  # (steps, values)
 def build_table(first_epoch: int, per_epoch: Mapping[str, np.ndarray],
                 evaluations: Mapping[str, Sequence[tuple[int, float]]]):
     """The table of a stretch of training: `per_epoch` arrays cover epochs first_epoch + 1 ..,
-    `evaluations` are (step, value) points."""
+    `evaluations` are (step, value) points in the order they were measured (of a step given
+    twice, the first is kept)."""
     import pyarrow as pa
 
     length = max((len(values) for values in per_epoch.values()), default=0)
@@ -52,11 +56,13 @@ def build_table(first_epoch: int, per_epoch: Mapping[str, np.ndarray],
         missing[rows] = False
         columns[key] = pa.array(filled, mask=missing)
     for key, points in evaluations.items():
-        latest = dict(points)  # a step logged twice: the later value
+        measured: dict[int, float] = {}  # a step evaluated twice (restored weights): the first
+        for step, value in points:
+            measured.setdefault(step, value)
         filled = np.zeros(len(steps))
         missing = np.ones(len(steps), dtype=bool)
-        rows = np.searchsorted(steps, np.fromiter(latest, dtype=np.int64, count=len(latest)))
-        filled[rows] = list(latest.values())
+        rows = np.searchsorted(steps, np.fromiter(measured, dtype=np.int64, count=len(measured)))
+        filled[rows] = list(measured.values())
         missing[rows] = False
         columns[key] = pa.array(filled, mask=missing)
     return pa.table(columns)

@@ -2,8 +2,10 @@
 eval.every epochs, or at the progress lines, and after the last). The trainer computes them
 inside its compiled calls (gradexp.trainer); HeldOutEvaluation records them. FinalEvaluation,
 once training FINISHED: the final training loss and the one-feature line's W and b, the train/
-and val/ metrics again if early stopping put back its best weights, and the test split, held
-out until now and evaluated once with whatever weights training ended on."""
+and val/ metrics again if early stopping put back its best weights (at the last step, after the
+values measured there, so they are the run's final ones in MLflow; history.parquet keeps the
+measured ones), and the test split, held out until now and evaluated once with whatever weights
+training ended on."""
 
 from __future__ import annotations
 
@@ -65,6 +67,7 @@ class FinalEvaluation(Callback):
         if status != "FINISHED":
             return
         if run.restored_epoch is not None:  # early stopping put the best weights back:
+            measured_first(run)
             evaluate(run, ("train", "val"))  # what the run ends on
         run.final_loss = run.trainer.final_loss()
         evaluate(run, ("test",))
@@ -72,6 +75,21 @@ class FinalEvaluation(Callback):
         for key, value in {"final_loss": run.final_loss,
                            **{f"final_{k}": v for k, v in run.scalars.items()}}.items():
             run.log_metric(key, value, run.epoch)
+
+
+def measured_first(run: RunView) -> None:
+    """The last epoch's values as measured, stored before the restored weights' are made:
+    both are points at the last step, and MLflow takes a metric's latest value by step, then
+    time in milliseconds, then the larger value. Written in one batch, both carried one time, so
+    a run's val/mse in MLflow was the stopped epoch's, not the restored weights' (its val/r2 the
+    restored one's). The later millisecond goes to the restored values, the run's final ones
+    (gradexp.history keeps the measured ones in the run's history.parquet)."""
+    import time
+
+    run.store_now()  # everything handed so far, written (stamped) now; no-op untracked
+    stamped = int(time.time() * 1000)  # as gradexp.mlflow_store stamps a metric
+    while int(time.time() * 1000) <= stamped:  # at most a millisecond
+        time.sleep(0.0002)
 
 
 def evaluate(run: RunView, splits: tuple[str, ...]) -> None:
