@@ -213,3 +213,26 @@ def test_a_model_its_float64_copy_does_not_reproduce_is_checked_as_it_is(tmp_pat
     assert re.match(r"gradcheck.dtype=float64 requested, but the model rebuilt in float64 does "
                     r"not compute what the model does \(enc/(kernel|bias)'s gradient differs by "
                     r"50% on the same weights and rows", note), note
+
+
+LAMBDA_MODEL = '''
+import keras
+
+
+def build(n_features, n_outputs):
+    inputs = keras.Input((n_features,))
+    hidden = keras.layers.Dense(8, activation="tanh", name="enc")(inputs)
+    hidden = keras.layers.Lambda(lambda t: keras.ops.abs(t) + t, name="abs_plus")(hidden)
+    return keras.Model(inputs, keras.layers.Dense(n_outputs, name="head")(hidden))
+'''
+
+
+def test_a_lambda_using_its_modules_names_is_checked_in_float64(tmp_path, store, client):
+    # QA: rebuilt from its bytecode the lambda lost its module's `keras` (NameError), and the
+    # whole model fell back to a float32 check ~100x less sensitive, where a 0.1% bug passed
+    (tmp_path / "lambda_model.py").write_text(LAMBDA_MODEL)
+    result = run(store, "model=custom", "model._target_=lambda_model.build", "data.n_features=3",
+                 "trainer.epochs=1", launch_dir=tmp_path)
+    report = read_report(client, result.run_id, 0)
+    assert result.gradcheck_passed is True
+    assert report["dtype"] == "float64" and report["notes"] == []

@@ -463,6 +463,23 @@ def test_a_grad_fn_with_a_variables_keyword_ends_its_run_failed_in_one_line(laun
     assert [status for _, status in recorded_runs(launch)] == ["FAILED"]
 
 
+def test_a_jacobian_past_its_size_ends_the_run_failed_in_one_line(launch, capsys):
+    # The docs promised a refusal pointing to probe: it was a traceback ending in the checker's
+    # Python-API advice (method="probe"), exit 1 (docs QA)
+    with pytest.raises(SystemExit) as exited:
+        run_as_command_line(launch, ["gradcheck=jacobian", "model=mlp", "model.hidden=[4]",
+                                     "gradcheck.max_jacobian_size=3"])
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert exited.value.code == 1, err
+    assert errors == ["error: gradcheck.method=jacobian: dense0/kernel has 4 elements, more "
+                      "than gradcheck.max_jacobian_size=3 (the exact Jacobian takes 2 "
+                      "evaluations of the loss an element); use gradcheck=probe (randomized, "
+                      "any size), or raise gradcheck.max_jacobian_size"], err
+    assert "Traceback" not in err
+    assert [status for _, status in recorded_runs(launch)] == ["FAILED"]
+
+
 @pytest.mark.heavy  # ~3 s
 def test_mse_on_classes_runs_with_one_warning_naming_the_keys(launch, capsys):
     run_as_command_line(launch, ["data=blobs", "loss=mse"])

@@ -247,6 +247,12 @@ def layer_in_dtype(layer: keras.layers.Layer, dtype: str) -> keras.layers.Layer:
                                         clone_function=lambda sub: layer_in_dtype(sub, dtype))
     if not isinstance(layer, keras.layers.Layer):  # an op in the graph (a mask's not_equal):
         return layer.__class__.from_config(layer.get_config())  # no dtype, computes in its input's
+    if isinstance(layer, keras.layers.Lambda):
+        # Its function as it is: rebuilt from its bytecode, a lambda loses its module's names
+        # (`lambda t: keras.ops.abs(t)`: NameError), and the whole model was checked in float32
+        return keras.layers.Lambda(layer.function, output_shape=layer._output_shape,
+                                   mask=layer.mask, arguments=layer.arguments, name=layer.name,
+                                   dtype=dtype)
     with _dtype_policy(dtype), _own_code():  # sublayers its __init__ makes take the policy
         return layer.__class__.from_config(
             _float_config({**layer.get_config(), "dtype": dtype}, dtype))

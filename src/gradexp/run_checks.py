@@ -333,6 +333,8 @@ def _check_in(losses: _Losses, cfg: DictConfig, model: Model, data: Dataset, epo
     options = {"probes": probes, "dtype": dtype, "max_jacobian_size": max_size,
                "compile": False}
 
+    if method == "jacobian":
+        _refuse_large_jacobians(names, values, max_size)
     targets: list[tuple[str, Callable, list[tf.Tensor], list[str]]] = []
     notes = [losses.note] if losses.note else []
     if wrt in ("variables", "both"):
@@ -395,6 +397,22 @@ def _check_in(losses: _Losses, cfg: DictConfig, model: Model, data: Dataset, epo
 # checked rows. In practice: seed 004's line (W and b) gets it, a model of hundreds of
 # parameters does not (its Jacobian would be hundreds of epochs' worth, seconds a check).
 JACOBIAN_EPOCHS = 2.0
+
+
+def _refuse_large_jacobians(names: list[str], values: list[np.ndarray], limit: int) -> None:
+    """gradcheck.method=jacobian on a variable past max_jacobian_size: the run ends FAILED, exit
+    1, in one line naming it and what to use (the checker's own refusal, a traceback, spoke of
+    its Python API). Met at the first check: a model's sizes are known once it is built."""
+    from gradexp.endings import RunFailed
+
+    for name, value in zip(names, values):
+        size = int(np.size(value))
+        if size > limit:
+            raise RunFailed(
+                f"gradcheck.method=jacobian: {name} has {size:,} elements, more than "
+                f"gradcheck.max_jacobian_size={limit:,} (the exact Jacobian takes 2 "
+                "evaluations of the loss an element); use gradcheck=probe (randomized, any "
+                "size), or raise gradcheck.max_jacobian_size")
 
 
 def _jacobian_positions(method: str, xs: list[tf.Tensor], max_size: int, rows: int,
