@@ -91,7 +91,9 @@ def twin_note(model: Model, data: Dataset, values: list[np.ndarray], dtype: str)
                 total += own_losses
         gradients = tape.gradient(total, params,
                                   unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        found[each] = (np.asarray(outputs), [np.asarray(g) for g in gradients])
+        # An Embedding's gradient comes as IndexedSlices: densified to compare
+        found[each] = (np.asarray(outputs),
+                       [np.asarray(tf.convert_to_tensor(g)) for g in gradients])
     what = difference(*found[own], *found[dtype], model.names)
     if what is None:
         return None
