@@ -469,3 +469,31 @@ def test_a_check_of_a_nan_loss_says_there_is_no_gradient_to_judge(tmp_path, monk
                if line.startswith("warning: gradient check failed at epoch 0")]
     assert "the values compared are NaN or infinite" in line and "infx" not in line
     assert "no layer is wrong alone" not in out.getvalue()
+
+
+@pytest.mark.parametrize(("scale", "says"), [
+    (1 + 4e-5, "no layer is wrong alone at this size (the model's check failed at"),
+    (1.1, "no layer is wrong alone (each layer and the model pass when checked alone): the "
+          "error is outside the layers, e.g. in the loss"),
+])
+def test_a_faint_failure_no_layer_explains_is_not_blamed_on_the_loss(scale, says):
+    # QA: a 1e-5 bug in a layer failed the model's check at 1.5x its tolerance; the layers,
+    # each checked alone with a tolerance of its own, passed, and the line said confidently
+    # that the error was outside the layers, e.g. in the loss
+    import tensorflow as tf
+
+    from gradexp.callbacks.checks import failure_lines
+    from gradexp.gradcheck import check_gradients
+    from gradexp.run_checks import CheckResult
+
+    @tf.custom_gradient
+    def scaled_sin(x):
+        return tf.sin(x), lambda upstream: upstream * tf.cos(x) * scale
+
+    report = check_gradients(lambda x: tf.reduce_sum(scaled_sin(x)),
+                             [tf.constant(np.linspace(0.1, 1.0, 8), tf.float64)],
+                             method="jacobian")
+    assert not report.passed
+    result = CheckResult(epoch=0, reports={"variables/jacobian": report}, culprits_searched=True)
+    (line,) = [line for line in failure_lines(result) if "no layer is wrong alone" in line]
+    assert says in line
