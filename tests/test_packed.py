@@ -340,3 +340,28 @@ def test_a_mixed_float16_model_runs_alone_and_says_why(tmp_path):
     prepared, reason = prepare(cfg, tmp_path)
     assert prepared is None
     assert reason == "a mixed_float16 model (its optimizer scales the loss, as Keras' fit)"
+
+
+def test_a_short_last_batch_weighs_the_same_in_a_packed_jobs_loss(tmp_path, store):
+    # 100 rows in batches of 32, 32, 32 and 4: each epoch's loss weights a batch's by its rows
+    # (Keras' fit's mean, tests/test_what_trains.py), in the packed program as in the
+    # sequential trainer; a plain mean of the four in one and not the other moved the records.
+    import numpy as np
+
+    import conftest
+    from conftest import compose_config
+    from gradexp.packed.plan import plan_sweep
+    from gradexp.packed.program import PackedProgram
+
+    common = ("trainer.epochs=4", "trainer.batch_size=32", "gradcheck=off",
+              "tracking.log_model=false")
+    rates = [0.05, 0.1]
+    plan = plan_sweep({n: compose_config(*common, f"optimizer.learning_rate={rate}")
+                       for n, rate in enumerate(rates)}, tmp_path)
+    (members,) = plan.groups
+    first = plan.prepared[members[0]]
+    packed = PackedProgram(first.model, first.loss, [plan.prepared[n].setup for n in members],
+                           first.batch_size).train(4, {4})
+    alone = conftest.run(store, *common, "optimizer.learning_rate=0.05", launch_dir=tmp_path)
+    np.testing.assert_allclose(packed[members.index(0)].values["loss"], alone.history["loss"],
+                               rtol=1e-5)

@@ -523,18 +523,72 @@ def test_a_subclassed_model_without_training_argument_trains_and_is_checked(stor
     assert result.gradcheck_passed is True
 
 
-def keras_fit_losses(user_models: str, builder: str, epochs: int) -> list[float]:
-    """The per-epoch losses Keras' fit gives the builder's model on seed 004's line: SGD(0.05),
-    mse, full batches in order, as the runs here train it."""
+def keras_fit_losses(user_models: str, builder: str, epochs: int, batch_size: int | None = None,
+                     **kwargs) -> list[float]:
+    """The per-epoch losses Keras' fit gives the builder's model (called with `kwargs`) on seed
+    004's line: SGD(0.05), mse, full batches in order, as the runs here train it; or batches of
+    `batch_size` rows in each epoch's order as the trainer draws it from trainer.seed (the last
+    batch shorter where the rows do not divide)."""
     import importlib
 
     import keras
 
+    from gradexp.packed.program import shuffle_orders
+
     data = load_data(compose_config().data)
-    network = getattr(importlib.import_module(user_models), builder)(1, 1)
+    network = getattr(importlib.import_module(user_models), builder)(1, 1, **kwargs)
     network.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
-    return network.fit(data.x, data.y, batch_size=len(data.x), epochs=epochs, shuffle=False,
-                       verbose=0).history["loss"]
+    if batch_size is None:
+        return network.fit(data.x, data.y, batch_size=len(data.x), epochs=epochs,
+                           shuffle=False, verbose=0).history["loss"]
+    orders = shuffle_orders(compose_config().trainer.seed, len(data.x), batch_size, epochs)
+    return [loss for order in orders
+            for loss in network.fit(data.x[order], data.y[order], batch_size=batch_size,
+                                    epochs=1, shuffle=False, verbose=0).history["loss"]]
+
+
+def test_a_short_last_batch_weighs_its_rows_in_the_epoch_loss_as_keras_fit(store, client,
+                                                                          tmp_path, user_models):
+    # 100 rows in batches of 32, 32, 32 and 4: the epoch's loss was the plain mean of the four
+    # batch losses, where fit's is weighted by each batch's rows (epoch 1: 12.19 against fit's
+    # 12.33); the steps themselves were fit's. The parts of a model's own losses the same way.
+    result = run(store, tmp_path, "model=custom", f"model._target_={user_models}.ridge",
+                 "+model.kwargs.l2=0.5", "trainer.epochs=3", "trainer.batch_size=32",
+                 "optimizer.learning_rate=0.05", "gradcheck=off")
+    ours = {key: [m.value for m in client.get_metric_history(result.run_id, key)]
+            for key in ("loss", "loss/data", "loss/regularization")}
+    assert ours["loss"] == pytest.approx(keras_fit_losses(user_models, "ridge", 3, 32, l2=0.5),
+                                         rel=1e-5)
+    assert ours["loss"] == pytest.approx(np.add(ours["loss/data"], ours["loss/regularization"]),
+                                         rel=1e-6)
+
+
+def test_a_streamed_sets_short_last_batch_weighs_its_rows_as_keras_fit():
+    # A streamed tf.data set (gradexp.tfdata) trains batch by batch from the host: its epoch's
+    # loss too is fit's, each batch's weighted by its rows (100 rows: 32, 32, 32 and 4).
+    import dataclasses
+
+    import keras
+    import tensorflow as tf
+
+    from gradexp.models import Model
+    from gradexp.trainer import Trainer
+
+    data = load_data(compose_config().data)
+    stream = tf.data.Dataset.from_tensor_slices((data.x, data.y))
+    data = dataclasses.replace(data, stream=stream, stream_rows=len(data.x))
+
+    def line():
+        return keras.Sequential([keras.Input((1,)), keras.layers.Dense(
+            1, kernel_initializer="zeros", bias_initializer="zeros")])
+
+    trainer = Trainer(Model(line(), 1), keras.losses.MeanSquaredError(),
+                      keras.optimizers.SGD(0.05), data, batch_size=32, seed=0)
+    ours = np.concatenate([stretch.values["loss"] for stretch in trainer.train({3})])
+    network = line()
+    network.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+    fit = network.fit(stream.batch(32), epochs=3, shuffle=False, verbose=0).history["loss"]
+    assert ours == pytest.approx(fit, rel=1e-5)
 
 
 @pytest.mark.heavy  # ~2.3 s

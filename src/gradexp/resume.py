@@ -5,7 +5,8 @@ again, to its recorded trainer.epochs; from the command line only a larger `trai
 taken, to train on (then written into config.yaml and tag gradexp.resumed_to_epoch: the param
 keeps the first value), and the store to find the run in. Any other override that changes a
 recorded value is refused in one line before the run is touched: it would otherwise be ignored
-without a word. The checkpoint (model, optimizer state, epoch, shuffling generator) is in
+without a word. The checkpoint (model, its layers' seed generators such as dropout's, optimizer
+state, epoch, shuffling generator: gradexp.trainer.Trainer.checkpoint) is in
 checkpoints/RUN_ID/ in the launch folder; metrics already recorded are not written twice
 (gradexp.mlflow_store). A run KILLED before its first checkpoint (kill -9: gradexp.liveness
 marks it) starts again from epoch 0 as a new run, tagged gradexp.restart_of=RUN_ID.

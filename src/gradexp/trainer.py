@@ -11,7 +11,8 @@ metrics, computed inside the same call; the caller logs, checks and prints from 
 The loss minimized is the one Keras' `fit` minimizes: the data loss plus the model's own losses
 (`model.losses`: weight and activity regularizers, `add_loss`), with the model in training mode.
 `loss` is that total; a model with losses of its own also gets `loss/data` and
-`loss/regularization` per epoch, the two parts of it.
+`loss/regularization` per epoch, the two parts of it. An epoch's values are fit's too: the mean
+of its batches' losses weighted by their rows (a short last batch counts for its rows).
 
 The loops are written as `tf.while_loop`s, and the function is traced without autograph:
 converting this module's Python loops cost ~0.4 s of every run's first call, more than the rest
@@ -106,6 +107,9 @@ class Trainer:
         self.n_samples = data.x.shape[0]
         self.batch_size = min(batch_size or self.n_samples, self.n_samples)
         self.n_batches = -(-self.n_samples // self.batch_size)
+        # The epoch's rows in batches: n_batches when they divide, less with a short last batch
+        # (the weight of a batch's loss in the epoch's mean, Keras' fit's: its rows / batch_size)
+        self.epoch_batches = self.n_samples / self.batch_size
         self.shuffle = tf.random.Generator.from_seed(seed)
         self.epoch = 0
         self.epoch_variable = tf.Variable(0, dtype=tf.int64, trainable=False)  # checkpointed
@@ -235,16 +239,27 @@ class Trainer:
                                    self._judged)
 
     def _streamed_epoch(self) -> dict[str, float]:
-        """One epoch of a streamed set: the mean batch losses and gradient norm."""
+        """One epoch of a streamed set: the losses as Keras' fit reports them, each batch's
+        weighted by its rows (relative to the first batch's, so equal batches add up as they
+        are), and the mean gradient norm of its steps."""
         totals: dict[str, tf.Tensor] = {}
         batches = 0
+        weights = 0.0  # the batches' rows / the first batch's rows
+        first = None
         for x, y in self._epoch_batches():
+            rows = int(x.shape[0])  # eager: its static shape, no sync
+            first = first or rows
+            weight = rows / first
             for key, value in self._stream_step(x, y).items():
+                if key != "grad_norm" and weight != 1:
+                    value = value * tf.cast(weight, value.dtype)
                 totals[key] = totals[key] + value if key in totals else value
             batches += 1
+            weights += weight
         if not batches:
             raise ValueError("the streamed tf.data.Dataset gave no batch this epoch")
-        return {key: float(total) / batches for key, total in totals.items()}
+        return {key: float(total) / (batches if key == "grad_norm" else weights)
+                for key, total in totals.items()}
 
     def _epoch_batches(self):
         """An epoch's batches: one pass, or data.steps_per_epoch batches of one iterator that
@@ -353,7 +368,9 @@ class Trainer:
                 "grad_norm": _unscaled(tf.linalg.global_norm(summed), scale)}
 
     def _epoch(self) -> dict[str, tf.Tensor]:
-        """One pass over the data: the mean batch losses and gradient norm."""
+        """One pass over the data: the epoch's loss (and its parts) as Keras' fit reports it,
+        the batches' losses weighted by their rows (a short last batch counts for its rows), and
+        the mean gradient norm of its steps."""
         if self.n_batches == 1:
             return self._step(self.x, self.y)
         order = tf.argsort(self.shuffle.uniform([self.n_samples]))
@@ -362,17 +379,26 @@ class Trainer:
         def batch(index, totals):
             rows = order[index * self.batch_size:(index + 1) * self.batch_size]
             values = self._step(tf.gather(self.x, rows), tf.gather(self.y, rows))
-            return index + 1, {key: totals[key] + values[key] for key in keys}
+            weight = tf.cast(tf.size(rows), tf.float32) / self.batch_size  # 1 but the last
+            return index + 1, {key: totals[key] + (
+                values[key] if key == "grad_norm"
+                else values[key] * tf.cast(weight, values[key].dtype)) for key in keys}
 
         _, totals = tf.while_loop(
             lambda index, _: index < self.n_batches, batch,
             (tf.constant(0), {key: tf.constant(0.0) for key in keys}))
-        return {key: total / self.n_batches for key, total in totals.items()}
+        return {key: total / (self.n_batches if key == "grad_norm" else self.epoch_batches)
+                for key, total in totals.items()}
 
     def checkpoint(self) -> tf.train.Checkpoint:
-        """Everything a resumed run needs to go on as if never stopped."""
+        """Everything a resumed run needs to go on as if never stopped: the model (with its
+        layers' seed generators, under `seeds`: dropout's masks go on where they were), the
+        optimizer, the epoch, the batch order's generator. A checkpoint written without
+        `seeds` (before they were saved) still restores, the seeds left as built."""
+        seeds = seed_states(self.model.network)
         return tf.train.Checkpoint(model=self.model.network, optimizer=self.optimizer,
-                                   epoch=self.epoch_variable, shuffle=self.shuffle)
+                                   epoch=self.epoch_variable, shuffle=self.shuffle,
+                                   **({"seeds": seeds} if seeds else {}))
 
     def _run_epochs(self, segments: tf.Tensor,
                     evaluate: tf.Tensor) -> tuple[dict[str, tf.Tensor], dict[str, tf.Tensor]]:
@@ -422,6 +448,25 @@ class Trainer:
 
 
 PARTS = ("loss/data", "loss/regularization")  # the parts of `loss` for a model with own losses
+
+
+def seed_states(network: keras.Model) -> list:
+    """The state variables of the Keras SeedGenerators the network's layers hold (Dropout's,
+    GaussianNoise's, a person's own layer's), each once, in the order of the layers
+    (`_flatten_layers`: the network, then its layers depth first) and of each layer's
+    generators: the same order in every process that builds the model. A checkpoint of the
+    network leaves them out (a SeedGenerator is no tf Trackable), so `Trainer.checkpoint` saves
+    them beside it."""
+    states, seen = [], set()
+    flatten = getattr(network, "_flatten_layers", None)  # Keras 3's walk of the layer tree
+    for layer in flatten(include_self=True, recursive=True) if flatten else [network]:
+        for generator in getattr(layer, "_seed_generators", None) or ():
+            state = getattr(generator, "state", None)
+            if state is not None and id(state) not in seen:
+                seen.add(id(state))
+                states.append(state)
+    return states
+
 
 CUSTOM_GRADIENT = "CustomGradient-"  # tf.custom_gradient's registry names: this, then ops.uid()
 

@@ -268,13 +268,18 @@ class PackedProgram:
             y = tf.gather(self.y, rows, batch_dims=1)
             params, first, second, iteration, losses, norms = self._step(
                 params, first, second, iteration, x, y, active)
-            return index + 1, params, first, second, iteration, loss + losses, norm + norms
+            # the epoch's loss as the sequential trainer's (gradexp.trainer.Trainer._epoch) and
+            # Keras' fit's: each batch's weighted by its rows, a short last batch less
+            weight = tf.cast(tf.shape(rows)[1], losses.dtype) / size
+            return (index + 1, params, first, second, iteration, loss + losses * weight,
+                    norm + norms)
 
         zero = tf.zeros([count])
         _, params, first, second, iteration, loss, norm = tf.while_loop(
             lambda index, *_: index < self.n_batches, batch,
             (tf.constant(0), params, first, second, iteration, zero, zero))
-        return params, first, second, iteration, loss / self.n_batches, norm / self.n_batches
+        return (params, first, second, iteration, loss / (self.rows / size),
+                norm / self.n_batches)
 
     def _epochs(self, params, first, second, iteration, orders, count, active):
         keys = ["loss", "grad_norm", *(("W", "b") if self.scalar_index else ())]
