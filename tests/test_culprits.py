@@ -497,3 +497,52 @@ def test_a_faint_failure_no_layer_explains_is_not_blamed_on_the_loss(scale, says
     result = CheckResult(epoch=0, reports={"variables/jacobian": report}, culprits_searched=True)
     (line,) = [line for line in failure_lines(result) if "no layer is wrong alone" in line]
     assert says in line
+
+
+def _gate_and_shared_models():
+    """A gate whose backward by its keyword tensor `context` is 10% off; a tanh layer, wrong for
+    negative inputs only, called three times and given negatives only at the third call."""
+    import keras
+    import tensorflow as tf
+
+    class Gate(keras.layers.Layer):
+        def call(self, x, context=None):
+            @tf.custom_gradient
+            def gate(x, c):
+                s = tf.sigmoid(c)
+                return x * s, lambda up: (up * s, up * x * s * (1 - s) * 1.1)
+            return gate(x, context)
+
+    class NegativeTanh(keras.layers.Layer):
+        def call(self, x):
+            @tf.custom_gradient
+            def tanh(x):
+                slope = (1 - tf.tanh(x) ** 2) * tf.where(x < 0, tf.cast(1.2, x.dtype), 1.0)
+                return tf.tanh(x), lambda up: up * slope
+            return tanh(x)
+
+    x = keras.Input((3,))
+    gated = Gate(name="gate")(keras.layers.Dense(6, activation="tanh", name="a")(x),
+                              context=keras.layers.Dense(6, name="c")(x))
+    keyword = keras.Model(x, keras.layers.Dense(1, name="head")(gated))
+    shared = NegativeTanh(name="shared_tanh")
+    positive = keras.initializers.Constant(2.0)
+    h = shared(keras.layers.Dense(6, kernel_initializer="zeros", bias_initializer=positive,
+                                  name="d1")(x))
+    h = shared(keras.layers.Dense(6, kernel_initializer="zeros", bias_initializer=positive,
+                                  name="d2")(h))
+    h = shared(keras.layers.Dense(6, kernel_initializer="zeros",
+                                  bias_initializer=keras.initializers.Constant(-1.0),
+                                  name="d3")(h))
+    return keyword, keras.Model(x, keras.layers.Dense(1, name="head")(h))
+
+
+def test_a_wrong_gradient_by_a_keyword_input_or_at_a_third_call_names_the_layer():
+    # QA: a keyword tensor (Gate()(a, context=c)) was held fixed, and a shared layer was checked
+    # at its first two calls only: both were blamed on the whole model ('functional')
+    from gradexp.gradcheck.culprits import find_culprits
+
+    keyword, shared = _gate_and_shared_models()
+    assert [v.name for v in find_culprits(keyword, x_rows())] == ["gate"]
+    (verdict,) = find_culprits(shared, x_rows())
+    assert verdict.name == "shared_tanh" and verdict.call == 2

@@ -35,9 +35,12 @@ import numpy as np
 from gradexp.gradcheck.rebuilt import difference
 from gradexp.gradcheck.report import GradCheckEntry, GradCheckReport
 
-# A layer called more often than this in one forward pass (a shared layer in a loop) is checked
-# at its first calls only: each call is its own check, and a wrong backward shows at any of them.
-MAX_CALLS_PER_LAYER = 2
+# A layer called more often than this in one forward pass (a shared layer in a loop, an RNN's
+# cell at every step) is checked at its first calls only, each call its own check. A later call's
+# inputs may reach a branch the first ones did not (QA: a bug for negative inputs only, reached
+# at a shared layer's third call, was blamed on the model at 2): 4 covers such sharing, and
+# bounds the search's cost on a cell called at every step.
+MAX_CALLS_PER_LAYER = 4
 # A layer whose outputs pass alone but whose own losses (add_loss, regularizers) do not.
 OWN_LOSSES_WRONG = "its own losses (add_loss, regularizers) are wrong"
 
@@ -230,8 +233,7 @@ def _check_call(layer: Any, path: str, index: int, args: Any, kwargs: Any, state
     verdict = LayerVerdict(name, index, True, container, _dtype_of(layer),
                            [variable_names.get(id(v), v.path) for v in own])
     flat = tf.nest.flatten((args, kwargs))
-    checked = [k for k, t in enumerate(flat) if _is_float_tensor(t)
-               and k < len(tf.nest.flatten(args))]  # kwargs (masks, training) held fixed
+    checked = [k for k in _inputs_checked(args, kwargs) if _is_float_tensor(flat[k])]
     if not checked and not own:
         verdict.note = "no floating-point inputs or trainable variables: nothing to check"
         return verdict
@@ -265,6 +267,23 @@ def _check_call(layer: Any, path: str, index: int, args: Any, kwargs: Any, state
             verdict.report, verdict.note = second, "its second derivatives are wrong"
     verdict.passed = verdict.report.passed
     return verdict
+
+
+def _inputs_checked(args: Any, kwargs: dict) -> list[int]:
+    """The positions in tf.nest.flatten((args, kwargs)) of a call's inputs: every positional
+    one, and the keyword ones but masks (`mask`, `attention_mask`: which entries count, held
+    fixed). A keyword tensor (`Gate()(a, context=c)`) is an input like any: held fixed, a wrong
+    gradient by it was blamed on the whole model (QA)."""
+    import tensorflow as tf
+
+    positions = list(range(len(tf.nest.flatten(args))))
+    offset = len(positions)
+    for key in sorted(kwargs):  # tf.nest flattens a dict in its keys' order
+        size = len(tf.nest.flatten(kwargs[key]))
+        if "mask" not in key:
+            positions += range(offset, offset + size)
+        offset += size
+    return positions
 
 
 def _is_float_tensor(value: Any) -> bool:
