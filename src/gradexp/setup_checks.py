@@ -198,15 +198,6 @@ def check_loss_fits_task(cfg: DictConfig, data: Any, say=warning_line) -> None:
     where = f"loss={cfg.loss.name} ({target})"
     data_name = f"data={cfg.data.name}"
     model = str(cfg.model["_target_"])
-    if task == "classification" and outputs_of(cfg.loss) == "probabilities" \
-            and model.startswith(f"{__package__}.models."):
-        told = ("loss.from_logits=false" if "from_logits" in cfg.loss
-                else f"{where} reads probabilities (its from_logits defaults to false)")
-        raise ConfigError(
-            f"{told}: model={cfg.model.name} outputs logits (its last layer is "
-            "a Dense with no softmax or sigmoid), which the loss would read as probabilities; "
-            "set loss.from_logits=true, or use model=custom with a model that "
-            "ends in a softmax")
     if kind == "classification" and task == "regression":
         raise ConfigError(
             f"{where} is a classification loss, but {data_name} is a regression (data.task="
@@ -224,6 +215,16 @@ def check_loss_fits_task(cfg: DictConfig, data: Any, say=warning_line) -> None:
         raise ConfigError(
             f"{where} over one output column ({data_name}) is 0 whatever the model predicts: "
             "use loss=binary_crossentropy, or give the targets one column per class")
+    # last: a loss that cannot take the data at all says so first (a sparse one's indices)
+    if task == "classification" and outputs_of(cfg.loss) == "probabilities" \
+            and model.startswith(f"{__package__}.models."):
+        told = ("loss.from_logits=false" if "from_logits" in cfg.loss
+                else f"{where} reads probabilities (its from_logits defaults to false)")
+        raise ConfigError(
+            f"{told}: model={cfg.model.name} outputs logits (its last layer is "
+            "a Dense with no softmax or sigmoid), which the loss would read as probabilities; "
+            "set loss.from_logits=true, or use model=custom with a model that "
+            "ends in a softmax")
 
 
 @contextmanager
