@@ -511,6 +511,12 @@ def softmax_out(n_features, n_outputs):
     inputs = keras.Input((n_features,))
     hidden = keras.layers.Dense(8, activation="tanh")(inputs)
     return keras.Model(inputs, OwnSoftmax()(keras.layers.Dense(n_outputs)(hidden)))
+
+
+def keras_softmax_out(n_features, n_outputs):
+    inputs = keras.Input((n_features,))
+    hidden = keras.layers.Dense(8, activation="tanh")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(n_outputs, activation="softmax")(hidden))
 '''
 
 
@@ -525,23 +531,24 @@ def write_classes(path: Path, labels: list[str], n: int = 240) -> None:
         path, index=False)
 
 
-@pytest.mark.parametrize("loss", [
-    ("loss._target_=keras.losses.BinaryFocalCrossentropy",),  # its from_logits defaults to False
-    ("loss=binary_crossentropy", "loss.from_logits=false"),
-    ("loss=categorical_crossentropy", "loss.from_logits=false"),
-], ids=["focal_by_its_default", "binary_told", "categorical_told"])
+@pytest.mark.parametrize(("loss", "ending"), [
+    (("loss._target_=keras.losses.BinaryFocalCrossentropy",), "sigmoid_out"),  # from_logits:
+    (("loss=binary_crossentropy", "loss.from_logits=false"), "sigmoid_out"),  # False by default
+    (("loss=categorical_crossentropy", "loss.from_logits=false"), "softmax_out"),
+    # a loss with no from_logits: the model's own Keras softmax says it (review)
+    (("loss._target_=keras.losses.KLDivergence",), "keras_softmax_out"),
+], ids=["focal_by_its_default", "binary_told", "categorical_told", "kl_by_the_models_softmax"])
 def test_a_model_ending_in_probabilities_is_measured_and_served_as_probabilities(
-        tmp_path, store, served, loss):
+        tmp_path, store, served, loss, ending):
     """QA: a model ending in a sigmoid, its loss reading probabilities, was evaluated as if it
     gave logits (accuracy thresholded at 0: every row 'yes', val/accuracy 0.417 where the model
     scored 0.933; crossentropy softmaxed again), and where the loss's from_logits was its class's
     default (not in the config) the logged model took a second sigmoid: probabilities 0.51-0.73."""
-    labels = ["cat", "dog", "emu"] if "categorical" in loss[0] else ["no", "yes"]
+    labels = ["cat", "dog", "emu"] if "softmax" in ending else ["no", "yes"]
     write_classes(tmp_path / "classes.csv", labels)
     (tmp_path / "probability_models.py").write_text(PROBABILITIES)
     keys = ("data=csv", "data.path=classes.csv", "data.target=label",
             "data.task=classification")
-    ending = "softmax_out" if len(labels) > 2 else "sigmoid_out"
     result = run(store, *keys, "model=custom", f"model._target_=probability_models.{ending}",
                  *loss, "optimizer=adam", "optimizer.learning_rate=0.05", "trainer.epochs=40",
                  launch_dir=tmp_path)

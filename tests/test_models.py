@@ -236,3 +236,43 @@ def test_a_lambda_using_its_modules_names_is_checked_in_float64(tmp_path, store,
     report = read_report(client, result.run_id, 0)
     assert result.gradcheck_passed is True
     assert report["dtype"] == "float64" and report["notes"] == []
+
+
+def test_a_correct_model_ending_in_a_saturated_sigmoid_is_its_float64_copy():
+    # Compared after the sigmoid, float32's 1 - p is a cancellation: a correct model's
+    # gradients "differed" by 1-370% and its check fell to float32 (review). Compared before it.
+    import keras
+
+    from gradexp.checked_loss import twin_note
+    from gradexp.data import Dataset
+    from gradexp.models import Model, read_values
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 4)).astype(np.float32)
+    x[:, 0] = np.sign(x[:, 0])  # every row's hidden units near +-1: the sigmoid saturates
+    inputs = keras.Input((4,))
+    hidden = keras.layers.Dense(8, activation="tanh")
+    network = keras.Model(inputs, keras.layers.Dense(
+        1, activation="sigmoid", kernel_initializer=keras.initializers.Constant(12 / 8))(
+        hidden(inputs)))
+    hidden.kernel.assign(3 * np.concatenate([np.ones((1, 8)),
+                                             0.01 * rng.standard_normal((3, 8))]))
+    hidden.bias.assign(np.zeros(8))
+    model = Model(network, 4)
+    model.prepare("float64")
+    data = Dataset("saturated", "classification", x, np.zeros((64, 1), np.float32))
+    assert twin_note(model, data, read_values(model.params), "float64") is None
+
+
+def test_a_constant_column_of_a_stream_has_its_value_for_mean_and_no_spread():
+    # From running sums a constant 0.1 kept a std of ~1e-9, which the served model divides by
+    import tensorflow as tf
+
+    from gradexp.tfdata import Stream, statistics
+
+    x = np.stack([np.full(1000, 0.1), np.linspace(0, 1, 1000)], 1).astype(np.float32)
+    stream = Stream(tf.data.Dataset.from_tensor_slices((x, np.zeros(1000, np.float32))),
+                    batched=False, names=None, steps_per_epoch=None)
+    mean, std, _, rows = statistics(stream, False)
+    assert rows == 1000 and mean[0] == np.float64(np.float32(0.1)) and std[0] == 0.0
+    assert std[1] > 0.2

@@ -480,6 +480,26 @@ def test_a_jacobian_past_its_size_ends_the_run_failed_in_one_line(launch, capsys
     assert [status for _, status in recorded_runs(launch)] == ["FAILED"]
 
 
+def test_model_keras_ending_in_its_own_softmax_trains_with_from_logits_false(launch):
+    # model=keras with output_layer=false ends in the layers listed: its softmax was refused
+    # with from_logits=false (gradexp's models output logits) and with true (a softmax read as
+    # logits): no setting ran (review)
+    run_as_command_line(launch, [
+        "data=blobs", "model=keras", "model.output_layer=false", "loss=categorical_crossentropy",
+        "loss.from_logits=false",
+        "model.layers=[{_target_:keras.layers.Dense,units:8,activation:tanh},"
+        "{_target_:keras.layers.Dense,units:3,activation:softmax}]"])
+    assert [status for _, status in recorded_runs(launch)] == ["FINISHED"]
+
+
+def test_a_jacobian_of_the_inputs_alone_is_not_refused_for_a_variables_size(launch):
+    # wrt=inputs checks no variable: a large one ended the run FAILED all the same (review)
+    run_as_command_line(launch, ["gradcheck=jacobian", "gradcheck.wrt=inputs", "model=mlp",
+                                 "model.hidden=[40]", "data.n_samples=30",
+                                 "gradcheck.max_jacobian_size=39"])
+    assert [status for _, status in recorded_runs(launch)] == ["FINISHED"]
+
+
 @pytest.mark.heavy  # ~3 s
 def test_mse_on_classes_runs_with_one_warning_naming_the_keys(launch, capsys):
     run_as_command_line(launch, ["data=blobs", "loss=mse"])

@@ -262,7 +262,9 @@ class Loop:
             return device
         with device.run_scope():
             run.evaluator = Evaluator(run.model, metric_specs(cfg, data.task), data.splits(),
-                                      independent_outputs(cfg.loss), outputs_are_logits(cfg.loss))
+                                      independent_outputs(cfg.loss),
+                                      outputs_are_logits(cfg.loss,
+                                                         run.model.ends_in_probabilities()))
         with device.scope():
             epochs = cfg.trainer.epochs
             batch_size = data.batch_size or cfg.trainer.batch_size  # a loader's batches win

@@ -104,9 +104,11 @@ def from_logits_of(cfg: DictConfig) -> bool | None:
                                                                       bool) else None
 
 
-def outputs_of(cfg: DictConfig) -> str:
+def outputs_of(cfg: DictConfig, ends_in_probabilities: bool = False) -> str:
     """What a classification model trained with the loss `cfg` outputs: "logits" or
-    "probabilities", as the loss reads them (`from_logits_of`); for a loss that does not say,
+    "probabilities", as the loss reads them (`from_logits_of`). For a loss that does not say:
+    "probabilities" from a model that ends in Keras' softmax or sigmoid
+    (`ends_in_probabilities`, gradexp.models.Model: a KL divergence or Poisson loss, or yours),
     "scores" from a regression loss (mse on one-hot classes: each output regressed toward its
     0 or 1), else "logits", as gradexp's models output. The held-out accuracy and
     crossentropy, the confusion matrix and the logged model's softmax or sigmoid follow it: a
@@ -114,12 +116,14 @@ def outputs_of(cfg: DictConfig) -> str:
     told = from_logits_of(cfg)
     if told is not None:
         return "logits" if told else "probabilities"
+    if ends_in_probabilities:
+        return "probabilities"
     return "scores" if loss_kind(str(cfg["_target_"])) == "regression" else "logits"
 
 
-def outputs_are_logits(cfg: DictConfig) -> bool:
-    """`outputs_of(cfg)` is "logits": a sign says yes or no (a probability or score: 0.5)."""
-    return outputs_of(cfg) == "logits"
+def outputs_are_logits(cfg: DictConfig, ends_in_probabilities: bool = False) -> bool:
+    """`outputs_of(...)` is "logits": a sign says yes or no (a probability or score: 0.5)."""
+    return outputs_of(cfg, ends_in_probabilities) == "logits"
 
 
 def build_loss(cfg: DictConfig, dtype: str | None = None) -> Callable[[Any, Any], Any]:

@@ -52,12 +52,21 @@ class Model:
         # The gradient checks' compiled loss functions of this model (gradexp.run_checks), held
         # here so that they go with it: they close over the model
         self.check_losses: dict[tuple, object] = {}
+        self._ends_in_probabilities: bool | None = None
 
     def __call__(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
         # As Keras' fit calls it: a model whose `call(self, x)` takes no `training` is called
         # without it, so its layers run in inference mode (Keras would otherwise pass
         # training=True down to them), the mode its checks' stateless calls run in too.
         return self.network(x, **_training(self.network, training))
+
+    def ends_in_probabilities(self) -> bool:
+        """Does the network end in Keras' softmax or sigmoid (which marks what it returns with
+        the logits behind it)? Asked once, eagerly, on a row of zeros."""
+        if self._ends_in_probabilities is None:
+            out = self.network(tf.zeros((1, self.n_features), self.network.dtype))
+            self._ends_in_probabilities = hasattr(out, "_keras_logits")
+        return self._ends_in_probabilities
 
     def own_loss(self, like: tf.Tensor) -> tf.Tensor | None:
         """The sum of the network's own losses after its last call (Keras' `model.losses`),

@@ -28,6 +28,7 @@ import copy
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -333,8 +334,11 @@ def _check_in(losses: _Losses, cfg: DictConfig, model: Model, data: Dataset, epo
     options = {"probes": probes, "dtype": dtype, "max_jacobian_size": max_size,
                "compile": False}
 
-    if method == "jacobian":
-        _refuse_large_jacobians(names, values, max_size)
+    if method == "jacobian":  # what is checked: the variables, the inputs (ids are not)
+        _refuse_large_jacobians(
+            [*(zip(names, values) if wrt in ("variables", "both") else ()),
+             *([("the inputs", losses.x)] if wrt in ("inputs", "both")
+               and not token_inputs(model) else [])], max_size)
     targets: list[tuple[str, Callable, list[tf.Tensor], list[str]]] = []
     notes = [losses.note] if losses.note else []
     if wrt in ("variables", "both"):
@@ -399,17 +403,18 @@ def _check_in(losses: _Losses, cfg: DictConfig, model: Model, data: Dataset, epo
 JACOBIAN_EPOCHS = 2.0
 
 
-def _refuse_large_jacobians(names: list[str], values: list[np.ndarray], limit: int) -> None:
+def _refuse_large_jacobians(checked: list[tuple[str, Any]], limit: int) -> None:
     """gradcheck.method=jacobian on a variable past max_jacobian_size: the run ends FAILED, exit
     1, in one line naming it and what to use (the checker's own refusal, a traceback, spoke of
     its Python API). Met at the first check: a model's sizes are known once it is built."""
     from gradexp.endings import RunFailed
 
-    for name, value in zip(names, values):
-        size = int(np.size(value))
+    for name, value in checked:
+        size = int(np.prod(value.shape))
         if size > limit:
             raise RunFailed(
-                f"gradcheck.method=jacobian: {name} has {size:,} elements, more than "
+                f"gradcheck.method=jacobian: {name} {'have' if name == 'the inputs' else 'has'} "
+                f"{size:,} elements, more than "
                 f"gradcheck.max_jacobian_size={limit:,} (the exact Jacobian takes 2 "
                 "evaluations of the loss an element); use gradcheck=probe (randomized, any "
                 "size), or raise gradcheck.max_jacobian_size")

@@ -217,7 +217,8 @@ def check_loss_fits_task(cfg: DictConfig, data: Any, say=warning_line) -> None:
             "use loss=binary_crossentropy, or give the targets one column per class")
     # last: a loss that cannot take the data at all says so first (a sparse one's indices)
     if task == "classification" and outputs_of(cfg.loss) == "probabilities" \
-            and model.startswith(f"{__package__}.models."):
+            and model.startswith(f"{__package__}.models.") \
+            and cfg.model.get("output_layer", True) is not False:  # model=keras may end as told
         told = ("loss.from_logits=false" if "from_logits" in cfg.loss
                 else f"{where} reads probabilities (its from_logits defaults to false)")
         raise ConfigError(

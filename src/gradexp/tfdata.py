@@ -121,7 +121,7 @@ def statistics(stream: Stream, classification: bool
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, int]:
     """One pass (one epoch) over a stream: the features' mean and std (float64), the sorted
     distinct labels of a classification (None otherwise) and the rows."""
-    total = squares = None
+    total = squares = low = high = None
     rows, classes = 0, set()
     batches = stream.epoch() if stream.batched else stream.epoch().batch(READ_ROWS)
     for x, y in batches.as_numpy_iterator():
@@ -130,6 +130,8 @@ def statistics(stream: Stream, classification: bool
         x = np.concatenate([np.asarray(c).reshape(n, -1).astype(np.float64) for c in columns], 1)
         total = x.sum(0) if total is None else total + x.sum(0)
         squares = (x ** 2).sum(0) if squares is None else squares + (x ** 2).sum(0)
+        low = x.min(0) if low is None else np.minimum(low, x.min(0))
+        high = x.max(0) if high is None else np.maximum(high, x.max(0))
         rows += n
         y = np.asarray(y).reshape(n, -1)
         if classification and y.shape[1] == 1:
@@ -137,6 +139,10 @@ def statistics(stream: Stream, classification: bool
                            for v in y[:, 0].tolist())
     mean = total / rows
     std = np.sqrt(np.maximum(squares / rows - mean ** 2, 0.0))
+    # A column constant in the stream: its value, spread 0 (from the running sums, E[x²] - mean²
+    # left ~1e-9 of a constant 0.1, which the served model would divide by)
+    constant = high == low
+    mean, std = np.where(constant, low, mean), np.where(constant, 0.0, std)
     return mean, std, (np.array(sorted(classes), dtype=object)[:, None] if classes else None), rows
 
 

@@ -28,7 +28,7 @@ class ModelLogger(Callback):
 
         try:
             served = export(run.model.network, run.data,
-                            outputs=outputs_of(run.cfg.loss),
+                            outputs=outputs_of(run.cfg.loss, run.model.ends_in_probabilities()),
                             independent_outputs=independent_outputs(run.cfg.loss))
         except Exception as error:  # noqa: BLE001 - the run's results stand without the file
             not_logged(error)
