@@ -321,8 +321,7 @@ def _check_twin(network: keras.Model, twin: keras.Model, outputs: Any, dtype: st
 
 
 def _built_from_layers(network: keras.Model) -> bool:
-    """Sequential and functional models can be rebuilt layer by layer; a subclassed model (its
-    own call) only from its config."""
+    """Sequential and functional models rebuild layer by layer; a subclassed one from its config."""
     return type(network).__name__ in ("Sequential", "Functional")
 
 
