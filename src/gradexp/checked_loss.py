@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from gradexp.data import Dataset
 from gradexp.gradcheck.rebuilt import difference
 from gradexp.losses import build_loss
-from gradexp.models import Model
+from gradexp.models import Model, half_precision_layers
 
 
 def training_loss(model: Model, loss: Callable, params: list[tf.Tensor], x: tf.Tensor,
@@ -73,9 +73,10 @@ def twin_note(model: Model, data: Dataset, values: list[np.ndarray], dtype: str)
     outputs, and the gradient of the outputs against a fixed random cotangent plus the model's
     own losses (not the loss's gradient: near a minimum it is a cancellation float32 does not
     carry). Tolerances hold float32 rounding with a wide margin; a model that computes in
-    float16 is not compared."""
+    float16, or has a layer that does, is not compared."""
     own = own_dtype(model)
-    if dtype == own or model.network.dtype_policy.compute_dtype != own:
+    if dtype == own or model.network.dtype_policy.compute_dtype != own \
+            or half_precision_layers(model.network):  # half precision: far from float64
         return None
     x = data.x[:_DTYPE_ROWS]
     found = {}
