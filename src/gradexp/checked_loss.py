@@ -11,7 +11,7 @@ import tensorflow as tf
 from omegaconf import DictConfig
 
 from gradexp.data import Dataset
-from gradexp.gradcheck.rebuilt import difference
+from gradexp.gradcheck.rebuilt import dense, difference
 from gradexp.losses import build_loss
 from gradexp.models import Model, half_precision_layers
 
@@ -95,9 +95,7 @@ def twin_note(model: Model, data: Dataset, values: list[np.ndarray], dtype: str)
                 total += own_losses
         gradients = tape.gradient(total, params,
                                   unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        # An Embedding's gradient comes as IndexedSlices: densified to compare
-        found[each] = (np.asarray(outputs),
-                       [np.asarray(tf.convert_to_tensor(g)) for g in gradients])
+        found[each] = (np.asarray(outputs), dense(gradients))
     what = difference(*found[own], *found[dtype], model.names)
     if what is None:
         return None

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from gradexp.gradcheck.rebuilt import difference
+from gradexp.gradcheck.rebuilt import dense, difference
 from gradexp.gradcheck.report import GradCheckEntry, GradCheckReport
 
 # A layer called more often than this in one forward pass (a shared layer in a loop, an RNN's
@@ -375,7 +375,7 @@ def _in_dtype(layer: Any, dtype: str, flat: list, checked: list[int], args: Any,
         out_own, grads_own = _outputs_and_gradients(
             mine, [flat[k] for k in checked] + list(layer.trainable_variables))
         names = [f"inputs[{k}]" for k in checked] + [v.path for v in layer.trainable_variables]
-        if difference(out_own, _dense(grads_own), out, _dense(grads), names) is not None:
+        if difference(out_own, dense(grads_own), out, dense(grads), names) is not None:
             return layer, own
     except Exception:  # noqa: BLE001 - whatever fails in float64 is checked in its own dtype
         return layer, own
@@ -399,14 +399,6 @@ def _outputs_and_gradients(f: Any, values: list) -> tuple[Any, list]:
         out = f(*values)
     cotangent = np.random.default_rng(0).standard_normal(out.shape)
     return out, tape.gradient(out, values, output_gradients=tf.constant(cotangent, out.dtype))
-
-
-def _dense(gradients: list) -> list:
-    """Each gradient as a numpy array (None: zeros are not known, 0.0 stands in)."""
-    import tensorflow as tf
-
-    return [np.zeros(()) if g is None else np.asarray(tf.convert_to_tensor(g))
-            for g in gradients]
 
 
 def _rebuilt(layer: Any, dtype: str) -> Any:

@@ -37,3 +37,12 @@ def difference(outputs: np.ndarray, gradients: Sequence[np.ndarray], exact_outpu
         return None
     share, name = max(differs)
     return f"{name}'s gradient differs by {share:.0%}"
+
+
+def dense(gradients: Sequence) -> list[np.ndarray]:
+    """Each gradient as a numpy array: an Embedding's IndexedSlices densified; None (no
+    gradient reaches it) as 0.0."""
+    import tensorflow as tf
+
+    return [np.zeros(()) if g is None else np.asarray(tf.convert_to_tensor(g))
+            for g in gradients]
