@@ -89,6 +89,10 @@ def table(schema: type, values, only: tuple[str, ...] = (), stem: str = "") -> l
     return rows
 
 
+# What an option's table cannot say by itself.
+NOTES = {"tracking=none": "It records nothing: the keys below are not read."}
+
+
 def reference() -> str:
     lines = [HEADER]
     for group in GROUPS:
@@ -105,6 +109,8 @@ def reference() -> str:
                 lines += [" ".join(schema.__doc__.split()), ""]
             if target and target != "???":
                 lines += [f"Runs `{target}`.", ""]
+            if f"{group}={option_file.stem}" in NOTES:
+                lines += [NOTES[f"{group}={option_file.stem}"], ""]
             lines += [*table(schema, values, stem=option_file.stem), ""]
     for name, schema in (("eval", EvalConfig), ("sweep", SweepConfig)):
         lines += [f"## {name}", "", f"Set in [`conf/config.yaml`](../conf/config.yaml) or a "

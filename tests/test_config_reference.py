@@ -30,3 +30,45 @@ def test_the_reference_lists_every_option_and_a_key_with_its_default_range_and_d
     assert ("| `epochs` | int | `100` | must be an integer >= 1 | passes over the data "
             "(seed 004: 100) |") in page
     assert "| `method` | auto \\| jacobian \\| probe \\| both | `jacobian` |" in page
+
+
+def _commented(key: str, text: str) -> bool:
+    """`key` is commented in an option's YAML: set with a comment on its line, or named at the
+    start of a comment line (`# key   what it does`)."""
+    import re
+
+    return bool(re.search(rf"^{re.escape(key)}:.*#", text, re.M)
+                or re.search(rf"^#\s+{re.escape(key)}\b", text, re.M))
+
+
+def test_every_key_of_every_option_is_commented_in_its_yaml_or_the_one_it_points_to():
+    """The README's promise: each option's YAML comments its keys in place. A variant (gradcheck=
+    jacobian, tracking=none) may point to the file that does: `... conf/GROUP/OPTION.yaml ...`
+    on a comment line saying 'other key'."""
+    import re
+    from dataclasses import fields
+
+    from omegaconf import OmegaConf
+
+    from conftest import option_schema
+
+    uncommented = []
+    for group in load_generator().GROUPS:
+        for path in sorted((REPO / "conf" / group).glob("*.yaml")):
+            text = path.read_text()
+            pointer = re.search(r"^#.*other keys?.*\((conf/\w+/\w+\.yaml)", text, re.M)
+            others = (REPO / pointer.group(1)).read_text() if pointer else ""
+            schema = OmegaConf.get_type(option_schema(group, path.stem))
+            uncommented += [f"{group}={path.stem}: {item.name}" for item in fields(schema)
+                            if item.name not in ("name", "_target_")
+                            and not _commented(item.name, text)
+                            and not _commented(item.name, others)]
+    root = (REPO / "conf" / "config.yaml").read_text()
+    from gradexp.schema import Config, EvalConfig, SweepConfig
+
+    uncommented += [f"config.yaml: {block}.{item.name}" for block, schema in
+                    (("eval", EvalConfig), ("sweep", SweepConfig)) for item in fields(schema)
+                    if not re.search(rf"^#\s+{item.name}\b", root, re.M)]
+    uncommented += [f"config.yaml: {item.name}" for item in fields(Config)
+                    if item.name == "seed" and not re.search(r"^# seed\b", root, re.M)]
+    assert not uncommented, uncommented

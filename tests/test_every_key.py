@@ -76,8 +76,11 @@ def _out_of_range(key: str, kind) -> str | None:
 
 def _cases() -> list[tuple[tuple[str, ...], str, str]]:
     """(overrides, key, value) for every key of every option; a key that several options share
-    (optimizer.learning_rate) is tried with the first option that has it."""
+    (optimizer.learning_rate) is tried with the first option that has it, and again with an
+    option that gives it another type (data.task: an enum in data=blobs, once `Any` in
+    data=sklearn, where a misspelt task ended in a KeyError)."""
     cases: list[tuple[tuple[str, ...], str, str]] = []
+    tried: set[tuple[str, str, str]] = set()
     for group in GROUPS:
         for option in sorted(p.stem for p in (CONF / group).glob("*.yaml")):
             chosen = (f"{group}={option}", *NEEDS.get((group, option), ()))
@@ -85,7 +88,8 @@ def _cases() -> list[tuple[tuple[str, ...], str, str]]:
             for name, kind in _schema_types(node).items():
                 key = f"{group}.{name}"
                 for value in sorted({_wrong_type(kind), _out_of_range(key, kind)} - {None}):
-                    if not any(k == key and v == value for _, k, v in cases):
+                    if (key, str(kind), value) not in tried:
+                        tried.add((key, str(kind), value))
                         cases.append((chosen, key, value))
     for name, kind in _schema_types(option_schema().sweep).items():
         for value in sorted({_wrong_type(kind), _out_of_range(f"sweep.{name}", kind)} - {None}):
@@ -138,3 +142,8 @@ def test_a_wrong_value_is_one_line_naming_the_key_or_runs(launch, chosen, key, v
     if said is not None:
         assert "\n" not in said.strip(), said
         assert key in said or key.rsplit(".", 1)[-1] in said, said
+
+
+def test_a_misspelt_task_of_a_bundled_set_is_one_line(launch):
+    said = answer(launch, "data=sklearn", "data.name=iris", "data.task=classificaton")
+    assert said == "data.task=classificaton: must be one of regression, classification", said

@@ -1,4 +1,4 @@
-"""Held-out evaluation: the metrics of gradexp.objective, computed in compiled code.
+"""Held-out evaluation: the metrics of gradexp.metrics, computed in compiled code.
 
 `Evaluator(model, specs, splits)` keeps each split's rows on the device and evaluates every
 metric on whole splits. During training the trainer calls `tensors` inside its own compiled calls

@@ -455,7 +455,9 @@ class MlflowTracker(NullTracker):
         the Keras model, a keras flavor entry (mlflow.keras.load_model), and a pyfunc flavor
         whose loader is gradexp/serving.py, bundled in code/ with your modules, so it loads
         where neither gradexp nor your module is importable. The pip requirements are given,
-        not inferred: inferring them took ~5 s a run here. Returns the model's id."""
+        not inferred: inferring them took ~5 s a run here. Returns the model's id. The recorder
+        writes through keras_model_writer (the files first, the LoggedModel at the end); this
+        is the whole write in one call, as the benchmarks time it."""
         return self.keras_model_writer(served, name)(step)
 
     def keras_model_writer(self, served, name: str = "model") -> Callable[[int], str]:

@@ -70,7 +70,7 @@ class Device(StrEnum):
 
 
 class CheckMethod(StrEnum):
-    auto = "auto"  # probes; the exact Jacobian too where it costs about an epoch or less
+    auto = "auto"  # probes; the exact Jacobian too where it costs about 2 epochs or less
     jacobian = "jacobian"
     probe = "probe"
     both = "both"
@@ -236,8 +236,8 @@ class SklearnData(TabularData):
     """A data set bundled with scikit-learn; `name` picks it."""
 
     name: str = setting(MISSING, "the data set: diabetes | iris | wine | breast_cancer | digits")
-    task: Any = setting(None, "null = the data set's own (diabetes: regression, the others: "
-                        "classification)")
+    task: Task | None = setting(None, "null = the data set's own (diabetes: regression, the "
+                                "others: classification)")
 
 
 # ---------------------------------------------------------------- model
@@ -380,8 +380,9 @@ class AdagradOptimizer(Optimizer):
 @dataclass
 class DeviceConfig:
     name: Device = setting(MISSING, "auto | cpu | gpu | mirrored (set by the option file)")
-    cpu_replicas: int = setting(0, "mirrored without a GPU: split the CPU into this many "
-                                "logical devices; 0 = GPUs only", at_least(0, " (0: GPUs only)"))
+    cpu_replicas: int = setting(0, "device=mirrored only (any other device refuses a value "
+                                "above 0): without a GPU, split the CPU into this many logical "
+                                "devices; 0 = GPUs only", at_least(0, " (0: GPUs only)"))
 
 
 @dataclass

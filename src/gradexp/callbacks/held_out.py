@@ -28,7 +28,7 @@ def eval_epochs(cfg: DictConfig) -> set[int]:
 
 def logged_eval_epochs(cfg: DictConfig) -> set[int]:
     """The evaluation epochs whose metrics go to MLflow: at most tracking.max_points of them,
-    evenly spaced, the last among them (gradexp.callbacks.tracking.kept_epochs over their
+    evenly spaced, the last among them (gradexp.callbacks.epoch_history.kept_epochs over their
     positions). The history keeps every evaluation."""
     from gradexp.callbacks.epoch_history import kept_epochs
 
