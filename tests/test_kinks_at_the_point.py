@@ -85,6 +85,62 @@ def test_the_culprit_search_blames_no_correct_max_pool_at_ties():
     assert find_culprits(model, rows) == []
 
 
+X_ROWS = tf.constant([[0.5, -1.0, 2.0], [1.5, 0.3, -0.7]], tf.float64)
+
+
+@tf.custom_gradient
+def scaled_masked_at_zero(x, w):
+    """x·w, its backward to w set to 0 wherever w is exactly 0 (a "safe" mask): wrong at w = 0
+    only, where the function is smooth (QA: strict passed a layer whose zero-initialised weight
+    then never trained)."""
+    def backward(up):
+        dw = tf.reduce_sum(up * x, axis=0)
+        return up * w, tf.where(tf.equal(w, 0.0), tf.zeros_like(dw), dw)
+    return x * w, backward
+
+
+@pytest.mark.parametrize(("method", "seed"), [("jacobian", 0), *(("probe", s) for s in range(4))])
+def test_a_backward_wrong_only_at_an_exact_zero_of_a_smooth_function_fails(method, seed):
+    # Judged along the step it passed (the gradient is right everywhere but at w = 0): only a
+    # gradient that jumps at the point may be judged so.
+    def loss(x, w):
+        return tf.reduce_sum(tf.tanh(scaled_masked_at_zero(x, w) + 0.3))
+
+    report = check_gradients(loss, [X_ROWS, tf.zeros([3], tf.float64)], method=method, seed=seed)
+    assert not report.passed
+    assert report.entries[0].passed  # x's gradient is right
+    assert any("wrong at the point itself" in note for note in report.entries[1].notes), \
+        report.entries[1].notes
+
+
+@pytest.mark.parametrize("method", ["probe", "jacobian"])
+def test_tensorflows_xlogy_at_x_0_fails_as_compute_gradient_does(method):
+    # x·log(y) has slope log(y) at x = 0; TensorFlow's gradient there is 0 (several outputs:
+    # the jacobian judges by the columns either side of the point, which agree).
+    y = tf.constant([0.5, 2.0, 3.0], tf.float64)
+    report = check_gradients(lambda a: tf.math.xlogy(a, y),
+                             [tf.constant([0.0, 0.5, 2.0], tf.float64)], method=method)
+    assert not report.passed
+    assert any("wrong at the point itself" in note for note in report.entries[0].notes)
+
+
+def test_the_culprit_search_names_a_layer_wrong_only_at_its_zero_initialised_weight():
+    import keras
+
+    from gradexp.gradcheck.culprits import find_culprits
+
+    class Gate(keras.layers.Layer):
+        def build(self, shape):
+            self.w = self.add_weight(shape=(shape[-1],), initializer="zeros", name="w")
+
+        def call(self, x):
+            return x + scaled_masked_at_zero(x, tf.cast(self.w, x.dtype))  # x·(1 + w)
+
+    x = keras.Input((3,))
+    model = keras.Model(x, keras.layers.Dense(1)(Gate(name="gate")(keras.layers.Dense(3)(x))))
+    rows = np.random.default_rng(0).normal(size=(8, 3)).astype("float32")
+    assert [verdict.name for verdict in find_culprits(model, rows)] == ["gate"]
+
 RELU_FIRST = '''
 import keras
 

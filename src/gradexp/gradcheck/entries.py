@@ -4,7 +4,8 @@
 and ``_linearity`` fail it for a mis-shaped gradient or a backward pass that is not linear in its
 upstream gradient; ``_errors`` turns analytical and numerical values into absolute error,
 relative error and error/tolerance; ``_noisy`` says when finite-difference noise limits a verdict;
-``_along_the_step`` and ``_repeat_gap`` judge a step across kinks (both methods, see there).
+``_along_the_step``, ``_wrong_at_the_point`` and ``_repeat_gap`` judge a step across kinks (both
+methods, see there).
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from gradexp.gradcheck.options import _EPS, _coarsest, _defaults, _Options
 from gradexp.gradcheck.report import GradCheckEntry
 
 _ALONG_THE_STEP = 24  # midpoints of a failing step where the analytical gradient is averaged
+# How far either side of x, as a fraction of its step, its one-sided gradients are read
+# (_wrong_at_the_point): near enough that kinks near x but not at it are rarely between.
+_BESIDE_THE_POINT = 1e-3
 
 
 def _noisy(entry: GradCheckEntry) -> bool:
@@ -131,6 +135,41 @@ def _along_the_step(target: _Target, i: int, low: np.ndarray, step: np.ndarray,
     return mean, abs(mean - float(np.mean(along[1::3])))
 
 
+def _wrong_at_the_point(target: _Target, i: int, step: np.ndarray, cotangent: np.ndarray,
+                        along: float) -> bool:
+    """Is the backward wrong at the point itself, where _along_the_step cannot see it?
+
+    The mean along the step may judge a step whose gradient jumps at x (a kink at the point:
+    relu of an exact 0, a max over ties), since no finite difference can judge the value a
+    backward picks there. Where the gradient does not jump, its values just either side of x
+    (x ± step·_BESIDE_THE_POINT) agree, and the gradient at x must be theirs: one off their
+    mean by more than half of what the mean along the step must explain (`along`, against the
+    gradient at x, both ·step), while the two sides differ by under a tenth of that, is wrong
+    at the point itself. A backward that masks a weight's gradient to 0 where the weight is
+    exactly 0 (a zero-initialised bias) does that, and so does TensorFlow's xlogy at x = 0,
+    on functions smooth there. (The sides' range would not do: a step crossing several kinks
+    at x, a probe's or an input's under several relus, has a gradient at x outside it.) Such
+    a column or probe is left as it failed. Three backward passes; False when x ± that offset
+    rounds to x."""
+    x = target.values[i]
+    flat = x.astype(np.float64, copy=False).reshape(-1)
+    sides = [(flat + sign * _BESIDE_THE_POINT * step).astype(x.dtype).reshape(x.shape)
+             for sign in (1, -1)]
+    if any(np.array_equal(side, x) for side in sides):
+        return False
+    at_x = float(target.vjp_at(i, x, cotangent) @ step)
+    plus, minus = (float(g @ step) for g in target.vjps_at(i, sides, cotangent))
+    return _off_where_continuous(at_x, plus, minus, 0.5 * abs(at_x - along))
+
+
+def _off_where_continuous(at_x: Any, plus: Any, minus: Any, slack: Any) -> bool:
+    """A gradient at x off the mean of its two sides by more than `slack` where the sides agree
+    (differ by under a tenth of that): no kink, a gradient wrong at the point (elementwise for
+    arrays: any element)."""
+    off = np.abs(np.asarray(at_x) - (np.asarray(plus) + np.asarray(minus)) / 2)
+    return bool(np.any((off > slack) & (np.abs(np.asarray(plus) - np.asarray(minus)) < 0.1 * off)))
+
+
 def _repeat_gap(target: _Target, i: int, cotangent: np.ndarray) -> np.ndarray:
     """The difference of two VJPs of input i at its own value (two backward passes).
 
@@ -146,9 +185,16 @@ def _repeat_gap(target: _Target, i: int, cotangent: np.ndarray) -> np.ndarray:
 
 
 def _along_notes(entry: GradCheckEntry, what: str, judged: int, unrepeatable: int,
-                 agree: bool) -> None:
+                 agree: bool, at_the_point: int = 0) -> None:
     """The notes of a judgment along the step: ``judged`` probes or columns (``what``) judged
-    so, ``unrepeatable`` left failing for a backward that gave two gradients at one point."""
+    so, ``unrepeatable`` left failing for a backward that gave two gradients at one point,
+    ``at_the_point`` for one wrong at the point itself (_wrong_at_the_point)."""
+    if at_the_point:
+        entry.notes.append(
+            f"{at_the_point} {what}: the analytical gradient does not jump at the point (its "
+            f"values just either side, x ± {_BESIDE_THE_POINT:g} of the step, agree), yet at the "
+            "point it is off them: no kink, the backward is wrong at the point itself (e.g. a "
+            "gradient set to 0 where a weight is exactly 0), so it is not judged along the step")
     if unrepeatable:
         entry.notes.append(
             f"{unrepeatable} {what}: the backward pass gave two different gradients at the "

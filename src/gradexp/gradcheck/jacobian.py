@@ -20,8 +20,10 @@ from gradexp.gradcheck.entries import (
     _index,
     _linearity,
     _new_entry,
+    _off_where_continuous,
     _repeat_gap,
     _shape_error,
+    _wrong_at_the_point,
 )
 from gradexp.gradcheck.options import _EPS, _cotangent, _element_steps, _Options, _rounding
 from gradexp.gradcheck.report import GradCheckEntry
@@ -173,7 +175,7 @@ def _along_the_steps(entry: GradCheckEntry, target: _Target, i: int, analytical:
     unrepeatable = int(np.sum(~(np.abs(_repeat_gap(target, i, one)[failing]) <= 0.1 * gaps)))
     if unrepeatable:  # a random backward: no column of it is judged along the step
         failing = failing[:0]
-    along, agree = [], True
+    along, agree, at_the_point = [], True, 0
     for j in failing:
         fp, fm, realised = target.central_pair(i, j, float(steps[j]))
         if not realised:
@@ -186,6 +188,10 @@ def _along_the_steps(entry: GradCheckEntry, target: _Target, i: int, analytical:
         mean = _along_the_step(target, i, low, step, one)
         if mean is None:
             continue
+        if _wrong_at_the_point(target, i, step, one, mean[0]):
+            at_the_point += 1
+            agree = False
+            break  # a wrong gradient: the other columns cannot change the verdict
         judged[0, j], spread[j] = mean[0] / realised, mean[1] / realised
         judged_g[j] = float(c @ judged[:, j])
         numerical[:, j] = column
@@ -193,7 +199,7 @@ def _along_the_steps(entry: GradCheckEntry, target: _Target, i: int, analytical:
         agree = bool(_judge_columns(entry, target, judged, numerical, steps, spread)[2][0, j] <= 1)
         if not agree:
             break  # a wrong gradient: the other columns cannot change the verdict
-    _along_notes(entry, "Jacobian column(s)", len(along), unrepeatable, agree)
+    _along_notes(entry, "Jacobian column(s)", len(along), unrepeatable, agree, at_the_point)
     return judged, judged_g, spread
 
 
@@ -209,7 +215,7 @@ def _at_the_ends(entry: GradCheckEntry, target: _Target, i: int, analytical: np.
     x = target.values[i]
     flat = x.astype(np.float64, copy=False).reshape(-1)
     one_hots = np.eye(target.out0.size, dtype=target.out_numpy_dtype)
-    judged, judged_g, at_point = analytical.copy(), g.copy(), 0
+    judged, judged_g, at_point, wrong_at_the_point = analytical.copy(), g.copy(), 0, 0
     # A one-sided derivative's truncation error is O(step), not O(step²): judged at a smaller
     # step (_retry_smaller's second), where the numerical column is measured again.
     shrink = (1 / 64 if _EPS[entry.precision] < 1e-10 else 1 / 8) ** 2
@@ -230,9 +236,12 @@ def _at_the_ends(entry: GradCheckEntry, target: _Target, i: int, analytical: np.
         col_plus = np.array([up[j] for up, _ in sides])
         col_minus = np.array([down[j] for _, down in sides])
         jump = np.abs(col_plus + col_minus - 2 * analytical[:, j])
-        if not np.all(jump >= 0.5 * np.abs(analytical[:, j] - column)
-                      - _EPS[entry.precision]):
+        slack = 0.5 * np.abs(analytical[:, j] - column) + _EPS[entry.precision]
+        if not np.all(jump >= slack - 2 * _EPS[entry.precision]):
             continue  # smooth across the step: a wrong gradient, not a kink
+        if _off_where_continuous(analytical[:, j], col_plus, col_minus, slack):
+            wrong_at_the_point += 1  # no jump across the point: no kink (entries)
+            continue
         up, down = float(plus) - flat[j], flat[j] - float(minus)
         judged[:, j] = (col_plus * up + col_minus * down) / (up + down)
         judged_g[j] = float(c @ judged[:, j])
@@ -244,6 +253,12 @@ def _at_the_ends(entry: GradCheckEntry, target: _Target, i: int, analytical: np.
             "not defined there: relu of an exact 0, a max over tied values), so no step "
             "settles them; judged instead against the mean of the analytical columns just "
             "either side of it, which the central difference measures.")
+    if wrong_at_the_point:
+        entry.notes.append(
+            f"{wrong_at_the_point} Jacobian column(s) do not jump at the point (the analytical "
+            "columns just either side of it agree), yet at the point they are off them: no "
+            "kink, the backward is wrong at the point itself (e.g. a gradient set to 0 where an "
+            "input is exactly 0), so they are left as measured.")
     return judged, judged_g
 
 

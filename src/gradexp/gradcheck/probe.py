@@ -33,6 +33,7 @@ from gradexp.gradcheck.entries import (
     _noisy,
     _repeat_gap,
     _shape_error,
+    _wrong_at_the_point,
 )
 from gradexp.gradcheck.options import _EPS, _cotangent, _direction_bits, _Options, _rounding
 from gradexp.gradcheck.report import GradCheckEntry
@@ -191,11 +192,12 @@ def _probe_one(entry: GradCheckEntry, target: _Target, i: int, vs: list[np.ndarr
         if not todo:
             break
         ratio, noise = _judge(results, entry)
-    along, unrepeatable = _judge_along_the_step(target, i, x, x64, directions, vs, results,
-                                                ratio)
+    along, unrepeatable, at_the_point = _judge_along_the_step(target, i, x, x64, directions,
+                                                              vs, results, ratio)
     if along:
         ratio, noise = _judge(results, entry)
-    _along_notes(entry, "probe(s)", len(along), unrepeatable, bool(np.all(ratio[along] <= 1)))
+    _along_notes(entry, "probe(s)", len(along), unrepeatable, bool(np.all(ratio[along] <= 1)),
+                 at_the_point)
     if kinks:
         steps = ", ".join(f"{results[k].step:.1e}" for k in sorted(set(kinks)))
         entry.notes.append(
@@ -429,7 +431,8 @@ def _crosses_kink(target: _Target, i: int, x: np.ndarray, x64: np.ndarray, u: np
 
 def _judge_along_the_step(target: _Target, i: int, x: np.ndarray, x64: np.ndarray,
                           directions: list[np.ndarray], vs: list[np.ndarray],
-                          results: list[_Probe], ratio: np.ndarray) -> tuple[list[int], int]:
+                          results: list[_Probe], ratio: np.ndarray
+                          ) -> tuple[list[int], int, int]:
     """The probes still failing at their smallest step, judged against the mean of the
     analytical directional derivative over the step, which the central difference measures
     exactly, kinks or not (entries._along_the_step); the gap to the coarser rule goes into the
@@ -440,10 +443,12 @@ def _judge_along_the_step(target: _Target, i: int, x: np.ndarray, x64: np.ndarra
     usable step avoids, which a relu network in float32 puts near every point (a correct float32
     relu MLP on digits failed 5 of 10 seeds at 1.3-18x its tolerance). A probe whose backward
     gives two gradients at x that differ by a tenth of its disagreement is left as it failed
-    (entries._repeat_gap). Costs entries._ALONG_THE_STEP + 2 backward passes a probe that would
-    otherwise fail. Updates ``results`` in place; returns the probes it judged so, and how many
-    it left for an unrepeatable backward."""
-    judged, unrepeatable = [], 0
+    (entries._repeat_gap), and so is one whose gradient at x is off its values just either side
+    (entries._wrong_at_the_point: wrong at the point itself, no kink). Costs
+    entries._ALONG_THE_STEP + 5 backward passes a probe that would otherwise fail. Updates
+    ``results`` in place; returns the probes it judged so, and how many it left for an
+    unrepeatable backward and for one wrong at the point."""
+    judged, unrepeatable, at_the_point = [], 0, 0
     for k in np.flatnonzero(~(ratio <= 1)):
         probe, u, v = results[k], directions[k], vs[k]
         h = probe.step
@@ -461,11 +466,14 @@ def _judge_along_the_step(target: _Target, i: int, x: np.ndarray, x64: np.ndarra
         along = _along_the_step(target, i, low, step, cotangent)
         if along is None:
             continue
+        if _wrong_at_the_point(target, i, step, cotangent, along[0]):
+            at_the_point += 1
+            continue
         scale = 2 * h * norm
         results[k] = _Probe(along[0] / scale, probe.numerical,
                             max(probe.fd_error, along[1] / scale), probe.rounding, h)
         judged.append(int(k))
-    return judged, unrepeatable
+    return judged, unrepeatable, at_the_point
 
 
 def _draw(stream: list[int], size: int) -> np.ndarray:
