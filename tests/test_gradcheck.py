@@ -577,3 +577,13 @@ def test_joint_probes_name_a_wrong_kernel_and_pass_the_rest():
                            names=["w", "b"])
     assert [e.name for e in report.failed_entries] == ["w"], str(report)
     assert report.entries[1].passed and len(report.entries[0].worst_input_index) == 2
+
+
+def test_the_worst_element_of_two_zeros_reads_no_relative_difference():
+    # A column judged at a kink reads analytical 0, numerical 0: its relative difference was
+    # printed as inf beside a headline error of 0.
+    from gradexp.gradcheck.report import GradCheckEntry
+
+    entry = GradCheckEntry("w", (2,), "float64", True, worst_input_index=(1,),
+                           worst_analytical=0.0, worst_numerical=0.0)
+    assert entry.describe_worst().endswith("(abs diff 0.00e+00, rel diff 0.00e+00)")

@@ -137,7 +137,7 @@ class GradCheckEntry:
             return ""
         a, n = self.worst_analytical, self.worst_numerical
         gap = abs(a - n) if n is not None else float("nan")
-        rel = gap / abs(n) if n else float("inf")
+        rel = gap / abs(n) if n else (0.0 if gap == 0 else float("inf"))  # 0/0: they agree
         where = f"{self.name}{list(self.worst_input_index)}"
         if self.worst_output_index is not None:
             out = f"out{list(self.worst_output_index)}" if self.worst_output_index else "out"
