@@ -147,3 +147,11 @@ def test_a_wrong_value_is_one_line_naming_the_key_or_runs(launch, chosen, key, v
 def test_a_misspelt_task_of_a_bundled_set_is_one_line(launch):
     said = answer(launch, "data=sklearn", "data.name=iris", "data.task=classificaton")
     assert said == "data.task=classificaton: must be one of regression, classification", said
+
+
+def test_values_for_a_sweep_without_m_say_to_add_it(launch):
+    # Hydra's own hint was on a line the one-line message dropped.
+    said = answer(launch, "optimizer=sgd,adam")
+    assert said == ("Ambiguous value for argument 'optimizer=sgd,adam': to sweep over it, add -m "
+                    f"(python -m gradexp -m tracking.uri=sqlite:///{launch / 'mlflow.db'} "
+                    f"{' '.join(BASE)} optimizer=sgd,adam)"), said

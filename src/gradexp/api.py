@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gradexp.config_errors import AMBIGUOUS, SWEEP_HINT
 from gradexp.resources import resource_dir
 from gradexp.schema import ConfigError
 from gradexp.seeds import python_random_kept, restore_session_random_state, session_random_state
@@ -87,9 +88,10 @@ def run(*overrides: str, launch_dir: str | Path | None = None) -> RunResult:
     try:
         return _launch(list(overrides), job, launch_dir, multirun=False).return_value
     except GradexpError as error:  # Hydra's own hint says "add --multirun to your command line"
-        if not error.line.startswith("Ambiguous value for argument"):
+        if not error.line.startswith(AMBIGUOUS):
             raise
-        raise GradexpError(f"{error.line}: to sweep over it, call gradexp.sweep(...)",
+        said = error.line.split(SWEEP_HINT)[0]  # the command line's hint is -m
+        raise GradexpError(f"{said}: to sweep over it, call gradexp.sweep(...)",
                            error.exit_code) from error.__cause__
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import fields, is_dataclass
 from enum import Enum
@@ -36,6 +37,10 @@ def known_keys() -> list[str]:
     return sorted(keys | {f"sweep.{f.name}" for f in fields(SweepConfig)})
 
 
+AMBIGUOUS = "Ambiguous value for argument"  # Hydra's words for a,b in a single run
+SWEEP_HINT = ": to sweep over it, add -m"
+
+
 def one_line(error: BaseException, overrides: Sequence[str] = ()) -> str:
     """The message for a composition or config error, without Hydra's extra lines.
 
@@ -58,6 +63,8 @@ def one_line(error: BaseException, overrides: Sequence[str] = ()) -> str:
         message = _first_line(getattr(error, "msg", None) or str(error))
         return f"{key}: {message}" if key else message
     text = _first_line(str(error))
+    if text.startswith(AMBIGUOUS):  # a,b without -m; Hydra's own hint is on a later line
+        return f"{text}{SWEEP_HINT} (python -m gradexp -m {shlex.join(overrides)})"
     return text + (f": {_first_line(str(cause))}" if cause else "")
 
 
