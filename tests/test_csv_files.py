@@ -304,3 +304,105 @@ def test_a_file_without_a_header_or_with_trailing_commas_or_a_comment_says_so(tm
     assert refusal(tmp_path / "comment.csv", "y") == (
         "line 2 has 2 fields, the header has 1; the first line, a comment, is read as the "
         "header: remove the comment lines above it")
+
+
+# ---------------------------------------------------------------- numbers written with commas
+DECIMAL = ("(a number with a decimal comma: write it with a decimal point, e.g. "
+           "pandas.read_csv(path, decimal=',').to_csv(path, index=False))")
+THOUSANDS = ("(a number with thousands separators: write it without them, e.g. "
+             "pandas.read_csv(path, thousands=',').to_csv(path, index=False))")
+
+
+def follow(message: str, path) -> None:
+    """Run the pandas line the hint says on the file at `path`, as a person would."""
+    import pandas
+
+    command = re.search(r"e\.g\. (pandas\..*?index=False\))", message).group(1)
+    eval(command, {"pandas": pandas, "path": str(path)})
+
+
+@pytest.mark.parametrize(("text", "said", "x", "y"), [
+    # Before: "(a number with thousands separators ... thousands=',')", which read 0,126 as 126.
+    ('"x1","x2","y"\n"0,126","0,788","-0,982"\n"-0,132","0,844","-1,831"\n',
+     "column 'x1' line 2 is not a number: '0,126'", [[0.126, 0.788], [-0.132, 0.844]],
+     [-0.982, -1.831]),
+    # Before: "(features must be numbers: choose them with data.features=[...])"
+    ('x1,x2,y\n"1,5","2,25","12,5"\n"0,5","1,75","3,5"\n',
+     "column 'x1' line 2 is not a number: '1,5'", [[1.5, 2.25], [0.5, 1.75]], [12.5, 3.5]),
+    # A target: before, "(class labels? data.task=classification)", which trained a price as
+    # one class per row at accuracy 0.
+    ('x1,x2,y\n0.5,1,"-0,98"\n1.5,2,"2,14"\n',
+     "column 'y' line 2 is not a number: '-0,98'", [[0.5, 1], [1.5, 2]], [-0.98, 2.14]),
+    # '1,234' reads both ways; '2,5' in its column, or '0,5' elsewhere in the file, only one.
+    ('x,y\n"1,234",1\n"2,5",2\n', "column 'x' line 2 is not a number: '1,234'",
+     [[1.234], [2.5]], [1, 2]),
+    ('x,z,y\n"1,234","0,5",1\n"2,500","1,5",2\n', "column 'x' line 2 is not a number: '1,234'",
+     [[1.234, 0.5], [2.5, 1.5]], [1, 2]),
+], ids=["quoted", "one-five", "target", "column", "file"])
+def test_a_decimal_comma_is_said_and_its_conversion_reads_the_numbers_written(tmp_path, text,
+                                                                             said, x, y):
+    (tmp_path / "t.csv").write_text(text)
+    message = refusal(tmp_path / "t.csv", "y")
+    assert message == f"{said} {DECIMAL}"
+    follow(message, tmp_path / "t.csv")
+    table = read_csv(str(tmp_path / "t.csv"), "y")
+    np.testing.assert_allclose(table.x, x)
+    np.testing.assert_allclose(table.y[:, 0], y)
+
+
+def test_thousands_separators_only_when_every_number_with_commas_can_have_them(tmp_path):
+    (tmp_path / "prices.csv").write_text('x,y\n1,"1,234"\n2,"12,345.6"\n3,"-1,000,000"\n')
+    message = refusal(tmp_path / "prices.csv", "y")
+    assert message == f"column 'y' line 2 is not a number: '1,234' {THOUSANDS}"
+    follow(message, tmp_path / "prices.csv")
+    assert read_csv(str(tmp_path / "prices.csv"), "y").y[:, 0].tolist() == [1234, 12345.6,
+                                                                             -1000000]
+    # Every one read both ways: both readings, neither picked.
+    (tmp_path / "either.csv").write_text('x,y\n1,"1,234"\n2,"2,500"\n')
+    assert refusal(tmp_path / "either.csv", "y") == (
+        "column 'y' line 2 is not a number: '1,234' (a thousands separator, or a decimal comma? "
+        "the file's numbers read both ways: as meant, e.g. pandas.read_csv(path, "
+        "thousands=',') or decimal=',', then .to_csv(path, index=False))")
+    # Some only one way, some only the other: no conversion reads them all right.
+    (tmp_path / "mixed.csv").write_text('x,y\n"0,5","12,345.6"\n"1,5",2\n')
+    assert refusal(tmp_path / "mixed.csv", "y") == (
+        "column 'x' line 2 is not a number: '0,5' (commas as thousands separators "
+        "('12,345.6') and as decimal commas ('0,5') in one file: no one reading fits, write its "
+        "numbers without thousands separators and with a decimal point)")
+
+
+def test_excels_sep_line_is_skipped_by_the_conversion_said(tmp_path, monkeypatch):
+    # Before: pandas.read_csv('excel.csv', sep=';', decimal=','), which read 'sep=' as the header.
+    (tmp_path / "excel.csv").write_text("sep=;\nx1;x2;y\n0,5;1;-0,25\n1,5;2;2,75\n")
+    message = refusal(tmp_path / "excel.csv", "y")
+    assert message == (
+        f"line 3 has 3 fields, the header has 1; its first line 'sep=;' is Excel's note of the "
+        f"separator, read as the header: convert it, e.g. pandas.read_csv("
+        f"'{tmp_path / 'excel.csv'}', sep=';', skiprows=1, decimal=',').to_csv("
+        "'excel_commas.csv', index=False)")
+    monkeypatch.chdir(tmp_path)
+    follow(message, tmp_path / "excel.csv")
+    table = read_csv("excel_commas.csv", "y")
+    assert table.x.tolist() == [[0.5, 1], [1.5, 2]] and table.y[:, 0].tolist() == [-0.25, 2.75]
+    (tmp_path / "plain.csv").write_text("sep=;\nx1;y\n1;2\n")  # no commas: the header is asked
+    assert refusal(tmp_path / "plain.csv", "y").endswith(
+        "(columns: sep=;); its first line 'sep=;' is Excel's note of the separator, read as the "
+        f"header: convert it, e.g. pandas.read_csv('{tmp_path / 'plain.csv'}', sep=';', "
+        "skiprows=1).to_csv('plain_commas.csv', index=False)")
+
+
+# ---------------------------------------------------------------- data.target, data.features
+def test_a_column_named_in_another_case_by_number_or_twice_is_one_line(tmp_path):
+    (tmp_path / "reg.csv").write_text("x1,x2,y\n1,2,3\n4,5,6\n")
+    path = tmp_path / "reg.csv"
+    # Before: no hint past the columns' list.
+    assert refusal(path, "Y") == (f"data.target=Y: no such column in {path} (columns: x1, x2, y)"
+                                  "; did you mean 'y'? (names are case-sensitive)")
+    assert refusal(path, "2") == (f"data.target=2: no such column in {path} (columns: x1, x2, y)"
+                                  "; data.target takes names from the header, not positions")
+    assert refusal(path, "y", features=["X1"]) == (
+        f"data.features: no such column 'X1' in {path} (columns: x1, x2, y); did you mean 'x1'? "
+        "(names are case-sensitive)")
+    # Before: trained on x1 twice, and logged the signature "x1, x1".
+    assert refusal(path, "y", features=["x1", " x1"]) == (
+        "data.features: x1 is named twice; name each column once")

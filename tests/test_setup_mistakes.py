@@ -532,12 +532,50 @@ def test_a_real_valued_target_read_as_classes_runs_with_one_warning(launch, caps
         "read as class labels? data.task=regression fits it as numbers"]
     assert [status for _, status in recorded_runs(launch)] == ["FINISHED"]
     # Text labels are labels, however few rows each class has: no warning
-    (launch / "few.csv").write_text("x,y\n1,a\n2,a\n3,b\n4,c\n5,c\n")
+    (launch / "few.csv").write_text("x,y\n1,a\n2,a\n3,b\n4,b\n5,c\n6,c\n")
     run_as_command_line(launch, ["data=csv", "data.path=few.csv", "data.target=y",
                                  "data.task=classification", "model=mlp",
                                  "loss=categorical_crossentropy", "tracking.log_model=false"])
     assert "warning:" not in capsys.readouterr().err
 
+
+def labels_held_out_only(launch: Path, name: str, held: str) -> None:
+    """A 30-row csv whose validation rows (split_seed 0, val_fraction 0.2) hold class `held`
+    and no other row does; the training rows are 'a' and 'b' ('a' only with held == 'b')."""
+    from gradexp.data import _held_out
+
+    val = set(np.random.default_rng(0).permutation(30)[:_held_out(30, 0.2)].tolist())
+    label = ["a" if held == "b" else "ab"[i % 2] for i in range(30)]
+    rows = "".join(f"{i},{held if i in val else label[i]}\n" for i in range(30))
+    (launch / name).write_text(f"x,label\n{rows}")
+
+
+def test_training_rows_of_one_class_are_refused_like_a_one_class_target(launch, capsys):
+    # QA: 'b' only on the validation rows trained to train/accuracy 1, val/accuracy 0, silently
+    labels_held_out_only(launch, "held.csv", held="b")
+    with pytest.raises(SystemExit) as exited:
+        run_as_command_line(launch, ["data=csv", "data.path=held.csv", "data.target=label",
+                                     "data.task=classification",
+                                     "loss=categorical_crossentropy"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert exited.value.code == 2
+    assert errors == ["error: data.target=label: the 24 training rows hold one class only ('a'); "
+                      "'b' only in the held-out rows: a classification needs 2 or more classes "
+                      "to train on (another data.split_seed, or more rows)"]
+    assert recorded_runs(launch) == []
+
+
+def test_a_class_only_in_the_held_out_rows_trains_with_one_warning(launch, capsys):
+    labels_held_out_only(launch, "rare.csv", held="c")
+    run_as_command_line(launch, ["data=csv", "data.path=rare.csv", "data.target=label",
+                                 "data.task=classification", "loss=categorical_crossentropy",
+                                 "tracking.log_model=false"])
+    warnings = [line for line in capsys.readouterr().err.splitlines()
+                if line.startswith("warning:")]
+    assert warnings == ["warning: data.target=label: class 'c' has no training row, only "
+                        "held-out ones: the model cannot learn it (another data.split_seed, or "
+                        "more rows)"]
+    assert [status for _, status in recorded_runs(launch)] == ["FINISHED"]
 
 def test_class_codes_left_at_regression_run_with_one_warning(launch, capsys):
     """Grades 1, 2, 3 with data.task left at regression: a line through class codes, trained

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
@@ -72,13 +72,12 @@ def read_csv(path: str, target: str, task: str = "regression",
     chosen = _chosen_columns(header, target, features, path)
     # A text column (an id, a name) is not silently dropped: the person chooses the features.
     hint = " (features must be numbers: choose them with data.features=[...])"
-    x = np.stack([_numbers(table.column(name), name, where, lines, hint) for name in chosen],
-                 axis=1)
+    x = np.stack([_numbers(table, name, where, lines, hint) for name in chosen], axis=1)
     column = table.column(target)
     if task == "classification":
         y = np.asarray(_labels_of(column, target, where, lines), dtype=object)[:, None]
     else:
-        y = _numbers(column, target, where, lines,
+        y = _numbers(table, target, where, lines,
                      " (class labels? data.task=classification)")[:, None]
     integers = [name for name in chosen if pa.types.is_integer(table.column(name).type)]
     booleans = [name for name in chosen if pa.types.is_boolean(table.column(name).type)]
@@ -90,12 +89,19 @@ def _chosen_columns(header: list[str], target: str, features: list[str] | None,
     """The feature columns, once the target and `features` are found in the (trimmed) header."""
     if target not in header:
         raise ConfigError(f"data.target={target}: no such column in {path} "
-                          f"(columns: {', '.join(header)}){_separator_hint(header, path)}"
-                          f"{_headerless_hint(header)}")
+                          f"(columns: {', '.join(header)})"
+                          f"{_name_hint(target, header, 'data.target')}"
+                          f"{_separator_hint(header, path)}{_headerless_hint(header)}")
     for name in features or ():
         if name not in header:
             raise ConfigError(f"data.features: no such column {name!r} in {path} "
-                              f"(columns: {', '.join(header)}){_separator_hint(header, path)}")
+                              f"(columns: {', '.join(header)})"
+                              f"{_name_hint(name, header, 'data.features')}"
+                              f"{_separator_hint(header, path)}")
+    # [x1,x1] trained on the column twice, and the logged signature said "x1, x1"
+    twice = next((name for i, name in enumerate(features or ()) if name in features[:i]), None)
+    if twice is not None:
+        raise ConfigError(f"data.features: {twice} is named twice; name each column once")
     chosen = list(features) if features else [name for name in header if name != target]
     if target in chosen:
         raise ConfigError(f"data.features: the target column '{target}' cannot be a feature")
@@ -107,6 +113,17 @@ def _chosen_columns(header: list[str], target: str, features: list[str] | None,
                           "or choose the features with data.features=[...]")
     _refuse_repeated_columns(header, [target, *chosen], path)
     return chosen
+
+
+def _name_hint(name: str, header: list[str], key: str) -> str:
+    """For a name not in the header: the column it differs from only in case ('Y' for 'y'), or,
+    for a number ('2'), that columns are named, not counted (from 0 or 1? not guessed)."""
+    alike = [column for column in header if column.casefold() == name.casefold()]
+    if alike:
+        return f"; did you mean {alike[0]!r}? (names are case-sensitive)"
+    if name.isdigit():
+        return f"; {key} takes names from the header, not positions"
+    return ""
 
 
 def _headerless_hint(header: list[str]) -> str:
@@ -139,7 +156,15 @@ def _separator_hint(header: list[str], path: str, decimal_commas: bool = False) 
     with commas, its header is one column named 'x1;x2;y'). Says how to convert it: pandas
     comes with MLflow, and reads quoted cells and decimal commas right, where replacing the
     separator by hand would not. `decimal_commas`: its rows hold commas (1,5), as a ';' file
-    written where the decimal mark is a comma does."""
+    written where the decimal mark is a comma does. A first line `sep=;` (Excel's) is the
+    header read: the conversion skips it (pandas would read `sep=` as the header too)."""
+    excel = _excel_separator(",".join(header))
+    if excel is not None:
+        decimal = ", decimal=','" if decimal_commas and excel != "," else ""
+        written = OTHER_SEPARATORS.get(excel, (repr(excel),))[0]
+        return (f"; its first line 'sep={excel}' is Excel's note of the separator, read as the "
+                f"header: convert it, e.g. pandas.read_csv({path!r}, sep={written}, skiprows=1"
+                f"{decimal}).to_csv('{Path(path).stem}_commas.csv', index=False)")
     if len(header) != 1:
         return ""
     decimal = ", decimal=','" if decimal_commas else ""
@@ -149,6 +174,13 @@ def _separator_hint(header: list[str], path: str, decimal_commas: bool = False) 
                     f"it, e.g. pandas.read_csv({path!r}, sep={written}{decimal}).to_csv("
                     f"'{Path(path).stem}_commas.csv', index=False)")
     return ""
+
+
+def _excel_separator(first_line: str) -> str | None:
+    """X of a first line `sep=X`, which Excel writes above the header to name the separator
+    (`sep=,` is read as two columns, 'sep=' and ''); None for any other line."""
+    excel = re.fullmatch(r"sep=(.)", first_line.lstrip("\ufeff").strip())
+    return None if excel is None else excel.group(1)
 
 
 def _read_table(file: Path, where: str, lines: FileLines):
@@ -201,7 +233,8 @@ def _ragged(row, lines: FileLines) -> str:
     if lines.header().lstrip().startswith("#"):  # a comment line above the header
         hint = ("; the first line, a comment, is read as the header: remove the comment lines "
                 "above it")
-    elif row.expected_columns == 1:  # and its rows have commas: numbers written 1,5?
+    elif row.expected_columns == 1 or _excel_separator(lines.header()) is not None:
+        # and its rows have commas: numbers written 1,5? (not so in a file of `sep=,`)
         hint = _separator_hint([lines.header()], str(lines.file), decimal_commas=True)
     return (f"{line} has {row.actual_columns} fields, the header has {row.expected_columns}"
             f"{hint}")
@@ -332,11 +365,12 @@ def _undecodable_rows() -> Iterator[list]:
         sys.unraisablehook = before
 
 
-def _numbers(column, name: str, where: str, lines: FileLines, hint: str = "") -> np.ndarray:
-    """A column as float64; the first empty, missing (NA), non-numeric, NaN or infinite cell is
-    one line."""
+def _numbers(table, name: str, where: str, lines: FileLines, hint: str = "") -> np.ndarray:
+    """The table's column `name` as float64; the first empty, missing (NA), non-numeric, NaN or
+    infinite cell is one line (a number written with commas is judged by the whole table)."""
     import pyarrow as pa
 
+    column = table.column(name)
     kind = column.type
     if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
         cells = column.to_pylist()
@@ -348,7 +382,7 @@ def _numbers(column, name: str, where: str, lines: FileLines, hint: str = "") ->
             values[row] = float(cell.strip() if isinstance(cell, str) else cell)
         except (TypeError, ValueError):
             raise ConfigError(f"{where}: column '{name}' line {lines.of_row(row)} is "
-                              f"{_not_a_number(cell, hint)}") from None
+                              f"{_not_a_number(cell, hint, table)}") from None
     refuse_non_finite(values, where, lambda index: f"column '{name}' line {lines.of_row(index[0])}")
     return values
 
@@ -361,27 +395,77 @@ MISSING_MARKERS = frozenset({"NA", "N/A", "n/a", "NaN", "nan", "-NaN", "-nan", "
 NOT_IMPUTED = "gradexp does not impute: fill or drop those rows"
 
 
-def _not_a_number(cell: str | None, hint: str) -> str:
-    """What a cell that float() refused is: empty, a missing value (NA), or text."""
+def _not_a_number(cell: str | None, hint: str, table) -> str:
+    """What a cell that float() refused is: empty, a missing value (NA), a number written with
+    commas (read as `table`, the whole file, says), or text."""
     if cell is None or not cell.strip():
         return "empty"
     if cell.strip() in MISSING_MARKERS:  # a gap in the data, not a text column to leave out
         return f"{cell.strip()!r}, which reads as a missing value ({NOT_IMPUTED})"
-    return f"not a number: {cell!r}{thousands_hint(cell) or hint}"
+    if thousands_hint(cell):  # not "class labels?": that trained a price as hundreds of classes
+        hint = comma_hint(_text_cells(table))
+    return f"not a number: {cell!r}{hint}"
 
 
-# 209,014.08 or -1,250: a number written with thousands separators
-THOUSANDS = re.compile(r"^[-+]?\d{1,3}(,\d{3})+(\.\d*)?$")
+def _text_cells(table) -> Iterator[object]:
+    """The cells of the table's text columns (those pyarrow could not read as numbers)."""
+    import pyarrow as pa
+
+    for column in table.columns:
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            yield from column.to_pylist()
+
+
+# Numbers written with commas: pandas.read_csv reads them with thousands=',' or decimal=',', and
+# either applied to the other's numbers is silently wrong (thousands=',' reads '0,126' as 126).
+# A first group of 1-3 digits not starting with 0 then groups of 3 can be thousands separators
+# ('12,345.6', '1,234,567'); one comma between digits can be a decimal comma ('0,126', '1,5',
+# '3,14159'); '1,234' can be either.
+THOUSANDS = re.compile(r"[-+]?[1-9]\d{0,2}(,\d{3})+(\.\d*)?")
+DECIMAL_COMMA = re.compile(r"[-+]?\d+,\d+")
+THOUSANDS_HINT = (" (a number with thousands separators: write it without them, e.g. "
+                  "pandas.read_csv(path, thousands=',').to_csv(path, index=False))")
+DECIMAL_HINT = (" (a number with a decimal comma: write it with a decimal point, e.g. "
+                "pandas.read_csv(path, decimal=',').to_csv(path, index=False))")
+EITHER_HINT = (" (a thousands separator, or a decimal comma? the file's numbers read both ways: "
+               "as meant, e.g. pandas.read_csv(path, thousands=',') or decimal=',', then "
+               ".to_csv(path, index=False))")
+
+
+def comma_hint(cells: Iterable[object]) -> str:
+    """How to read the numbers written with commas among `cells`, judged by all of them, since
+    the one conversion said applies to the whole file: thousands separators only when every
+    such number can be one, a decimal comma when any cannot, both readings when every one reads
+    both ways ('1,234'), and no conversion when some can only be each; "" without any."""
+    thousands = decimal = None  # the first number that can only be read so
+    either = False
+    for cell in cells:
+        if not isinstance(cell, str) or "," not in cell:
+            continue
+        text = cell.strip()
+        as_thousands, as_decimal = THOUSANDS.fullmatch(text), DECIMAL_COMMA.fullmatch(text)
+        if as_thousands and as_decimal:
+            either = True
+        elif as_thousands:
+            thousands = thousands or text
+        elif as_decimal:
+            decimal = decimal or text
+    if thousands and decimal:
+        return (f" (commas as thousands separators ({thousands!r}) and as decimal commas "
+                f"({decimal!r}) in one file: no one reading fits, write its numbers without "
+                "thousands separators and with a decimal point)")
+    if decimal:
+        return DECIMAL_HINT
+    if thousands:
+        return THOUSANDS_HINT
+    return EITHER_HINT if either else ""
 
 
 def thousands_hint(cell: object) -> str:
-    """For a cell that is a number written with thousands separators ('209,014.08'): how to
-    read it (the hint was "class labels? data.task=classification", which trained a price as
-    hundreds of classes); "" for any other."""
-    if not isinstance(cell, str) or not THOUSANDS.match(cell.strip()):
-        return ""
-    return (" (a number with thousands separators: write it without them, e.g. "
-            "pandas.read_csv(path, thousands=',').to_csv(path, index=False))")
+    """For a cell that is a number written with commas, judged alone ('209,014.08': thousands
+    separators, '0,126': a decimal comma, '1,234': either): how to read it (a loader's value,
+    gradexp.user_data); "" for any other cell."""
+    return comma_hint([cell])
 
 
 NOT_FINITE = "NaN or infinite values cannot be trained on"

@@ -111,7 +111,8 @@ def check_target_is_read(cfg: DictConfig, group: str) -> None:
 def check_against_data(cfg: DictConfig, data: Any, say=warning_line) -> None:
     """The loss against the data's task, and a person's model against the data's shapes."""
     check_loss_fits_task(cfg, data, say)
-    check_classes(cfg, data, say)
+    if not check_classes(cfg, data, say):  # a price read as classes: said, and that is why
+        check_training_classes(cfg, data, say)
     check_label_like_target(cfg, data, say)
     check_model_fits_data(cfg, data)
     check_optimizer_builds(cfg)
@@ -142,25 +143,58 @@ def check_optimizer_builds(cfg: DictConfig) -> None:
 MIN_ROWS_PER_CLASS = 4
 
 
-def check_classes(cfg: DictConfig, data: Any, say=warning_line) -> None:
+def check_classes(cfg: DictConfig, data: Any, say=warning_line) -> bool:
     """data.task=classification on a real-valued target makes every distinct value a class of
     its own: it trains, at chance accuracy, and nothing said why. One warning when the labels
-    are numbers, and fractional or nearly as many as the rows (text labels are labels)."""
+    are numbers, and fractional or nearly as many as the rows (text labels are labels).
+    Whether it warned."""
     if data.task != "classification" or not data.labels or data.stream is not None:
-        return
+        return False
     if not all(isinstance(label, int | float) and not isinstance(label, bool)
                for label in data.labels):
-        return  # text ('setosa') or true/false: labels, however few rows each has
+        return False  # text ('setosa') or true/false: labels, however few rows each has
     rows = sum(len(split.x) for split in data.splits().values())
     fractional = sum(isinstance(label, float) and not label.is_integer()
                      for label in data.labels)
     if not fractional and len(data.labels) * MIN_ROWS_PER_CLASS <= rows:
-        return
+        return False
     target = f"data.target={cfg.data.target}" if cfg.data.get("target") else "the target"
     some = f", {fractional} of them fractional numbers" if fractional else ""
     say(f"data.task=classification: {target} has {len(data.labels)} distinct values in {rows} "
         f"rows{some}, each a class of its own: a real-valued target read as class labels? "
         "data.task=regression fits it as numbers")
+    return True
+
+
+def check_training_classes(cfg: DictConfig, data: Any, say=warning_line) -> None:
+    """Every class should have training rows. A split that leaves a class only in the held-out
+    rows trains without it (accuracy 1 on training, 0 on that class, and nothing said why);
+    training rows of one class alone are refused as a one-class target is (gradexp.data)."""
+    import numpy as np
+
+    if data.task != "classification" or not data.labels or data.stream is not None:
+        return
+    y = np.asarray(data.y).reshape(len(data.y), -1)
+    if data.n_outputs == 1 and len(data.labels) == 2:  # yes/no in one column of 0s and 1s
+        trained = np.array([np.any(y < 0.5), np.any(y >= 0.5)])
+    elif len(data.labels) == data.n_outputs:  # one-hot
+        trained = y.sum(axis=0) > 0
+    else:
+        return
+    missing = [label for label, seen in zip(data.labels, trained) if not seen]
+    if not missing:
+        return
+    where = f"data.target={cfg.data.target}" if cfg.data.get("target") else "the target"
+    held = ", ".join(repr(label) for label in missing[:5]) + (" ..." if len(missing) > 5 else "")
+    split = "" if cfg.data.get("split_seed") is None else " (another data.split_seed, or more rows)"
+    if trained.sum() < 2:
+        only = next(label for label, seen in zip(data.labels, trained) if seen)
+        raise ConfigError(f"{where}: the {len(data.y)} training rows hold one class only "
+                          f"({only!r}); {held} only in the held-out rows: a classification "
+                          f"needs 2 or more classes to train on{split}")
+    these = f"classes {held} have" if len(missing) > 1 else f"class {held} has"
+    say(f"{where}: {these} no training row, only held-out ones: the model cannot learn "
+        f"{'them' if len(missing) > 1 else 'it'}{split}")
 
 
 # A regression whose one target column holds at most this many distinct integers warns: most
