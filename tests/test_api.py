@@ -449,3 +449,32 @@ def test_a_caller_seeded_as_the_run_was_draws_as_if_no_run_had_come_between():
     draws(3)
     restore_session_random_state(saved)
     assert got + draws(2) == expected
+
+
+FIXED_LINE = '''
+import keras
+
+def build(n_features, n_outputs):
+    # y = {w}x + {b} (trained at a learning rate of 1e-9): the final loss says which ran
+    x = keras.Input((n_features,))
+    line = keras.layers.Dense(n_outputs, kernel_initializer=keras.initializers.Constant({w}),
+                              bias_initializer=keras.initializers.Constant({b}))
+    return keras.Model(x, line(x))
+'''
+
+
+def test_a_call_from_another_folder_runs_that_folders_module_of_the_same_name(tmp_path):
+    # The second call ran the first folder's fixed_line.py, cached in sys.modules, and the
+    # first folder stayed on sys.path: a person's two projects in one notebook mixed up.
+    finals = {}
+    for name, (w, b) in {"zero": (0.0, 0.0), "true": (3.0, 4.0)}.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "fixed_line.py").write_text(FIXED_LINE.format(w=w, b=b))
+        result = gradexp.run("model=custom", "model._target_=fixed_line.build",
+                             "gradcheck=off", "trainer.epochs=1", "tracking.log_model=false",
+                             "optimizer.learning_rate=1e-9", launch_dir=folder)
+        finals[name] = result.final_loss
+        assert "fixed_line" not in sys.modules
+        assert not any(str(tmp_path) in entry for entry in sys.path)
+    assert finals["zero"] > 20 and finals["true"] < 0.05, finals

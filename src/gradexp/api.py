@@ -31,7 +31,7 @@ from gradexp.config_errors import AMBIGUOUS, SWEEP_HINT
 from gradexp.resources import resource_dir
 from gradexp.schema import ConfigError
 from gradexp.seeds import python_random_kept, restore_session_random_state, session_random_state
-from gradexp.user_code import new_launch
+from gradexp.user_code import launch_folders_put_back, new_launch
 
 # This module loads on gradexp.run's first use, often right after a caller seeded Python's
 # random; rich (gradexp.console's tables), imported for the first time here, draws from it.
@@ -150,7 +150,7 @@ def _launch(overrides: list[str], job: Callable[[Any], Any], launch_dir: str | P
     base = version.getbase()
     handlers, level = logging.root.handlers[:], logging.root.level
     try:
-        with _launched_from(launch_dir):
+        with launch_folders_put_back(), _launched_from(launch_dir):
             version.setbase(VERSION_BASE)
             GlobalHydra.instance().clear()
             hydra = Hydra.create_main_hydra_file_or_module(

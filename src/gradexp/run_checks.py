@@ -287,7 +287,9 @@ def _random_at_a_point(losses: _Losses, model: Model) -> bool | None:
         first, second = (loss(*params).numpy() for _ in range(2))
     except Exception:  # noqa: BLE001 - not this dtype's: asked again in the one it runs in
         return None
-    return not np.array_equal(first, second)
+    # NaN at both (the model gives NaN at this point) is the same value twice, not randomness:
+    # NaN != NaN sent such a check to inference mode with a false warning about random layers
+    return not np.array_equal(first, second, equal_nan=True)
 
 
 def _check_dtype(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset,

@@ -17,7 +17,8 @@ from __future__ import annotations
 import logging
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,24 @@ def packages_of(cfg: DictConfig, groups: tuple[str, ...]) -> set[str]:
     included)."""
     plain = [OmegaConf.to_container(cfg[group], resolve=True) for group in groups if group in cfg]
     return {target.split(".")[0] for target in targets_in(plain)}
+
+
+@contextmanager
+def launch_folders_put_back() -> Iterator[None]:
+    """sys.path as it was, and the modules imported from the launch folders added to it during
+    the block forgotten: a call of the Python API leaves none behind. The next call, from
+    another folder with a my_models.py of its own, imports that one (it ran the first
+    folder's, cached in sys.modules, as `python -m gradexp` from that folder never would)."""
+    path, modules = sys.path[:], set(sys.modules)
+    try:
+        yield
+    finally:
+        added = [Path(entry).resolve() for entry in sys.path if entry and entry not in path]
+        sys.path[:] = path
+        for name in set(sys.modules) - modules:
+            file = getattr(sys.modules.get(name), "__file__", None)
+            if file and any(Path(file).resolve().is_relative_to(folder) for folder in added):
+                del sys.modules[name]
 
 
 def importable(launch_dir: Path) -> None:

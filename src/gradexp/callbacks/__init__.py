@@ -29,8 +29,10 @@ from gradexp.schema import ConfigError
 
 __all__ = ["AFTER_YOURS", "BEFORE_YOURS", "Callback", "build_callbacks", "check_callbacks"]
 
-BEFORE_YOURS = ("epoch_history", "divergence", "held_out_evaluation", "early_stopping",
-                "progress", "gradient_checks")
+# divergence after the callbacks that record a stretch (each keeps the epochs before a NaN)
+# and before those that would work on its NaN weights (gradient checks, checkpoints)
+BEFORE_YOURS = ("epoch_history", "held_out_evaluation", "early_stopping", "progress",
+                "divergence", "gradient_checks")
 AFTER_YOURS = ("checkpoints", "final_evaluation", "pruning", "artifacts", "model_logger",
                "recorder", "summary")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from gradexp.callbacks.base import Callback
+from gradexp.callbacks.divergence import kept_part
 from gradexp.run_view import RunView
 
 
@@ -50,7 +51,8 @@ class HeldOutEvaluation(Callback):
         self.logged = logged_eval_epochs(run.cfg)
 
     def on_stretch_end(self, run: RunView, stretch, logs) -> None:
-        for epoch, metrics in stretch.evaluations.items():
+        # the evaluations before a NaN epoch too (divergence, later, ends the run), none after
+        for epoch, metrics in kept_part(stretch).evaluations.items():
             log = epoch in self.logged
             run.record_evaluation(epoch, metrics, log=log)
             self.unlogged = None if log else (epoch, metrics)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gradexp import console
 from gradexp.callbacks.base import Callback
+from gradexp.callbacks.divergence import kept_part
 from gradexp.callbacks.held_out import print_every
 from gradexp.run_view import RunView
 
@@ -25,6 +26,10 @@ class Progress(Callback):
 
     def on_stretch_end(self, run: RunView, stretch, logs) -> None:
         if self.bar is None:
+            return
+        # the lines of the epochs before a NaN epoch too (divergence, later, ends the run)
+        stretch = kept_part(stretch)
+        if not len(stretch.epochs):
             return
         epochs = run.cfg.trainer.epochs
         last = stretch.last_epoch
