@@ -24,6 +24,13 @@ MY_MODELS = '''
 import keras
 import numpy as np
 
+def forgot_return(y_true, y_pred):
+    keras.ops.mean((y_true - y_pred) ** 2)
+
+def frozen(n_features, n_outputs):
+    inputs = keras.Input((n_features,))
+    return keras.Model(inputs, keras.layers.Dense(n_outputs, trainable=False)(inputs))
+
 def build(n_features, n_outputs, width=8):
     inputs = keras.Input((n_features,))
     hidden = keras.layers.Dense(width, activation="tanh")(inputs)
@@ -205,6 +212,14 @@ BROKEN_LAYERS = "import not_installed_xyz\n"  # a module of layers whose own imp
 # (overrides, the error line's words). Each a mistake of the config, the command line or the
 # person's code that gradexp can know before it opens a run.
 MISTAKES = [
+    # every layer frozen: Keras' optimizer ended the run in a traceback (QA)
+    (["model=custom", "model._target_=wrong_models.frozen"],
+     "model._target_=wrong_models.frozen: the model has no trainable weights (every layer "
+     "frozen, trainable=False?): there is nothing to train or check"),
+    # a loss that returns nothing: a 99-line traceback from the first step, a run FAILED (QA)
+    (["loss._target_=wrong_models.forgot_return"],
+     "loss._target_=wrong_models.forgot_return: returned None; a loss returns its value (the "
+     "rows' losses or their mean, a tensor): a missing `return`?"),
     # a `_target_` for a group option that does not read it
     (["model._target_=wrong_models.build"],
      "model._target_=wrong_models.build: model=linear builds with its own code "

@@ -126,6 +126,25 @@ def outputs_are_logits(cfg: DictConfig, ends_in_probabilities: bool = False) -> 
     return outputs_of(cfg, ends_in_probabilities) == "logits"
 
 
+def check_loss_returns(cfg: DictConfig, n_outputs: int) -> None:
+    """Call the loss once on two rows of zeros: one that returns nothing (a function that
+    forgot its `return`) is one line now, not a traceback from deep in the run's first step,
+    with a run opened and ended FAILED. What the call raises is left to the run to say."""
+    import tensorflow as tf
+
+    loss = build_loss(cfg)
+    # The value as the person's code returns it, before Keras' or MeanLoss' reduction of it
+    raw = getattr(loss, "function", None) or getattr(loss, "call", None) or loss
+    zeros = tf.zeros((2, n_outputs), tf.float32)
+    try:
+        value = raw(zeros, zeros)
+    except Exception:  # noqa: BLE001 - e.g. a sparse loss given one-hot zeros: the run says
+        return
+    if value is None:
+        raise ConfigError(f"{KEY}={cfg['_target_']}: returned None; a loss returns its value "
+                          "(the rows' losses or their mean, a tensor): a missing `return`?")
+
+
 def build_loss(cfg: DictConfig, dtype: str | None = None) -> Callable[[Any, Any], Any]:
     """The loss `cfg` names, called as loss(y_true, y_pred) -> scalar tensor.
 

@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gradexp.config_checks import NO_OPTION, shipped_target
 from gradexp.endings import reason_of
-from gradexp.losses import from_logits_of, loss_kind, outputs_of
+from gradexp.losses import check_loss_returns, from_logits_of, loss_kind, outputs_of
 from gradexp.schema import ConfigError
 
 # Groups whose option's keys go to the option's own code only: a person's `_target_` in their
@@ -115,6 +115,7 @@ def check_against_data(cfg: DictConfig, data: Any, say=warning_line) -> None:
         check_training_classes(cfg, data, say)
     check_label_like_target(cfg, data, say)
     check_model_fits_data(cfg, data)
+    check_loss_returns(cfg.loss, data.n_outputs)
     check_optimizer_builds(cfg)
 
 
@@ -345,6 +346,10 @@ def _check_built(cfg: DictConfig, data: Any, where: str, model: Any) -> None:
         raise ConfigError(
             f"{where}: does not take data={cfg.data.name}'s rows of "
             f"{features} ({type(error).__name__}: {reason_of(error)[:200]})") from None
+    if not model.network.trainable_variables:  # built by now, a subclassed one too;
+        # Keras' optimizer fails on none (a traceback)
+        raise ConfigError(f"{where}: the model has no trainable weights (every layer frozen, "
+                          "trainable=False?): there is nothing to train or check")
     if isinstance(out, (dict, list, tuple)):  # its shape read as (): "build the last layer
         kind = "dict" if isinstance(out, dict) else type(out).__name__  # with n_outputs units"
         names = f" ({', '.join(map(str, out))})" if isinstance(out, dict) else ""
