@@ -788,3 +788,21 @@ def test_a_sweeps_jobs_of_one_shape_trace_the_training_step_check_once(launch, m
     for overrides in keras_jobs:
         setup_checks.check_model_fits_data(compose_config(*overrides), data)
     assert len(traced) == 4
+
+
+def test_a_target_past_float32_is_refused_and_one_whose_square_is_warned(launch, capsys):
+    # QA: both ended "NaN at the starting weights: a log or sqrt of a negative number?"
+    rows = "".join(f"{i / 10},{2 * i + 1}\n" for i in range(20))
+    (launch / "huge.csv").write_text(f"x,y\n{rows}3.5,1e39\n")
+    with pytest.raises(SystemExit) as exited:
+        run_as_command_line(launch, ["data=csv", "data.path=huge.csv", "data.target=y"])
+    assert exited.value.code == 2
+    assert "error: data.target=y: a value past float32's range (~3.4e38), in which gradexp " \
+        "trains: rescale the target (divide it by a power of 10)" in capsys.readouterr().err
+    (launch / "large.csv").write_text(f"x,y\n{rows}3.5,1e30\n")
+    with pytest.raises(SystemExit):  # mse is inf from the start: the run says so and fails
+        run_as_command_line(launch, ["data=csv", "data.path=large.csv", "data.target=y"])
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning:" in line]
+    assert warnings[0] == ("warning: data.target=y: values up to 1e+30, whose squares are past "
+                           "float32's range (~3.4e38), in which gradexp trains: mse of them is "
+                           "inf; rescale the target (divide it by a power of 10)"), warnings

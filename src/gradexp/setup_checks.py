@@ -114,9 +114,34 @@ def check_against_data(cfg: DictConfig, data: Any, say=warning_line) -> None:
     if not check_classes(cfg, data, say):  # a price read as classes: said, and that is why
         check_training_classes(cfg, data, say)
     check_label_like_target(cfg, data, say)
+    check_target_size(cfg, data, say)
     check_model_fits_data(cfg, data)
     check_loss_returns(cfg.loss, data.n_outputs)
     check_optimizer_builds(cfg)
+
+
+# Past this, a target's square (mse's) is past float32's largest number, ~3.4e38: inf.
+SQUARE_OVERFLOWS = 1.8e19
+
+
+def check_target_size(cfg: DictConfig, data: Any, say=warning_line) -> None:
+    """Targets train in float32: one past its range (1e39) became inf once read, and one past
+    SQUARE_OVERFLOWS (1e30) makes mse inf. Both ended the run told "NaN at the starting weights:
+    a log or sqrt of a negative number?", nothing pointing at the value."""
+    import numpy as np
+
+    if data.task != "regression" or data.stream is not None:
+        return
+    largest = max(float(np.max(np.abs(split.y), initial=0.0))
+                  for split in data.splits().values())
+    where = f"data.target={cfg.data.target}" if cfg.data.get("target") else "the targets"
+    if not np.isfinite(largest):
+        raise ConfigError(f"{where}: a value past float32's range (~3.4e38), in which gradexp "
+                          "trains: rescale the target (divide it by a power of 10)")
+    if largest > SQUARE_OVERFLOWS:
+        say(f"{where}: values up to {largest:.3g}, whose squares are past float32's range "
+            "(~3.4e38), in which gradexp trains: mse of them is inf; rescale the target "
+            "(divide it by a power of 10)")
 
 
 def check_optimizer_builds(cfg: DictConfig) -> None:
