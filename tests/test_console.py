@@ -27,3 +27,19 @@ def test_a_log_handler_whose_pipe_closed_silences_that_stream_only(tmp_path, mon
         stream.close()
         out.close()
     assert (tmp_path / "stdout.txt").read_text() == "still here\n"
+
+
+def test_a_long_reason_is_cut_at_a_sentence_or_a_word_and_says_so():
+    # Keras' get_config message was cut mid-word: "... in order t)", "Please i)" (QA)
+    from gradexp.console import reason
+
+    keras_says = NotImplementedError(
+        "Object MyModel was created by passing non-serializable argument values in `__init__()`, "
+        "and therefore the object must override `get_config()` in order to be serializable. "
+        "Please implement `get_config()`.")
+    assert reason(keras_says) == (
+        "NotImplementedError: Object MyModel was created by passing non-serializable argument "
+        "values in `__init__()`, and therefore the object must override `get_config()` in "
+        "order to be serializable. …")
+    assert reason(ValueError("one two three four"), limit=24) == "ValueError: one two…"
+    assert reason(ValueError("short")) == "ValueError: short"

@@ -92,7 +92,14 @@ def reason(error: BaseException, limit: int = 200) -> str:
     (Keras wraps its messages, and starts some with a blank line: their first line alone was
     "Object SubObj was created by passing", or nothing)."""
     paragraph = str(error).strip().split("\n\n")[0]
-    return f"{type(error).__name__}: {' '.join(paragraph.split())}"[:limit]
+    said = f"{type(error).__name__}: {' '.join(paragraph.split())}"
+    if len(said) <= limit:
+        return said
+    # Cut at its last whole sentence within the limit, else at a word ("in order t" read as
+    # gradexp's typo), and say that something was cut
+    cut = said[:limit - 1]
+    sentence = cut.rfind(". ")
+    return cut[:sentence + 1] + " …" if sentence > limit // 2 else cut.rsplit(" ", 1)[0] + "…"
 
 
 def note_line(message: str) -> None:
