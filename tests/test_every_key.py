@@ -155,3 +155,14 @@ def test_values_for_a_sweep_without_m_say_to_add_it(launch):
     assert said == ("Ambiguous value for argument 'optimizer=sgd,adam': to sweep over it, add -m "
                     f"(python -m gradexp -m tracking.uri=sqlite:///{launch / 'mlflow.db'} "
                     f"{' '.join(BASE)} optimizer=sgd,adam)"), said
+
+
+def test_a_key_of_another_option_names_the_chosen_one_and_those_that_have_it(launch):
+    # It said "the chosen data option has no key data.val_fraction", naming neither (QA)
+    assert answer(launch, "data.val_fraction=1") == (
+        "data.val_fraction=1: data=linear has no key val_fraction (data=csv, data=custom, "
+        "data=sklearn have it; its keys: python -m gradexp --cfg job data=linear)")
+    assert answer(launch, "optimizer=adam", "optimizer.momentum=0.5") == (
+        "optimizer.momentum=0.5: optimizer=adam has no key momentum (optimizer=momentum, "
+        "optimizer=rmsprop, optimizer=sgd have it; its keys: python -m gradexp --cfg job "
+        "optimizer=adam)")

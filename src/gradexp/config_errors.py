@@ -25,6 +25,7 @@ from omegaconf.errors import (
 )
 
 from gradexp.config_checks import ROOT_KEYS, did_you_mean, group_keys
+from gradexp.resources import resource_dir
 from gradexp.schema import SCHEMAS, SweepConfig, accepted_words
 
 USER_ERRORS = (HydraException, OmegaConfBaseException)
@@ -53,7 +54,7 @@ def one_line(error: BaseException, overrides: Sequence[str] = ()) -> str:
     if isinstance(error, OverrideParseException):
         return f"cannot read the override {error.override}: {_parse_problem(error.message)}"
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)):  # Could not override 'k'
-        return _unknown_key(cause.full_key, _override(cause.full_key, overrides))
+        return _unknown_key(cause.full_key, _override(cause.full_key, overrides), overrides)
     if isinstance(cause, ValidationError):
         # null as the person typed it (OmegaConf carries Python's None)
         value = "null" if cause.value is None else cause.value
@@ -103,6 +104,29 @@ def _override(key: str, overrides: Sequence[str]) -> str | None:
     return None
 
 
+def _options(group: str) -> list[str]:
+    return sorted(path.stem for path in (resource_dir("conf") / group).glob("*.yaml"))
+
+
+def _option_keys(group: str, option: str) -> set[str]:
+    """The keys conf/<group>/<option>.yaml accepts: its schema's (`/schema/GROUP/NAME@_here_`)."""
+    text = (resource_dir("conf") / group / f"{option}.yaml").read_text()
+    found = re.search(r"/schema/\w+/(\w+)@_here_", text)
+    schema = SCHEMAS.get(group, {}).get(found.group(1)) if found else None
+    return {f.name for f in fields(schema)} if schema else set()
+
+
+def _chosen_option(group: str, overrides: Sequence[str]) -> str | None:
+    """The option of `group` the command line chose, else conf/config.yaml's default."""
+    for override in overrides:
+        name, equals, value = override.partition("=")
+        if equals and name.lstrip("+~") == group:
+            return value
+    found = re.search(rf"^\s*-\s*{group}:\s*(\w+)", (resource_dir("conf") / "config.yaml")
+                      .read_text(), re.M)
+    return found.group(1) if found else None
+
+
 def _missing_option(error: MissingConfigException) -> str:
     """Hydra: Could not find 'optimizer/adamm', with the available options."""
     wanted = error.missing_cfg_file or "?"
@@ -113,11 +137,16 @@ def _missing_option(error: MissingConfigException) -> str:
     return f"{group}={option}: no such option; available: {accepted}"
 
 
-def _unknown_key(key: str, override: str | None) -> str:
+def _unknown_key(key: str, override: str | None, overrides: Sequence[str] = ()) -> str:
     group = key.split(".")[0]
     if key in known_keys():
-        return (f"{override or key}: the chosen {group} option has no key {key} "
-                f"(other {group} options do; see python -m gradexp --cfg job {group}=OPTION)")
+        name = key.split(".", 1)[1]
+        chosen = _chosen_option(group, overrides)
+        having = [option for option in _options(group) if name in _option_keys(group, option)]
+        return (f"{override or key}: {group}={chosen or 'this option'} has no key {name} "
+                f"({', '.join(f'{group}={o}' for o in having) or f'other {group} options'} "
+                f"{'has' if len(having) == 1 else 'have'} it; its keys: "
+                f"python -m gradexp --cfg job {group}={chosen or 'OPTION'})")
     value = override.split("=", 1)[1] if override and "=" in override else "OPTION"
     parent = key.rsplit(".", 1)[0]
     if _holds_your_keys(parent):
