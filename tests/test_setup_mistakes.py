@@ -806,3 +806,23 @@ def test_a_target_past_float32_is_refused_and_one_whose_square_is_warned(launch,
     assert warnings[0] == ("warning: data.target=y: values up to 1e+30, whose squares are past "
                            "float32's range (~3.4e38), in which gradexp trains: mse of them is "
                            "inf; rescale the target (divide it by a power of 10)"), warnings
+
+
+def test_labels_spelt_two_ways_and_binary_crossentropy_on_exclusive_classes_warn(launch, capsys):
+    # Both trained with no word (QA): 'Setosa' and 'setosa' as two classes; three classes one
+    # a row fit as three yes/no outputs
+    species = ["setosa", "versicolor", "virginica"] * 10 + ["Setosa"] * 4
+    rows = "".join(f"{i / 10},{name}\n" for i, name in enumerate(species))
+    (launch / "iris.csv").write_text(f"x,species\n{rows}")
+    run_as_command_line(launch, ["data=csv", "data.path=iris.csv", "data.target=species",
+                                 "data.task=classification", "loss=binary_crossentropy",
+                                 "tracking.log_model=false"])
+    warnings = [line for line in capsys.readouterr().err.splitlines()
+                if line.startswith("warning:")]
+    assert warnings == [
+        "warning: loss=binary_crossentropy (keras.losses.BinaryCrossentropy) on data=csv's 4 "
+        "classes, one a row: it trains each class as a yes/no of its own (multi-label: "
+        "probabilities that need not sum to 1); loss=categorical_crossentropy trains one class "
+        "a row",
+        "warning: data.target=species: 'Setosa' and 'setosa' differ in case or spaces only, and "
+        "are classes of their own: one class spelt two ways?"], warnings

@@ -113,6 +113,7 @@ def check_against_data(cfg: DictConfig, data: Any, say=warning_line) -> None:
     check_loss_fits_task(cfg, data, say)
     if not check_classes(cfg, data, say):  # a price read as classes: said, and that is why
         check_training_classes(cfg, data, say)
+    check_label_spellings(cfg, data, say)
     check_label_like_target(cfg, data, say)
     check_target_size(cfg, data, say)
     check_model_fits_data(cfg, data)
@@ -190,6 +191,30 @@ def check_classes(cfg: DictConfig, data: Any, say=warning_line) -> bool:
         f"rows{some}, each a class of its own: a real-valued target read as class labels? "
         "data.task=regression fits it as numbers")
     return True
+
+
+def _one_class_a_row(y: Any) -> bool:
+    import numpy as np
+
+    y = np.asarray(y)
+    return bool(len(y)) and bool(np.all((y == 0) | (y == 1))) and bool(np.all(y.sum(axis=1) == 1))
+
+
+def check_label_spellings(cfg: DictConfig, data: Any, say=warning_line) -> None:
+    """Text labels that differ only in case or spaces ('Setosa', 'setosa') are classes of their
+    own, as scikit-learn and Keras take them; one warning, in case it is one class spelt twice."""
+    if data.task != "classification" or not data.labels:
+        return
+    spellings: dict[str, list[str]] = {}
+    for label in data.labels:
+        if isinstance(label, str):
+            spellings.setdefault(" ".join(label.casefold().split()), []).append(label)
+    twins = [names for names in spellings.values() if len(names) > 1]
+    if twins:
+        where = f"data.target={cfg.data.target}" if cfg.data.get("target") else "the target"
+        shown = "; ".join(" and ".join(repr(name) for name in names) for names in twins[:3])
+        say(f"{where}: {shown} differ in case or spaces only, and are classes of their own: "
+            "one class spelt two ways?")
 
 
 def check_training_classes(cfg: DictConfig, data: Any, say=warning_line) -> None:
@@ -275,6 +300,11 @@ def check_loss_fits_task(cfg: DictConfig, data: Any, say=warning_line) -> None:
         raise ConfigError(
             f"{where} over one output column ({data_name}) is 0 whatever the model predicts: "
             "use loss=binary_crossentropy, or give the targets one column per class")
+    if last.startswith("binary") and "crossentropy" in last and data.n_outputs > 2 \
+            and data.stream is None and _one_class_a_row(data.y):
+        say(f"{where} on {data_name}'s {data.n_outputs} classes, one a row: it trains each "
+            "class as a yes/no of its own (multi-label: probabilities that need not sum to 1); "
+            "loss=categorical_crossentropy trains one class a row")
     # last: a loss that cannot take the data at all says so first (a sparse one's indices)
     if task == "classification" and outputs_of(cfg.loss) == "probabilities" \
             and model.startswith(f"{__package__}.models.") \
