@@ -251,9 +251,12 @@ def test_a_builder_redefined_between_two_runs_is_trained_and_checked_as_redefine
     tell: the second run trained and checked the first one's model, and a planted wrong
     gradient passed."""
     client = MlflowClient(store)
+    import importlib
+
     with user_modules(tmp_path, monkeypatch, notebook_models=NOTEBOOK_MODELS):
+        sys.path.insert(0, str(tmp_path))  # the notebook's folder, where it imports its module
+        module = importlib.import_module("notebook_models")
         ok = gradexp.run(f"tracking.uri={store}", *NOTEBOOK, launch_dir=tmp_path)
-        module = sys.modules["notebook_models"]
         module.build = module.build_with("bug")  # redefined, as in a notebook cell
         bug = gradexp.run(f"tracking.uri={store}", *NOTEBOOK, launch_dir=tmp_path)
         module.build = module.build_with("dead")
@@ -279,10 +282,13 @@ def test_a_model_redefined_to_train_only_eagerly_is_refused_before_its_run(
         tmp_path, store, monkeypatch):
     """The compile check's verdict is kept for a shape (gradexp.setup_checks), not across calls
     whose code may differ: the second call opened a run that failed with a traceback."""
+    import importlib
+
     with user_modules(tmp_path, monkeypatch, notebook_models=NOTEBOOK_MODELS):
+        sys.path.insert(0, str(tmp_path))  # the notebook's folder, where it imports its module
+        module = importlib.import_module("notebook_models")
         gradexp.run(f"tracking.uri={store}", *NOTEBOOK, "gradcheck=off", launch_dir=tmp_path)
-        module = sys.modules["notebook_models"]
-        module.build = module.build_eager
+        module.build = module.build_eager  # redefined in a cell
         with pytest.raises(gradexp.GradexpError,
                            match="cannot run in the compiled training step") as refused:
             gradexp.run(f"tracking.uri={store}", *NOTEBOOK, "gradcheck=off",
