@@ -484,3 +484,21 @@ def test_a_call_from_another_folder_runs_that_folders_module_of_the_same_name(tm
         assert "fixed_line" not in sys.modules
         assert not any(str(tmp_path) in entry for entry in sys.path)
     assert finals["zero"] > 20 and finals["true"] < 0.05, finals
+
+
+def test_a_dtype_policy_changed_between_calls_is_the_one_trained(tmp_path, store):
+    # The second call reused the first one's traced float32 model under mixed_float16 (its
+    # variables are float32 either way): a silently wrong result (QA)
+    import keras
+
+    mlp = (f"tracking.uri={store}", "model=mlp", "data=sine", "model.hidden=[8]",
+           "model.dropout=0.2", "trainer.epochs=3", "data.n_samples=64", "data.n_val=16", "trainer.batch_size=16",
+           "gradcheck=off", "tracking.log_model=false")
+    try:
+        plain = gradexp.run(*mlp, launch_dir=tmp_path).final_loss
+        keras.mixed_precision.set_global_policy("mixed_float16")
+        mixed = gradexp.run(*mlp, launch_dir=tmp_path).final_loss
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert gradexp.run(*mlp, launch_dir=tmp_path).final_loss == plain
+    assert mixed != plain and abs(mixed - plain) < 0.05 * plain

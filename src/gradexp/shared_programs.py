@@ -85,7 +85,16 @@ def shape_key(cfg: DictConfig, data: Any, device: Any, eval_metrics: Any) -> tup
         epochs = cfg.trainer.epochs
     return (plain(cfg.model), plain(cfg.loss), repr(optimizer), epochs, data_fingerprint(data),
             cfg.trainer.batch_size, cfg.trainer.jit_compile, plain(eval_metrics), device.used,
-            bool(cfg.trainer.deterministic), user_code_launch(cfg))
+            bool(cfg.trainer.deterministic), user_code_launch(cfg), _keras_dtypes())
+
+
+def _keras_dtypes() -> tuple[str, str]:
+    """Keras' global dtype policy and floatx, which a person may change between two calls
+    (mixed_float16): a model built under another trains in another dtype, yet its variables
+    stay float32, so `take` cannot tell (the next call trained the earlier policy's model)."""
+    import keras
+
+    return keras.config.dtype_policy().name, keras.config.floatx()
 
 
 def take(key: tuple | None, fresh_model: Any) -> SharedParts | None:
