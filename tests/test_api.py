@@ -502,3 +502,18 @@ def test_a_dtype_policy_changed_between_calls_is_the_one_trained(tmp_path, store
         keras.mixed_precision.set_global_policy("float32")
     assert gradexp.run(*mlp, launch_dir=tmp_path).final_loss == plain
     assert mixed != plain and abs(mixed - plain) < 0.05 * plain
+
+
+def test_keras_floatx_float64_trains_in_mini_batches(tmp_path, store):
+    # The epoch's float32 totals took float64 losses: a TypeError from the trainer (QA; the
+    # same with floatx float64 in ~/.keras/keras.json on the command line)
+    import keras
+
+    keras.config.set_floatx("float64")
+    try:
+        result = gradexp.run(f"tracking.uri={store}", "model=mlp", "data=sine",
+                             "model.hidden=[8]", "data.n_samples=64", "trainer.batch_size=16",
+                             *QUICK, launch_dir=tmp_path)
+    finally:
+        keras.config.set_floatx("float32")
+    assert 0 < result.final_loss < 1

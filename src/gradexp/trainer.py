@@ -376,17 +376,21 @@ class Trainer:
         order = tf.argsort(self.shuffle.uniform([self.n_samples]))
         keys = [*self.loss_keys, "grad_norm"]
 
+        # Summed in Keras' floatx, as fit's loss tracker (a Mean) sums: a float64 model's
+        # float64 losses did not fit float32 totals (a TypeError under floatx float64)
+        dtype = keras.config.floatx()
+
         def batch(index, totals):
             rows = order[index * self.batch_size:(index + 1) * self.batch_size]
             values = self._step(tf.gather(self.x, rows), tf.gather(self.y, rows))
-            weight = tf.cast(tf.size(rows), tf.float32) / self.batch_size  # 1 but the last
+            weight = tf.cast(tf.size(rows), dtype) / self.batch_size  # 1 but the last
             return index + 1, {key: totals[key] + (
-                values[key] if key == "grad_norm"
-                else values[key] * tf.cast(weight, values[key].dtype)) for key in keys}
+                tf.cast(values[key], dtype) if key == "grad_norm"
+                else tf.cast(values[key], dtype) * weight) for key in keys}
 
         _, totals = tf.while_loop(
             lambda index, _: index < self.n_batches, batch,
-            (tf.constant(0), {key: tf.constant(0.0) for key in keys}))
+            (tf.constant(0), {key: tf.constant(0.0, dtype) for key in keys}))
         return {key: total / (self.n_batches if key == "grad_norm" else self.epoch_batches)
                 for key, total in totals.items()}
 
