@@ -517,3 +517,37 @@ def test_keras_floatx_float64_trains_in_mini_batches(tmp_path, store):
     finally:
         keras.config.set_floatx("float32")
     assert 0 < result.final_loss < 1
+
+
+def test_a_module_the_session_imported_from_elsewhere_is_not_run_for_the_launch_folders(
+        tmp_path, store, monkeypatch):
+    # The notebook imported its folder's fixed_line; a call launched from another folder with
+    # a fixed_line.py of its own ran the notebook's, silently (QA)
+    import importlib
+
+    notebook, project = tmp_path / "notebook", tmp_path / "project"
+    for folder, (w, b) in ((notebook, (0.0, 0.0)), (project, (3.0, 4.0))):
+        folder.mkdir()
+        (folder / "fixed_line.py").write_text(FIXED_LINE.format(w=w, b=b))
+    monkeypatch.setattr(sys, "path", [str(notebook), *sys.path])
+    monkeypatch.delitem(sys.modules, "fixed_line", raising=False)
+    importlib.import_module("fixed_line")
+    try:
+        with pytest.raises(gradexp.GradexpError) as refused:
+            gradexp.run(f"tracking.uri={store}", "model=custom", "model._target_=fixed_line.build",
+                        *QUICK, launch_dir=project)
+    finally:
+        sys.modules.pop("fixed_line", None)
+    assert refused.value.line == (
+        f"model._target_=fixed_line.build: fixed_line is already imported in this session from "
+        f"{notebook}, and Python would run that one, not the launch folder's fixed_line.py "
+        f"(which `python -m gradexp` there runs): del sys.modules['fixed_line'] first, or "
+        f"launch from {notebook}")
+    assert refused.value.exit_code == 2
+
+
+def test_a_launch_dir_that_does_not_exist_is_one_line(tmp_path, store):
+    with pytest.raises(gradexp.GradexpError) as refused:  # a FileNotFoundError traceback (QA)
+        gradexp.run(f"tracking.uri={store}", *QUICK, launch_dir=tmp_path / "nowhere")
+    assert refused.value.line == f"launch_dir={tmp_path / 'nowhere'}: no such folder"
+    assert refused.value.exit_code == 2

@@ -4,6 +4,7 @@ that a second run of the same search continues."""
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 
@@ -161,11 +162,17 @@ def test_one_trial_a_batch_says_once_that_nothing_packs(tmp_path, capsys):
     import gradexp
 
     empty_store(tmp_path)  # the launch folder's default store, as MLflow makes it
+    before = logging.getLogger("optuna").propagate
     results = gradexp.sweep("hydra/sweeper=optuna", "hydra/launcher=packed",
                             "hydra.sweeper.n_trials=2", "hydra.sweeper.sampler.seed=0",
                             "optimizer.learning_rate=interval(0.05,0.3)", *TINY,
                             launch_dir=tmp_path)
     assert len(results) == 2 and all(math.isfinite(r.objective_value) for r in results)
+    # Optuna's logger as before the sweep: it wrote a person's own studies' lines into this
+    # sweep's optuna.log, a FileHandler more a sweep, nothing on their console (QA)
+    logger = logging.getLogger("optuna")
+    assert not any(isinstance(h, logging.FileHandler) for h in logger.handlers), logger.handlers
+    assert logger.propagate is before
     lines = [line for line in capsys.readouterr().err.splitlines() if "pack" in line]
     assert len(lines) == 1 and lines[0].endswith(
         "packed nothing: hydra.sweeper.n_jobs=1 launches one trial at a time, and a job alone "

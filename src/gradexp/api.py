@@ -141,6 +141,8 @@ def _launch(overrides: list[str], job: Callable[[Any], Any], launch_dir: str | P
     from hydra.initialize import get_gh_backup, restore_gh_from_backup
     from hydra.types import RunMode
 
+    if launch_dir is not None and not Path(launch_dir).expanduser().is_dir():
+        raise GradexpError(f"launch_dir={launch_dir}: no such folder", 2)  # not chdir's trace
     randomness = session_random_state()  # the caller's seeds: a run sets its own (seeds.py)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # as app.main: before TensorFlow loads
     new_launch()  # the person's code may have changed since the last call (user_code)
@@ -198,7 +200,7 @@ def _launched_from(folder: str | Path | None) -> Iterator[None]:
         return
     from gradexp.data import working_folder
 
-    with working_folder(Path(folder)):
+    with working_folder(Path(folder).expanduser()):
         yield
 
 

@@ -161,6 +161,22 @@ def check_modules_exist(cfg: DictConfig, launch_dir: Path,
                 and importlib.util.find_spec(top) is None:
             raise ConfigError(f"{group}._target_={path}: no module named '{top}' (looked in "
                               "the launch folder and the installed packages)")
+        _not_shadowed(f"{group}._target_={path}", top, Path(launch_dir).resolve())
+
+
+def _not_shadowed(key: str, top: str, folder: Path) -> None:
+    """A module the session imported from elsewhere would run instead of the launch folder's
+    own of that name (Python reuses sys.modules): said, as `python -m gradexp` there would run
+    the folder's (a notebook's my_models.py and another project's ran mixed up)."""
+    module = sys.modules.get(top)
+    file = getattr(module, "__file__", None)
+    own = folder / f"{top}.py" if (folder / f"{top}.py").is_file() else folder / top
+    if file is None or not own.exists() or Path(file).resolve().is_relative_to(folder):
+        return
+    raise ConfigError(f"{key}: {top} is already imported in this session from "
+                      f"{Path(file).parent}, and Python would run that one, not the launch "
+                      f"folder's {own.name} (which `python -m gradexp` there runs): "
+                      f"del sys.modules['{top}'] first, or launch from {Path(file).parent}")
 
 
 def targets_in(node: Any) -> list[str]:

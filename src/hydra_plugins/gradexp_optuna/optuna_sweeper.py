@@ -16,6 +16,8 @@ import hashlib
 import json
 import logging
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,11 +98,14 @@ class OptunaSweeper(Sweeper):
             config=config, hydra_context=hydra_context, task_function=task_function)
 
     def sweep(self, arguments: list[str]) -> None:
-        import optuna
-
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        _optuna_logs_to(sweep_dir / "optuna.log")
+        with _optuna_logs_to(sweep_dir / "optuna.log"):
+            self._search(arguments, sweep_dir)
+
+    def _search(self, arguments: list[str], sweep_dir: Path) -> None:
+        import optuna
+
         # A value on the command line fixes a searched key. gradexp.sweeps checked this space
         # before the sweep's parent run opened (checks.check_search_space).
         distributions, fixed, _ = searched(self.params, arguments, self.config_loader)
@@ -222,13 +227,24 @@ def default_study_name(config: DictConfig, distributions: dict[str, Any], fixed:
     return f"{experiment}-{digest}"
 
 
-def _optuna_logs_to(path: Path) -> None:
-    """Optuna's INFO lines (one per trial) go to the sweep's folder, not the console."""
+@contextmanager
+def _optuna_logs_to(path: Path) -> Iterator[None]:
+    """Optuna's INFO lines (one per trial) go to the sweep's folder, not the console, while the
+    sweep runs; then Optuna's logger is as it was (in a Python session, gradexp.sweep left it
+    writing the person's own studies' lines into the first sweep's file, a handler a sweep)."""
     import optuna
 
-    optuna.logging.disable_default_handler()
     logger = logging.getLogger("optuna")
+    handlers, propagate, level = logger.handlers[:], logger.propagate, logger.level
+    optuna.logging.disable_default_handler()
     logger.propagate = False
-    if not any(getattr(h, "baseFilename", None) == str(path) for h in logger.handlers):
-        logger.addHandler(logging.FileHandler(path))
+    to_file = logging.FileHandler(path)
+    logger.addHandler(to_file)
     logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(to_file)
+        to_file.close()
+        logger.handlers[:] = handlers  # Optuna's default handler among them, if it was
+        logger.propagate, logger.level = propagate, level
