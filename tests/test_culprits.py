@@ -578,3 +578,64 @@ def test_a_bug_in_a_model_with_dropout_is_still_checked_in_float64():
     network(tf.zeros((1, 3)))
     (verdict,) = find_culprits(network, x_rows())
     assert verdict.name == "net" and verdict.dtype == "float64"
+
+
+OUTLIER_CLIP = '''
+import keras
+import numpy as np
+import tensorflow as tf
+
+from gradexp.run_checks import checked_rows
+
+
+class SoftClip(keras.layers.Layer):
+    """a·x, softly clipped past 4 (outliers); its backward there 50% too large."""
+
+    def build(self, shape):
+        self.a = self.add_weight(shape=(shape[-1],), name="a", initializer="ones")
+
+    def call(self, x):
+        @tf.custom_gradient
+        def clip(x, a):
+            z = a * x
+            over = tf.abs(z) > 4.0
+            y = tf.where(over, tf.sign(z) * (4.0 + tf.tanh(tf.abs(z) - 4.0)), z)
+
+            def grad(g):
+                th = tf.tanh(tf.abs(z) - 4.0)
+                gz = g * tf.where(over, (1 - th * th) * 1.5, tf.ones_like(z))
+                return gz * a, tf.reduce_sum(gz * x, 0)
+            return y, grad
+        return clip(x, tf.convert_to_tensor(self.a))
+
+
+def build(n_features, n_outputs):
+    x = keras.Input((n_features,))
+    return keras.Model(x, keras.layers.Dense(n_outputs)(SoftClip(name="soft_clip")(x)))
+
+
+def load():
+    """1000 rows; the six that take the clip's outer branch are checked rows 300-305, past the
+    culprit search's first 256."""
+    rng = np.random.default_rng(1)
+    x, x_val = np.clip(rng.normal(size=(1000, 4)), -3, 3), rng.normal(size=(50, 4))
+    x[checked_rows(1000, 512)[300:306], 0] = 6.0
+    return (x, x[:, 1] - x[:, 2]), (x_val, x_val[:, 1] - x_val[:, 2])  # as given: no shuffle
+'''
+
+
+def test_a_layer_wrong_only_on_later_checked_rows_is_named_not_the_loss(tmp_path, monkeypatch):
+    # QA: "no layer is wrong alone ...: the error is outside the layers, e.g. in the loss"
+    (tmp_path / "outlier_clip.py").write_text(OUTLIER_CLIP)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "outlier_clip", raising=False)
+    store = conftest.empty_store(tmp_path)
+    result = conftest.run(store, "model=custom", "model._target_=outlier_clip.build",
+                          "data=custom", "data._target_=outlier_clip.load",
+                          "data.standardize=false", "trainer.epochs=1",
+                          "gradcheck.max_rows=512", "gradcheck.at_end=false",
+                          "gradcheck.plots=false", "tracking.log_model=false",
+                          launch_dir=tmp_path)
+    assert result.gradcheck_passed is False
+    assert MlflowClient(store).get_run(result.run_id).data.tags[
+        "gradexp.gradcheck.culprits"] == "soft_clip"

@@ -1,10 +1,8 @@
 """Gradient checks during a run: the runner's use of gradexp.gradcheck.
 
 Checks the training loss's gradient with respect to the model's variables (and/or the inputs, as
-seed 000 does), evaluated on a float64 copy of the parameters and data (`gradcheck.dtype`), so the
-finite differences are not drowned in float32 rounding. The variables themselves are not touched.
-
-What is checked is what trains (`gradcheck.mode=train`, the default): the data loss plus the
+seed 000 does), on a float64 copy of the parameters and data (`gradcheck.dtype`): the finite
+differences are not drowned in float32 rounding, and the variables are not touched. What is checked is what trains (`gradcheck.mode=train`, the default): the data loss plus the
 model's own losses (regularizers, `add_loss`), the model in training mode, with the dropout masks
 its seed state gives at the check (held fixed across the check's evaluations) and batch norm on
 the checked rows' statistics; the model's state is the same after the check as before.
@@ -212,14 +210,14 @@ def _checks(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, 
     return result
 
 
-# The culprit search checks each layer on at most this many of the check's rows: enough to take
-# a layer through its branches, and each layer's check costs little whatever the model's size.
+# The culprit search checks each layer on this many of the check's rows first (each layer's
+# check costs little whatever the model's size), then on all of them if no layer is wrong there.
 CULPRIT_ROWS = 256
 
 
 def _name_culprits(result: CheckResult, cfg: DictConfig, model: Model, data: Dataset) -> None:
     """Fill result.culprits (gradcheck/culprits.py), in the run's mode, at the checked rows."""
-    rows = checked_rows(len(data.x), row_limit(cfg, model))[:CULPRIT_ROWS]
+    checked = checked_rows(len(data.x), row_limit(cfg, model))
     # In the mode whose check failed (training, unless only the inference check did).
     training = result.mode == "train" or (result.mode == "both" and not all(
         report.passed for key, report in result.reports.items()
@@ -227,9 +225,13 @@ def _name_culprits(result: CheckResult, cfg: DictConfig, model: Model, data: Dat
     # Second order only if only the second-order check failed (a wrong first order shows there).
     order = 2 if result.only_second_order_failed else 1
     try:
-        result.culprits = find_culprits(model.network, data.x[rows], training,
-                                        dtype=cfg.dtype, probes=cfg.probes, names=model.names,
-                                        order=order)
+        for rows in (checked[:CULPRIT_ROWS], checked):
+            result.culprits = find_culprits(model.network, data.x[rows], training,
+                                            dtype=cfg.dtype, probes=cfg.probes,
+                                            names=model.names, order=order)
+            # none on the first rows: a branch only later rows take (an outlier's) is searched
+            if result.culprits or len(rows) == len(checked):
+                break
         result.culprits_searched = True
     except Exception as error:  # noqa: BLE001 - the search is a diagnosis, never the run's end
         result.notes.append(f"the wrong layer could not be searched for: {first_line(error)}")
@@ -287,8 +289,7 @@ def _random_at_a_point(losses: _Losses, model: Model) -> bool | None:
         first, second = (loss(*params).numpy() for _ in range(2))
     except Exception:  # noqa: BLE001 - not this dtype's: asked again in the one it runs in
         return None
-    # NaN at both (the model gives NaN at this point) is the same value twice, not randomness:
-    # NaN != NaN sent such a check to inference mode with a false warning about random layers
+    # NaN twice is no randomness (NaN != NaN sent such a check to inference mode, with a warning)
     return not np.array_equal(first, second, equal_nan=True)
 
 
@@ -407,8 +408,7 @@ JACOBIAN_EPOCHS = 2.0
 
 def _refuse_large_jacobians(checked: list[tuple[str, Any]], limit: int) -> None:
     """gradcheck.method=jacobian on a variable past max_jacobian_size: the run ends FAILED, exit
-    1, in one line naming it and what to use (the checker's own refusal, a traceback, spoke of
-    its Python API). Met at the first check: a model's sizes are known once it is built."""
+    1, in one line naming it and what to use (the checker's own refusal was a traceback)."""
     from gradexp.endings import RunFailed
 
     for name, value in checked:
@@ -416,10 +416,9 @@ def _refuse_large_jacobians(checked: list[tuple[str, Any]], limit: int) -> None:
         if size > limit:
             raise RunFailed(
                 f"gradcheck.method=jacobian: {name} {'have' if name == 'the inputs' else 'has'} "
-                f"{size:,} elements, more than "
-                f"gradcheck.max_jacobian_size={limit:,} (the exact Jacobian takes 2 "
-                "evaluations of the loss an element); use gradcheck=probe (randomized, any "
-                "size), or raise gradcheck.max_jacobian_size")
+                f"{size:,} elements, more than gradcheck.max_jacobian_size={limit:,} (the exact "
+                "Jacobian takes 2 evaluations of the loss an element); use gradcheck=probe "
+                "(randomized, any size), or raise gradcheck.max_jacobian_size")
 
 
 def _jacobian_positions(method: str, xs: list[tf.Tensor], max_size: int, rows: int,

@@ -127,8 +127,9 @@ class RunView:
             from gradexp import console
 
             console.console().print(f"[yellow]warning:[/yellow] no gradient reaches "
-                                    f"{', '.join(names)} (not connected to the loss): it does "
-                                    "not train", highlight=False)
+                                    f"{', '.join(names)} (not connected to the loss, or a "
+                                    "custom gradient returns None for it): it does not train",
+                                    highlight=False)
 
     # ------------------------------------------------------------ handed to the recorder
     def log_metric(self, key: str, value: float, step: int | None = None) -> None:

@@ -85,9 +85,13 @@ def launch_folders_put_back() -> Iterator[None]:
                 del sys.modules[name]
 
 
+_LAUNCH_FOLDERS: set[Path] = set()  # every folder a launch of this process put on sys.path
+
+
 def importable(launch_dir: Path) -> None:
     """Let `_target_`s name modules in the launch folder (first, as `python -m` has it)."""
     folder = Path(launch_dir).resolve()
+    _LAUNCH_FOLDERS.add(folder)
     for entry in sys.path:
         if entry and Path(entry).resolve() == folder:
             return
@@ -165,13 +169,19 @@ def check_modules_exist(cfg: DictConfig, launch_dir: Path,
 
 
 def _not_shadowed(key: str, top: str, folder: Path) -> None:
-    """A module the session imported from elsewhere would run instead of the launch folder's
-    own of that name (Python reuses sys.modules): said, as `python -m gradexp` there would run
-    the folder's (a notebook's my_models.py and another project's ran mixed up)."""
+    """A module imported from elsewhere would run instead of the launch folder's own of that
+    name (Python reuses sys.modules), where `python -m gradexp` there runs the folder's (a
+    notebook's my_models.py and another project's ran mixed up). One an earlier launch imported
+    from its own folder is forgotten, as a new process would not have it; one the session
+    imported itself is its own, and refused in one line."""
     module = sys.modules.get(top)
     file = getattr(module, "__file__", None)
     own = folder / f"{top}.py" if (folder / f"{top}.py").is_file() else folder / top
     if file is None or not own.exists() or Path(file).resolve().is_relative_to(folder):
+        return
+    if any(Path(file).resolve().is_relative_to(earlier) for earlier in _LAUNCH_FOLDERS):
+        for name in [name for name in sys.modules if name == top or name.startswith(f"{top}.")]:
+            del sys.modules[name]
         return
     raise ConfigError(f"{key}: {top} is already imported in this session from "
                       f"{Path(file).parent}, and Python would run that one, not the launch "
