@@ -83,9 +83,11 @@ def shape_key(cfg: DictConfig, data: Any, device: Any, eval_metrics: Any) -> tup
         epochs = None
     else:  # a schedule bakes its rates and steps into the trace
         epochs = cfg.trainer.epochs
-    return (plain(cfg.model), plain(cfg.loss), repr(optimizer), epochs, data_fingerprint(data),
-            cfg.trainer.batch_size, cfg.trainer.jit_compile, plain(eval_metrics), device.used,
-            bool(cfg.trainer.deterministic), user_code_launch(cfg), _keras_dtypes())
+    # The model under Keras' dtype policy; a person's code's launch last (forget_user_code)
+    return ((plain(cfg.model), _keras_dtypes()), plain(cfg.loss), repr(optimizer), epochs,
+            data_fingerprint(data), cfg.trainer.batch_size, cfg.trainer.jit_compile,
+            plain(eval_metrics), device.used, bool(cfg.trainer.deterministic),
+            user_code_launch(cfg))
 
 
 def _keras_dtypes() -> tuple[str, str]:
@@ -94,7 +96,14 @@ def _keras_dtypes() -> tuple[str, str]:
     stay float32, so `take` cannot tell (the next call trained the earlier policy's model)."""
     import keras
 
-    return keras.config.dtype_policy().name, keras.config.floatx()
+    try:  # read, not made: keras.config.dtype_policy() sets a policy where none is, and the
+        # next job of the shape then traced anew
+        from keras.src.backend.common import global_state
+
+        policy = global_state.get_global_attribute("dtype_policy")
+    except ImportError:  # moved in another Keras
+        policy = keras.config.dtype_policy()
+    return getattr(policy, "name", None) or keras.config.floatx(), keras.config.floatx()
 
 
 def take(key: tuple | None, fresh_model: Any) -> SharedParts | None:
