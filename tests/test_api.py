@@ -492,8 +492,8 @@ def test_a_dtype_policy_changed_between_calls_is_the_one_trained(tmp_path, store
     import keras
 
     mlp = (f"tracking.uri={store}", "model=mlp", "data=sine", "model.hidden=[8]",
-           "model.dropout=0.2", "trainer.epochs=3", "data.n_samples=64", "data.n_val=16", "trainer.batch_size=16",
-           "gradcheck=off", "tracking.log_model=false")
+           "model.dropout=0.2", "trainer.epochs=3", "data.n_samples=64", "data.n_val=16",
+           "trainer.batch_size=16", "gradcheck=off", "tracking.log_model=false")
     try:
         plain = gradexp.run(*mlp, launch_dir=tmp_path).final_loss
         keras.mixed_precision.set_global_policy("mixed_float16")

@@ -1,11 +1,12 @@
 """Gradient checks during a run: the runner's use of gradexp.gradcheck.
 
-Checks the training loss's gradient with respect to the model's variables (and/or the inputs, as
-seed 000 does), on a float64 copy of the parameters and data (`gradcheck.dtype`): the finite
-differences are not drowned in float32 rounding, and the variables are not touched. What is checked is what trains (`gradcheck.mode=train`, the default): the data loss plus the
-model's own losses (regularizers, `add_loss`), the model in training mode, with the dropout masks
-its seed state gives at the check (held fixed across the check's evaluations) and batch norm on
-the checked rows' statistics; the model's state is the same after the check as before.
+Checks the training loss's gradient with respect to the model's variables (and/or the inputs,
+as seed 000 does), on a float64 copy of the parameters and data (`gradcheck.dtype`), so finite
+differences are not drowned in float32 rounding; the variables are not touched. What is checked
+is what trains (`gradcheck.mode=train`, the default): the data loss plus the model's own losses
+(regularizers, `add_loss`), the model in training mode, with the dropout masks its seed state
+gives (held fixed across the check's evaluations) and batch norm on the checked rows'
+statistics; the model's state is the same after the check as before.
 Randomness a layer draws outside Keras' seed generators (raw `tf.random` ops) cannot be held
 fixed: the loss then differs between two evaluations at one point, and that check is made in
 inference mode instead, with a note saying why. `gradcheck.mode=inference` checks the inference
