@@ -121,6 +121,11 @@ def check_against_data(cfg: DictConfig, data: Any, say=warning_line) -> None:
     check_optimizer_builds(cfg)
 
 
+def _target_named(cfg: DictConfig, otherwise: str = "the target") -> str:
+    """How a data warning names the target: the csv's key, else in words (a loader's y)."""
+    return f"data.target={cfg.data.target}" if cfg.data.get("target") else otherwise
+
+
 # Past this, a target's square (mse's) is past float32's largest number, ~3.4e38: inf.
 SQUARE_OVERFLOWS = 1.8e19
 
@@ -135,7 +140,7 @@ def check_target_size(cfg: DictConfig, data: Any, say=warning_line) -> None:
         return
     largest = max(float(np.max(np.abs(split.y), initial=0.0))
                   for split in data.splits().values())
-    where = f"data.target={cfg.data.target}" if cfg.data.get("target") else "the targets"
+    where = _target_named(cfg, "the targets")
     if not np.isfinite(largest):
         raise ConfigError(f"{where}: a value past float32's range (~3.4e38), in which gradexp "
                           "trains: rescale the target (divide it by a power of 10)")
@@ -185,7 +190,7 @@ def check_classes(cfg: DictConfig, data: Any, say=warning_line) -> bool:
                      for label in data.labels)
     if not fractional and len(data.labels) * MIN_ROWS_PER_CLASS <= rows:
         return False
-    target = f"data.target={cfg.data.target}" if cfg.data.get("target") else "the target"
+    target = _target_named(cfg)
     some = f", {fractional} of them fractional numbers" if fractional else ""
     say(f"data.task=classification: {target} has {len(data.labels)} distinct values in {rows} "
         f"rows{some}, each a class of its own: a real-valued target read as class labels? "
@@ -211,7 +216,7 @@ def check_label_spellings(cfg: DictConfig, data: Any, say=warning_line) -> None:
             spellings.setdefault(" ".join(label.casefold().split()), []).append(label)
     twins = [names for names in spellings.values() if len(names) > 1]
     if twins:
-        where = f"data.target={cfg.data.target}" if cfg.data.get("target") else "the target"
+        where = _target_named(cfg)
         shown = "; ".join(" and ".join(repr(name) for name in names) for names in twins[:3])
         say(f"{where}: {shown} differ in case or spaces only, and are classes of their own: "
             "one class spelt two ways?")
@@ -235,7 +240,7 @@ def check_training_classes(cfg: DictConfig, data: Any, say=warning_line) -> None
     missing = [label for label, seen in zip(data.labels, trained) if not seen]
     if not missing:
         return
-    where = f"data.target={cfg.data.target}" if cfg.data.get("target") else "the target"
+    where = _target_named(cfg)
     held = ", ".join(repr(label) for label in missing[:5]) + (" ..." if len(missing) > 5 else "")
     split = "" if cfg.data.get("split_seed") is None else " (another data.split_seed, or more rows)"
     if trained.sum() < 2:
@@ -266,7 +271,7 @@ def check_label_like_target(cfg: DictConfig, data: Any, say=warning_line) -> Non
     if len(values) > MAX_LABEL_LIKE_VALUES or not np.all(values == np.round(values)) \
             or rows < 4 * len(values):
         return
-    target = f"data.target={cfg.data.target}" if cfg.data.get("target") else "the target"
+    target = _target_named(cfg)
     shown = ", ".join(f"{value:g}" for value in values)
     say(f"data.task=regression: {target} holds only {len(values)} distinct integers ({shown}) "
         f"in {rows} rows: class labels? data.task=classification learns them as classes")
