@@ -49,10 +49,12 @@ class TrainingSoftplus(keras.layers.Layer):
         return {**super().get_config(), "buggy": self.buggy}
 
 
-def encoder_block_head(n_features, n_outputs, buggy):
+def encoder_block_head(n_features, n_outputs, buggy, noise=False):
     inputs = keras.Input((n_features,))
     hidden = keras.layers.Dense(6, activation="tanh", name="encoder",
                                 kernel_initializer=keras.initializers.GlorotUniform(1))(inputs)
+    if noise:  # raw tf.random in training mode, before the layer whose training path is wrong
+        hidden = RawNoise(name="noise")(hidden)
     hidden = keras.layers.Dense(6, name="pre",
                                 kernel_initializer=keras.initializers.GlorotUniform(2))(hidden)
     hidden = TrainingSoftplus(buggy=buggy, name="softplus_block")(hidden)
@@ -439,10 +441,31 @@ def test_randomness_outside_keras_seeds_is_said_not_failed(store, client, tmp_pa
     notes = json.loads(open(report).read())["notes"]
     assert any("outside Keras' seed generators" in note and "inference mode" in note
                for note in notes)
-    # in the run's tags too, beside its params' gradcheck.mode=train
+    assert any("layer noise draws" in note and "every other layer in training mode" in note
+               for note in notes), notes
+    # checked in the mode the run's params say (only the random layer held in inference mode):
+    # no tag saying otherwise
     from gradexp.tag_keys import GRADCHECK_MODE_TAG
 
-    assert client.get_run(result.run_id).data.tags[GRADCHECK_MODE_TAG] == "inference"
+    assert GRADCHECK_MODE_TAG not in client.get_run(result.run_id).data.tags
+
+
+# QA: raw tf.random in one layer sent the whole check to inference mode, where a bug in another
+# layer's training path passed (gradcheck=strict exited 0); only the random layer is held now.
+@pytest.mark.heavy  # ~6 s
+@pytest.mark.parametrize("buggy", [True, False])
+def test_a_random_layer_leaves_the_others_checked_in_training_mode(store, client, tmp_path,
+                                                                  user_models, buggy):
+    result = run(store, tmp_path, "model=custom",
+                 f"model._target_={user_models}.encoder_block_head", f"+model.kwargs.buggy={buggy}",
+                 "+model.kwargs.noise=true", "data=sine", "trainer.epochs=2",
+                 "gradcheck.at_end=false")
+    report = read_report(client, result.run_id, 0)
+    assert result.gradcheck_passed is not buggy
+    assert report["mode"] == "train"
+    assert any(note.startswith("layer noise draws random numbers") for note in report["notes"])
+    if buggy:  # the wrong training path is named, not the random layer
+        assert report["culprits"] == ["softplus_block"], report["culprit_checks"]
 
 
 @pytest.mark.heavy  # ~8 s

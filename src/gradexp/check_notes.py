@@ -1,6 +1,7 @@
 """What a run's gradient check says about the model beside its verdict: where it checked
-another computation than the one asked for (inference mode for randomness Keras' seeds do not
-hold), what it does not verify (half precision), and inputs it leaves out (token ids)."""
+another computation than the one asked for (inference mode, for randomness Keras' seeds do not
+hold: of the layers drawing it, or of the whole model), what it does not verify (half
+precision), and inputs it leaves out (token ids)."""
 
 from __future__ import annotations
 
@@ -40,3 +41,12 @@ def token_inputs(model: Model) -> str | None:
                 for tensor in node.input_tensors for given in inputs):
             return f"the Embedding {layer.name} takes them"
     return None
+
+
+def held_note(layers: tuple[str, ...]) -> str:
+    """What a training-mode check did with layers drawing randomness it cannot hold fixed."""
+    named = f"layer {layers[0]} draws" if len(layers) == 1 else f"layers {', '.join(layers)} draw"
+    return (f"{named} random numbers outside Keras' seed generators (e.g. raw tf.random ops), "
+            f"which a numerical derivative cannot hold fixed: checked with "
+            f"{'it' if len(layers) == 1 else 'them'} in inference mode, every other layer in "
+            "training mode")

@@ -8,14 +8,14 @@ a function `(n_features, n_outputs, **model.kwargs) -> keras.Model`.
 
 `Model` gives the trainer the variables, the forward pass and the model's own losses
 (`model.losses`: regularizers, `add_loss`), and the gradient checker a pure function of
-(parameter values, x): `apply` runs a float64 twin of the Keras model statelessly on whatever
-values it is given, so the check's finite differences are not drowned in float32 rounding, and
-the trained variables are never touched. In training mode `apply` computes what a training step
-computes: dropout with masks drawn from the model's seed state as it is now (the same at every
-evaluation of one check; the float64 twin draws other masks of the same rate from that state,
-as Keras draws differently in float64), batch norm on the batch's statistics; the model's
-state (seeds, moving statistics) is read, never written (`sync_twins` copies it into the twins
-before a check).
+(parameter values, x): `apply` runs a float64 twin of the Keras model statelessly on any values,
+so finite differences are not drowned in float32 rounding; the trained variables are untouched.
+In training mode `apply` computes what a training step computes: dropout with masks drawn from
+the model's seed state as it is now (the same at every evaluation of one check; the float64 twin
+draws other masks of the same rate from that state, as Keras draws differently in float64),
+batch norm on the batch's statistics; the state (seeds, moving statistics) is read, never
+written (`sync_twins` copies it into the twins before a check); layers drawing raw `tf.random`
+are held in inference mode (`held`, gradexp.random_layers).
 """
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ class Model:
         self.names = [SEED_004_NAMES.get(path, path)
                       for path in (v.path.removeprefix(prefix) for v in self.params)]
         self._twins: dict[str, keras.Model] = {}
-        # The gradient checks' compiled loss functions of this model (gradexp.run_checks), held
-        # here so that they go with it: they close over the model
+        # The gradient checks' compiled loss functions (gradexp.run_checks): they close over it
         self.check_losses: dict[tuple, object] = {}
+        self.held: tuple[str, ...] = ()  # layers a check holds in inference mode (random_layers)
         self._ends_in_probabilities: bool | None = None
 
     def __call__(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:

@@ -8,9 +8,11 @@ is what trains (`gradcheck.mode=train`, the default): the data loss plus the mod
 gives (held fixed across the check's evaluations) and batch norm on the checked rows'
 statistics; the model's state is the same after the check as before.
 Randomness a layer draws outside Keras' seed generators (raw `tf.random` ops) cannot be held
-fixed: the loss then differs between two evaluations at one point, and that check is made in
-inference mode instead, with a note saying why. `gradcheck.mode=inference` checks the inference
-computation (no dropout, batch norm on its moving statistics); `both` checks both.
+fixed: the loss then differs between two evaluations at one point, and the layers drawing it
+are held in inference mode, the others checked in training mode (gradexp.random_layers), or the
+whole check is made in inference mode if no layer's inference mode removes it; a note says so.
+`gradcheck.mode=inference` checks the inference computation (no dropout, batch norm on its
+moving statistics); `both` checks both.
 Probes of the variables are one joint probe set over all of them (gradcheck/joint.py), on all
 training rows or a fixed subset of them (`gradcheck.max_rows`, see checked_rows).
 
@@ -26,7 +28,7 @@ import contextlib
 import copy
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,7 +37,8 @@ from omegaconf import DictConfig
 from tensorflow.python.eager import context  # per-thread options of function calls
 
 from gradexp import shared_programs
-from gradexp.check_notes import RANDOM_NOTE, half_precision_note, token_inputs
+from gradexp.check_notes import RANDOM_NOTE, half_precision_note, held_note, token_inputs
+from gradexp.check_result import CheckResult
 from gradexp.checked_loss import (
     evaluation_dtype,
     first_line,
@@ -44,129 +47,14 @@ from gradexp.checked_loss import (
     twin_note,
 )
 from gradexp.data import Dataset
-from gradexp.gradcheck import GradCheckReport, check_gradients
+from gradexp.gradcheck import check_gradients
 from gradexp.gradcheck.connected import unconnected_names
-from gradexp.gradcheck.culprits import LayerVerdict, find_culprits
+from gradexp.gradcheck.culprits import find_culprits
 from gradexp.gradcheck.joint import JointFunction, check_jointly, direction_scales
-from gradexp.gradcheck.report import ReportedError
 from gradexp.gradcheck.second_order import second_order_reports
 from gradexp.losses import build_loss
 from gradexp.models import Model, half_precision_layers, read_values
-
-
-@dataclass
-class CheckResult:
-    """Every report of one check pass (one epoch), keyed "variables/probe", "inputs/jacobian"...
-
-    ``culprits``: when the check failed, the layers whose own backward is wrong, each checked
-    alone (gradcheck/culprits.py); empty when no layer is wrong alone (e.g. the loss is).
-    ``culprits_searched`` says whether that search ran (it runs only on a failure)."""
-
-    epoch: int
-    reports: dict[str, GradCheckReport] = field(default_factory=dict)
-    dtype: str = "float64"  # what the loss and model were evaluated in
-    mode: str = "train"  # the model's mode checked: train | inference | both
-    notes: list[str] = field(default_factory=list)  # e.g. why not in the requested dtype
-    rows: int = 0  # training rows the loss was checked on (gradcheck.max_rows)
-    rows_total: int = 0  # of this many
-    order: int = 1  # gradcheck.order: 2 adds the "<target>/order2/<method>" reports
-    disconnected: list[str] = field(default_factory=list)  # no gradient (asked at the first)
-    culprits: list[LayerVerdict] = field(default_factory=list)
-    culprits_searched: bool = False
-
-    @property
-    def passed(self) -> bool:
-        return all(report.passed for report in self.reports.values())
-
-    @property
-    def max_abs_error(self) -> float:
-        return max((r.max_abs_error for r in self.reports.values()), default=0.0)
-
-    @property
-    def max_rel_error(self) -> float:
-        """The largest reported relative error of any entry (GradCheckEntry.reported_error)."""
-        return max((e.rel_error for _, e in self._reported()), default=0.0)
-
-    def worst(self) -> tuple[str, ReportedError] | None:
-        """(report key, reported error) of the entry furthest beyond (or nearest to) its
-        tolerance: the one number the console, the summary, the json and MLflow show."""
-        return max(self._reported(), key=lambda item: item[1].error_to_tolerance, default=None)
-
-    @property
-    def error_to_tolerance(self) -> float:
-        worst = self.worst()
-        return worst[1].error_to_tolerance if worst else 0.0
-
-    def _reported(self) -> list[tuple[str, ReportedError]]:
-        return [(key, entry.reported_error()) for key, report in self.reports.items()
-                for entry in report.entries if entry.checked]
-
-    @property
-    def only_second_order_failed(self) -> bool:
-        """Whether every failing report is a second-order one (gradcheck.order=2): the
-        gradients are right but their own derivatives are not. The console says so, since
-        "gradient check failed" alone reads as wrong gradients, and the culprit search then
-        checks the layers' second derivatives."""
-        failed = [report for report in self.reports.values() if not report.passed]
-        return bool(failed) and all(report.order == 2 for report in failed)
-
-    @property
-    def affected(self) -> list[str]:
-        """Failing variables (or inputs) that are no culprit's own: wrong only because a wrong
-        backward's error flows into them."""
-        own = {name for verdict in self.culprits for name in verdict.variables}
-        failing = [e.name for r in self.reports.values() for e in r.entries if not e.passed]
-        return [name for name in dict.fromkeys(failing) if name not in own]
-
-    def metrics(self) -> dict[str, float]:
-        """MLflow metrics: the overall errors and verdict, then per variable (or input)."""
-        worst = self.worst()
-        values = {
-            "gradcheck/max_abs_error": self.max_abs_error,
-            "gradcheck/max_rel_error": self.max_rel_error,
-            "gradcheck/error_to_tolerance": self.error_to_tolerance,
-            "gradcheck/tolerance": worst[1].tolerance if worst else 0.0,
-            "gradcheck/passed": float(self.passed),
-            "gradcheck/rows": float(self.rows),
-            "gradcheck/order": float(self.order),
-        }
-        for report in self.reports.values():
-            for entry in report.entries:
-                if entry.joint:  # the probe set's numbers, the same for every variable: shown
-                    continue  # per variable they read as each one's own margin
-                prefix = f"gradcheck/{entry.name}"
-                reported = entry.reported_error()
-                for key, value in (("max_abs_error", entry.max_abs_error),
-                                   ("max_rel_error", reported.rel_error),
-                                   ("error_to_tolerance", reported.error_to_tolerance),
-                                   ("passed", float(entry.passed))):
-                    name = f"{prefix}/{key}"
-                    worse = min if key == "passed" else max
-                    values[name] = worse(values.get(name, value), value)
-        return values
-
-    def to_dict(self) -> dict:
-        worst = self.worst()
-        return {"epoch": self.epoch, "passed": self.passed, "max_abs_error": self.max_abs_error,
-                "max_rel_error": self.max_rel_error,
-                "error": None if worst is None else {"report": worst[0], **worst[1].to_dict()},
-                "culprits": [v.name for v in self.culprits] if self.culprits_searched else None,
-                "culprit_checks": [v.to_dict() for v in self.culprits],
-                "affected": self.affected if self.culprits_searched else None,
-                "dtype": self.dtype, "mode": self.mode, "notes": self.notes,
-                "rows": self.rows, "rows_total": self.rows_total,
-                "order": self.order, "disconnected": self.disconnected,
-                "reports": {key: report.to_dict() for key, report in self.reports.items()}}
-
-    def failures(self) -> list[str]:
-        """One readable line per failing input or variable: which element, how far off."""
-        lines = []
-        for key, report in self.reports.items():
-            for entry in report.entries:
-                if not entry.passed:
-                    where = entry.describe_worst() or f"max abs error {entry.max_abs_error:.3g}"
-                    lines.append(f"{key}: {entry.name}: {where}")
-        return lines
+from gradexp.random_layers import held_in_inference, random_layers
 
 
 def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig,
@@ -255,17 +143,25 @@ def disconnected_variables(cfg: DictConfig, model: Model, loss_cfg: DictConfig,
 
 def _check(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, epoch: int,
            eager: bool, training: bool) -> CheckResult:
-    """The checks in one mode; in training mode, in inference mode instead (with a note) if
-    the training-mode loss is random at a fixed point (randomness Keras' seeds do not hold)."""
+    """The checks in one mode. In training mode, if the loss is random at a fixed point
+    (randomness Keras' seeds do not hold), the layers drawing it are held in inference mode,
+    or, if no layer's inference mode makes it repeat, the whole model (with a note)."""
     if training:
         args = (cfg.dtype, model, loss_cfg, data, row_limit(cfg, model), None)
         losses = _losses(*args, trial=eager, training=True)
         if losses.random is None:
             losses.random = _random_at_a_point(losses, model)
-        if losses.random is None:  # it cannot run in the requested dtype: ask in the one it
-            model.check_losses.pop(_losses_key(*args[:1], *args[2:5], True), None)  # runs in
+        if losses.random is None:  # not in the requested dtype: asked in the one it runs in
+            model.check_losses.pop(_losses_key(*args[:5], True), None)
             losses = _losses(*args, trial=True, training=True)
             losses.random = bool(_random_at_a_point(losses, model))
+        if losses.random and losses.held is None:
+            losses.held = _held_layers(losses, model, args)
+        if losses.random and losses.held:
+            with held_in_inference(model, losses.held):
+                result = _check(cfg, model, loss_cfg, data, epoch, eager, True)
+            result.notes.insert(0, held_note(losses.held))
+            return result
         if losses.random:
             result = _check(cfg, model, loss_cfg, data, epoch, eager, False)
             result.notes.insert(0, RANDOM_NOTE)
@@ -276,6 +172,19 @@ def _check(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, e
     if half:
         result.notes.append(half_precision_note(half, result.dtype))
     return result
+
+
+def _held_layers(losses: _Losses, model: Model, args: tuple) -> tuple[str, ...]:
+    """The layers whose inference mode makes the training-mode loss repeat at one point
+    (gradexp.random_layers), if that loss then repeats, own losses included; () if none do."""
+    params = [tf.constant(v.numpy(), losses.dtype) for v in model.params]
+    names = random_layers(model, params, losses.x)
+    if names is None:
+        return ()
+    with held_in_inference(model, names):
+        held = _losses(*args, trial=True, training=True)
+        held.random = _random_at_a_point(held, model)
+    return tuple(names) if held.random is False else ()
 
 
 def _random_at_a_point(losses: _Losses, model: Model) -> bool | None:
@@ -316,7 +225,7 @@ def _check_dtype(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Data
             return result
     except Exception as error:  # noqa: BLE001 - perhaps the dtype's doing: the trial says
         failure = error
-    model.check_losses.pop(_losses_key(cfg.dtype, loss_cfg, data, row_limit(cfg, model), training))
+    model.check_losses.pop(_losses_key(*args[:5], training))
     losses = _losses(*args, trial=True, training=training)
     if losses.dtype != cfg.dtype:
         return _check_in(losses, cfg, model, data, epoch, eager, values)
@@ -476,23 +385,25 @@ class _Losses:
     joint: JointFunction | None = None  # of_params of one flat vector (gradcheck/joint.py)
     verified: bool = True  # False: the requested dtype, not yet tried (_check)
     random: bool | None = None  # the loss differs at one point (training mode); None: untried
+    held: tuple[str, ...] | None = None  # random: the layers that make it so; None: unasked
     disconnected: list[int] | None = None  # the params no gradient reaches; None: unasked
     owner: Model | None = None  # the model the functions are traced on (_of_another_model)
 
 
-def _losses_key(requested: str, loss_cfg: DictConfig, data: Dataset,
+def _losses_key(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset,
                 max_rows: int | None, training: bool) -> tuple:
     """Which of a model's _Losses (model.check_losses) a check uses. The
     data by its contents: a later job sharing this model (gradexp.shared_programs) loads its own
     Dataset of the same rows, and must find the compiled functions, not add another."""
-    return (requested, shared_programs.data_fingerprint(data), repr(loss_cfg), max_rows, training)
+    return (requested, shared_programs.data_fingerprint(data), repr(loss_cfg), max_rows, training,
+            model.held)
 
 
 def _losses(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset,
             max_rows: int | None = None, values: list[np.ndarray] | None = None,
             trial: bool = True, training: bool = True) -> _Losses:
     """The run's _Losses in one mode; trial=False: in the requested dtype, untried (_check)."""
-    key = _losses_key(requested, loss_cfg, data, max_rows, training)
+    key = _losses_key(requested, model, loss_cfg, data, max_rows, training)
     kept = model.check_losses  # on the model: they close over it, and go with it
     if key not in kept:
         found = shared_programs.check_functions(model, key)
