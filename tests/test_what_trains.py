@@ -178,6 +178,19 @@ def training_branch(n_features, n_outputs):
     return network
 
 
+class AlwaysNoise(keras.layers.Layer):
+    """Noise from tf.random in every mode (a call without `training`)."""
+
+    def call(self, x):
+        return x + tf.random.normal(tf.shape(x), stddev=0.1, dtype=x.dtype)
+
+
+def always_noise_mlp(n_features, n_outputs):
+    return keras.Sequential([keras.Input((n_features,)),
+                             keras.layers.Dense(8, activation="tanh", name="dense0"),
+                             AlwaysNoise(name="noise"), keras.layers.Dense(n_outputs, name="out")])
+
+
 def raw_noise_mlp(n_features, n_outputs, in_dtype=True):
     return keras.Sequential([keras.Input((n_features,)),
                              keras.layers.Dense(8, activation="tanh", name="dense0"),
@@ -466,6 +479,23 @@ def test_a_random_layer_leaves_the_others_checked_in_training_mode(store, client
     assert any(note.startswith("layer noise draws random numbers") for note in report["notes"])
     if buggy:  # the wrong training path is named, not the random layer
         assert report["culprits"] == ["softplus_block"], report["culprit_checks"]
+
+
+# QA: a layer random in inference mode too was checked there anyway, and its noise read as
+# "FAILED ... the error is outside the layers, e.g. in the loss" (a false alarm about a correct
+# backward); now the run says it could not be checked, and records no verdict.
+def test_randomness_in_every_mode_is_not_checked_rather_than_failed(store, client, tmp_path,
+                                                                    user_models):
+    result = run(store, tmp_path, "model=custom", f"model._target_={user_models}.always_noise_mlp",
+                 "data=sine", "trainer.epochs=2", "gradcheck=strict")
+    assert result.gradcheck_passed is None  # and strict did not end the run
+    report = read_report(client, result.run_id, 0)
+    assert report["passed"] is None and report["unchecked"].startswith("not checked:")
+    assert report["reports"] == {}
+    recorded = client.get_run(result.run_id)
+    assert recorded.info.status == "FINISHED"
+    assert recorded.data.tags["gradexp.gradcheck"] == "unchecked"
+    assert "gradcheck/passed" not in recorded.data.metrics
 
 
 @pytest.mark.heavy  # ~8 s

@@ -13,6 +13,13 @@ RANDOM_NOTE = ("the training-mode loss differs between two evaluations at the sa
                "layer draws random numbers outside Keras' seed generators, e.g. raw tf.random "
                "ops), so it cannot be differentiated numerically; checked in inference mode")
 
+UNCHECKED_NOTE = ("not checked: the loss differs between two evaluations at the same point in "
+                  "inference mode too (a layer draws random numbers outside Keras' seed "
+                  "generators whatever the mode, e.g. raw tf.random or tf.nn.dropout ops in a "
+                  "call without training), so finite differences of it would measure noise: "
+                  "draw from a keras.random.SeedGenerator (as keras.layers.Dropout does) to have "
+                  "it checked")
+
 
 def half_precision_note(layers: list[str], dtype: str) -> str:
     """What a check of a mixed-precision model verifies, and what it does not."""

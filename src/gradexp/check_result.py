@@ -30,10 +30,17 @@ class CheckResult:
     disconnected: list[str] = field(default_factory=list)  # no gradient (asked at the first)
     culprits: list[LayerVerdict] = field(default_factory=list)
     culprits_searched: bool = False
+    unchecked: str | None = None  # why nothing could be checked (then no report, no verdict)
 
     @property
     def passed(self) -> bool:
+        """No report failed (True when nothing was checked: `verdict` tells the two apart)."""
         return all(report.passed for report in self.reports.values())
+
+    @property
+    def verdict(self) -> bool | None:
+        """passed, or None when nothing could be checked."""
+        return None if self.unchecked else self.passed
 
     @property
     def max_abs_error(self) -> float:
@@ -78,6 +85,8 @@ class CheckResult:
     def metrics(self) -> dict[str, float]:
         """MLflow metrics: the overall errors and verdict, then per variable (or input)."""
         worst = self.worst()
+        if self.unchecked:  # no verdict: gradcheck/passed would read as a pass
+            return {}
         values = {
             "gradcheck/max_abs_error": self.max_abs_error,
             "gradcheck/max_rel_error": self.max_rel_error,
@@ -104,14 +113,14 @@ class CheckResult:
 
     def to_dict(self) -> dict:
         worst = self.worst()
-        return {"epoch": self.epoch, "passed": self.passed, "max_abs_error": self.max_abs_error,
+        return {"epoch": self.epoch, "passed": self.verdict, "max_abs_error": self.max_abs_error,
                 "max_rel_error": self.max_rel_error,
                 "error": None if worst is None else {"report": worst[0], **worst[1].to_dict()},
                 "culprits": [v.name for v in self.culprits] if self.culprits_searched else None,
                 "culprit_checks": [v.to_dict() for v in self.culprits],
                 "affected": self.affected if self.culprits_searched else None,
                 "dtype": self.dtype, "mode": self.mode, "notes": self.notes,
-                "rows": self.rows, "rows_total": self.rows_total,
+                "rows": self.rows, "rows_total": self.rows_total, "unchecked": self.unchecked,
                 "order": self.order, "disconnected": self.disconnected,
                 "reports": {key: report.to_dict() for key, report in self.reports.items()}}
 

@@ -37,7 +37,13 @@ from omegaconf import DictConfig
 from tensorflow.python.eager import context  # per-thread options of function calls
 
 from gradexp import shared_programs
-from gradexp.check_notes import RANDOM_NOTE, half_precision_note, held_note, token_inputs
+from gradexp.check_notes import (
+    RANDOM_NOTE,
+    UNCHECKED_NOTE,
+    half_precision_note,
+    held_note,
+    token_inputs,
+)
 from gradexp.check_result import CheckResult
 from gradexp.checked_loss import (
     evaluation_dtype,
@@ -145,27 +151,32 @@ def _check(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, e
            eager: bool, training: bool) -> CheckResult:
     """The checks in one mode. In training mode, if the loss is random at a fixed point
     (randomness Keras' seeds do not hold), the layers drawing it are held in inference mode,
-    or, if no layer's inference mode makes it repeat, the whole model (with a note)."""
-    if training:
-        args = (cfg.dtype, model, loss_cfg, data, row_limit(cfg, model), None)
-        losses = _losses(*args, trial=eager, training=True)
-        if losses.random is None:
-            losses.random = _random_at_a_point(losses, model)
-        if losses.random is None:  # not in the requested dtype: asked in the one it runs in
-            model.check_losses.pop(_losses_key(*args[:5], True), None)
-            losses = _losses(*args, trial=True, training=True)
-            losses.random = bool(_random_at_a_point(losses, model))
-        if losses.random and losses.held is None:
-            losses.held = _held_layers(losses, model, args)
-        if losses.random and losses.held:
-            with held_in_inference(model, losses.held):
-                result = _check(cfg, model, loss_cfg, data, epoch, eager, True)
-            result.notes.insert(0, held_note(losses.held))
-            return result
-        if losses.random:
-            result = _check(cfg, model, loss_cfg, data, epoch, eager, False)
+    or, if no layer's inference mode makes it repeat, the whole model (with a note); random in
+    inference mode too, nothing is checked (CheckResult.unchecked says why)."""
+    args = (cfg.dtype, model, loss_cfg, data, row_limit(cfg, model), None)
+    losses = _losses(*args, trial=eager, training=training)
+    if losses.random is None:
+        losses.random = _random_at_a_point(losses, model)
+    if losses.random is None:  # not in the requested dtype: asked in the one it runs in
+        model.check_losses.pop(_losses_key(*args[:5], training), None)
+        losses = _losses(*args, trial=True, training=training)
+        losses.random = bool(_random_at_a_point(losses, model))
+    if losses.random and training and losses.held is None:
+        losses.held = _held_layers(losses, model, args)
+    if losses.random and training and losses.held:
+        with held_in_inference(model, losses.held):
+            result = _check(cfg, model, loss_cfg, data, epoch, eager, True)
+        result.notes.insert(0, held_note(losses.held))
+        return result
+    if losses.random and training:
+        result = _check(cfg, model, loss_cfg, data, epoch, eager, False)
+        if not result.unchecked:
             result.notes.insert(0, RANDOM_NOTE)
-            return result
+        return result
+    if losses.random:  # random in inference mode too: finite differences would measure noise
+        return CheckResult(epoch, mode="inference", notes=[UNCHECKED_NOTE],
+                           unchecked=UNCHECKED_NOTE, rows=int(losses.x.shape[0]),
+                           rows_total=len(data.x))
     result = _check_dtype(cfg, model, loss_cfg, data, epoch, eager, training)
     result.mode = "train" if training else "inference"
     half = half_precision_layers(model.network)

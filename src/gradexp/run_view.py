@@ -172,6 +172,6 @@ class RunView:
 
     def result(self) -> RunResult:
         return RunResult(self.final_loss, self.epoch, self.run_id, self.experiment_id,
-                         self.tracking_uri, self.checks[-1].passed if self.checks else None,
+                         self.tracking_uri, self.checks[-1].verdict if self.checks else None,
                          self.scalars, self.merged_history(), self.latest_evaluation(),
                          self.objective, self.direction)

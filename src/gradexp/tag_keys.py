@@ -34,7 +34,7 @@ PID_TAG = "gradexp.pid"
 HEARTBEAT_TAG = "gradexp.heartbeat"
 
 # The gradient checks (gradexp.callbacks.checks).
-GRADCHECK_TAG = "gradexp.gradcheck"  # "failed" once a check failed
+GRADCHECK_TAG = "gradexp.gradcheck"  # "failed" once a check failed; "unchecked": none could be
 CULPRITS_TAG = "gradexp.gradcheck.culprits"  # the layers a failed check points at
 DISCONNECTED_TAG = "gradexp.gradcheck.disconnected"  # variables the loss does not reach
 GRADCHECK_DTYPE_TAG = "gradexp.gradcheck_dtype"

@@ -78,7 +78,9 @@ class GradientChecks(Callback):
             run.say_untrained(result.disconnected)
         if result.notes and len(run.checks) == 1:  # e.g. user code that only runs in float32
             run.set_tags({GRADCHECK_DTYPE_TAG: result.dtype})
-            if result.mode != checked_mode(run):  # not what the run's params say
+            if result.unchecked:  # random at a point in every mode: no verdict
+                run.set_tags({GRADCHECK_TAG: "unchecked"})
+            elif result.mode != checked_mode(run):  # not what the run's params say
                 run.set_tags({GRADCHECK_MODE_TAG: result.mode})
             for note in [] if run.quiet else result.notes:
                 console.console().print(f"[yellow]warning:[/yellow] {note}", highlight=False)
@@ -86,7 +88,8 @@ class GradientChecks(Callback):
             run.log_metric(key, value, epoch)
         run.log_artifact("dict", result.to_dict(), f"gradcheck/report_epoch_{epoch:05d}.json")
         # Heat maps where they help: after training, and whenever a check fails.
-        if run.cfg.gradcheck.plots and (epoch == run.cfg.trainer.epochs or not result.passed):
+        if run.cfg.gradcheck.plots and result.reports and (epoch == run.cfg.trainer.epochs
+                                                           or not result.passed):
             self.log_heatmaps(run, result)
         if not result.passed:
             run.set_tags({GRADCHECK_TAG: "failed"})

@@ -19,6 +19,8 @@ class Summary(Callback):
 def verdict(run: RunView) -> str | None:
     if not run.checks:
         return None
+    if run.checks[-1].unchecked:  # the loss is random at a point: no verdict, see its warning
+        return "not checked (the loss is random at a fixed point; see its warning)"
     failed = [check.epoch for check in run.checks if not check.passed]
     # The reported error (GradCheckEntry.reported_error), as the console and MLflow.
     worst = max(run.checks, key=lambda check: check.error_to_tolerance)
