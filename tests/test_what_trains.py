@@ -565,7 +565,11 @@ def test_check_model_checks_a_keras_models_training_step(tmp_path, user_models):
     for old, new in zip(state, dropout.non_trainable_variables):
         np.testing.assert_array_equal(old, new.numpy())
     noisy = check_model(module.raw_noise_mlp(3, 1), x, y, loss=mse)
-    assert noisy.passed and "checked in inference mode" in noisy.notes[0]
+    assert noisy.passed and noisy.notes[0].startswith("layer noise draws random numbers")
+    # the random layer held in inference mode, the wrong training path behind it still fails
+    noisy_buggy = check_model(module.encoder_block_head(3, 1, buggy=True, noise=True), x, y,
+                              loss=mse)
+    assert not noisy_buggy.passed and noisy_buggy.culprits == ["softplus_block"]
 
 
 def test_a_subclassed_model_without_training_argument_trains_and_is_checked(store, tmp_path,

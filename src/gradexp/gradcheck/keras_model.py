@@ -9,11 +9,12 @@ through Keras 3's `stateless_call` on a float64 twin of the model (the runner's
 gradexp.models.Model), so the finite differences are not drowned in float32 rounding and the
 model is never changed: in training mode every evaluation draws the dropout masks the model's
 seed state gives now, and batch norm uses the batch's statistics without moving its own. A
-model whose training-mode output is random at a fixed point (raw `tf.random` in a layer) is
-checked in inference mode instead, and the report's notes say why. When the check fails, the
-layers whose own backward is wrong are searched for as a run does (culprits.py, each layer
-checked alone on at most CULPRIT_ROWS of x) and named in ``report.culprits``. The same rules as
-a run's checks (src/gradexp/run_checks.py), for a notebook.
+model whose training-mode output is random at a fixed point (raw `tf.random` in a layer) has the
+layers drawing it held in inference mode (gradexp.random_layers), or, if that does not make it
+repeat, is checked in inference mode as a whole; the report's notes say which. When the check
+fails, the layers whose own backward is wrong are searched for as a run does (culprits.py, each
+layer checked alone on at most CULPRIT_ROWS of x) and named in ``report.culprits``. The same
+rules as a run's checks (src/gradexp/run_checks.py), for a notebook.
 """
 
 from __future__ import annotations
@@ -34,8 +35,10 @@ def check_model(model: Any, x: Any, y: Any = None, *, loss: Callable[[Any, Any],
     import numpy as np
     import tensorflow as tf
 
+    from gradexp.check_notes import RANDOM_NOTE, held_note
     from gradexp.gradcheck.checker import check_gradients
     from gradexp.models import Model
+    from gradexp.random_layers import held_in_inference, random_layers
 
     if mode not in MODES:
         raise ValueError(f"mode={mode!r}: expected one of {', '.join(MODES)}")
@@ -62,15 +65,21 @@ def check_model(model: Any, x: Any, y: Any = None, *, loss: Callable[[Any, Any],
 
     params = [tf.constant(v.numpy(), dtype) for v in wrapped.params]
     training = mode == "train"
+    held: list[str] = []
     if training:
         first, second = (of_params(True)(*params).numpy() for _ in range(2))
-        if not np.array_equal(first, second):
-            training = False
-            notes.append("the training-mode computation differs between two evaluations at the "
-                         "same point (randomness outside Keras' seed generators, e.g. raw "
-                         "tf.random ops); checked in inference mode")
-    report = check_gradients(of_params(training), params, names=wrapped.names,
-                             **{"compile": False, **options})
+        if not np.array_equal(first, second, equal_nan=True):
+            held = random_layers(wrapped, params, inputs) or []
+            with held_in_inference(wrapped, held):
+                first, second = (of_params(True)(*params).numpy() for _ in range(2))
+            if held and np.array_equal(first, second, equal_nan=True):
+                notes.append(held_note(tuple(held)))
+            else:
+                training, held = False, []
+                notes.append(RANDOM_NOTE)
+    with held_in_inference(wrapped, held):  # the evaluations are eager: held while they run
+        report = check_gradients(of_params(training), params, names=wrapped.names,
+                                 **{"compile": False, **options})
     report.notes[:0] = notes
     if not report.passed:
         _name_culprits(report, model, x[:CULPRIT_ROWS], training, dtype, wrapped.names, options)
