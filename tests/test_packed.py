@@ -256,6 +256,7 @@ def test_a_diverging_packed_job_is_marked_and_named(tmp_path, store, capsys):
     ([1.0, 0.5, 0.3, 0.25, 0.24, 0.24], None),
     ([1.0, 0.5, float("nan"), float("nan")], "diverged (loss not finite from epoch 3)"),
     ([1.0, 2.0, 4.0], "diverged (loss 1 at epoch 1, 4 at the end)"),
+    ([0.5351, 0.5350, 0.5352], None),  # a plateau (QA: read "diverged")
     ([1.0, 0.5, 0.9, 0.4, 0.8, 0.3, 0.7, 0.2], "oscillated (loss rose in 3 of 7 epochs)"),
 ])
 def test_the_drift_reason_reads_the_loss_curve(loss, reason):
