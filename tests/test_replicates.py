@@ -86,6 +86,20 @@ def test_a_tables_split_follows_the_master_seed_unless_resample_is_false():
     assert not np.array_equal(one.x, two.x)  # another split, other training rows
 
 
+def test_a_seed_key_the_command_line_also_sets_is_said_to_be_replaced():
+    from gradexp.seeds import replaced_seeds_note
+
+    overrides = ["seed=1", "trainer.seed=5", "optimizer=adam"]
+    cfg = compose_config(*overrides)
+    note = replaced_seeds_note(cfg, derive_seeds(cfg), overrides)
+    assert note == (f"seed=1 derives every seed of the run, so trainer.seed=5 (now "
+                    f"{derived_seed(1, 'batches')}) from the command line is replaced; leave "
+                    "seed unset to set the seeds yourself (data.resample=false keeps the data's "
+                    "seed)")
+    plain = seeded("seed=1")
+    assert replaced_seeds_note(plain, {"trainer.seed": 7}, ["seed=1"]) is None
+
+
 def test_derived_seeds_differ_between_purposes_and_masters():
     seeds = [derived_seed(master, purpose) for master in range(10) for purpose in PURPOSES]
     assert len(set(seeds)) == len(seeds)

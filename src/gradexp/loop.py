@@ -19,6 +19,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from gradexp import console
@@ -33,7 +34,7 @@ from gradexp.metrics import check_monitor, check_objective, metric_specs, object
 from gradexp.resume import prepare_resume
 from gradexp.run_params import config_params
 from gradexp.run_view import RunResult, RunView
-from gradexp.seeds import builder_seeded, derive_seeds, seed_tensorflow
+from gradexp.seeds import builder_seeded, derive_seeds, replaced_seeds_note, seed_tensorflow
 from gradexp.setup_checks import check_against_data, check_config
 from gradexp.tag_keys import (
     DIRECTION_TAG,
@@ -66,7 +67,8 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
         cfg = resume.cfg  # the run's recorded config, trainer.epochs perhaps raised
         if resume.restart:  # killed before its first checkpoint: a new run from epoch 0
             restart_of, run_name, resume = resume.run_id, resume.run_name or run_name, None
-    derive_seeds(cfg)  # seed=N: model.seed, trainer.seed, data's seed from it (gradexp.seeds)
+    derived = derive_seeds(cfg)  # seed=N: model.seed, trainer.seed, data's seed (gradexp.seeds)
+    given = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
     label_by_target(cfg)  # loss.name=mylosses.pseudo_huber, not the name of the option it replaced
     data = load_data(cfg.data, launch_dir, independent_outputs(cfg.loss))
     recorded = data_record(data, cfg.trainer.batch_size)  # rows, standardized, batches, labels
@@ -77,8 +79,9 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
     check_user_code(cfg, launch_dir, data)  # a bad _target_ ends here, before any MLflow run
     if show_config and not quiet:
         console.print_config(cfg, config_params(cfg))
-    for note in [] if quiet else recorded.notes:
-        console.note_line(note)
+    for note in [] if quiet else [*recorded.notes, replaced_seeds_note(cfg, derived, given)]:
+        if note:
+            console.note_line(note)
     callbacks = build_callbacks(cfg)
     metric, direction = objective(cfg, data.task)
     run = RunView(cfg, data, metric, direction, quiet=quiet, launch_dir=launch_dir,

@@ -287,3 +287,17 @@ def _only_stateless_code(cfg: DictConfig) -> bool:
     from gradexp.user_code import packages_of
 
     return packages_of(cfg, ("data", "model", "loss")) <= STATELESS_RANDOM_PACKAGES
+
+
+def replaced_seeds_note(cfg: DictConfig, derived: dict[str, int],
+                        overrides: list[str]) -> str | None:
+    """One line when `seed=N` replaced a seed key the command line (`overrides`) also set: the
+    run uses the derived value, which the config line shows as if typed (QA: `seed=1
+    trainer.seed=5` ran with trainer.seed=1454127163, and said nothing)."""
+    given = dict(item.lstrip("+~").split("=", 1) for item in overrides if "=" in item)
+    replaced = [f"{key}={given[key]} (now {derived[key]})" for key in derived if key in given]
+    if not replaced:
+        return None
+    return (f"seed={cfg.get('seed')} derives every seed of the run, so {', '.join(replaced)} "
+            "from the command line is replaced; leave seed unset to set the seeds yourself "
+            "(data.resample=false keeps the data's seed)")
