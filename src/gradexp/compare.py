@@ -29,6 +29,7 @@ from gradexp.param_differences import differing_params, is_swept
 from gradexp.tag_keys import (
     DIRECTION_TAG,
     OBJECTIVE_TAG,
+    PACKED_DRIFT_TAG,
     PARENT_TAG,
     PRUNED_TAG,
     REUSED_TAG,
@@ -395,9 +396,22 @@ def columns(selection: Selection, params: list[str], sort: str, desc: bool) -> d
             table[key + (arrow if key == sort else "")] = [
                 number(run.data.metrics.get(key)) for run in runs]
     table["gradcheck"] = [verdict(run) for run in runs]
-    table["status"] = [f"{run.info.status} (reused)" if run.info.run_id in selection.reused
-                       else run.info.status for run in runs]
+    table["status"] = [status_text(run.info.status, reused=run.info.run_id in selection.reused,
+                                   pruned_at=run.data.tags.get(PRUNED_TAG),
+                                   drift=PACKED_DRIFT_TAG in run.data.tags) for run in runs]
     return table
+
+
+def status_text(status: str, *, reused: bool = False, pruned_at: int | str | None = None,
+                drift: bool = False) -> str:
+    """A run's status cell, the same in the sweep's own table (gradexp.sweeps) and here:
+    `FINISHED pruned@12` says its values are epoch 12's (sweep.pruner stopped it), which is
+    why it ranks after the runs that trained to the end; `(reused)`, a run an earlier sweep
+    made; `drift`, a packed run whose records may drift from a sequential one's."""
+    text = f"{status} (reused)" if reused else status
+    if pruned_at is not None:
+        text = f"{text} pruned@{pruned_at}"
+    return f"{text} drift" if drift else text
 
 
 def build_table(title: str, cols: dict[str, list], params: list[str], width: int):

@@ -49,6 +49,11 @@ def one_line(error: BaseException, overrides: Sequence[str] = ()) -> str:
     Hydra's missing_cfg_file and options); `overrides` (the command line's) supply the value
     of a key that does not exist, which OmegaConf does not carry."""
     cause = error.__cause__ or error.__context__
+    from hydra_plugins.gradexp_optuna.dict_params import unreadable_search
+
+    search = unreadable_search(overrides)  # {key:interval(...)}: OmegaConf's words name neither
+    if search is not None:
+        return search
     if isinstance(error, MissingConfigException):
         return _missing_option(error)
     if isinstance(error, OverrideParseException):

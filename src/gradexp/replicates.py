@@ -144,6 +144,18 @@ def aggregates(swept: Sequence[str], aggregate_over: Sequence[str]) -> bool:
     return any(key in aggregate_over for key in swept)
 
 
+def unswept_note(swept: Sequence[str], aggregate_over: Sequence[str]) -> str | None:
+    """One line when sweep.aggregate_over was set to keys none of which the sweep sweeps: it
+    asked for replicates, and no table of them follows (the default, [seed], goes unsaid: most
+    sweeps sweep no seed and ask for no replicates). None otherwise."""
+    if aggregates(swept, aggregate_over) or list(aggregate_over) in ([], ["seed"]):
+        return None
+    keys = ", ".join(aggregate_over)
+    verb = "is" if len(aggregate_over) == 1 else "are"
+    return (f"note: sweep.aggregate_over=[{keys}]: {keys} {verb} not swept, so there are no "
+            f"replicates to group (sweep it too, e.g. -m {aggregate_over[0]}=0,1,2)")
+
+
 def derived_keys(swept: Sequence[str]) -> set[str]:
     """Params that follow from a swept master seed (model.seed, ...): not a difference of
     their own between replicates."""

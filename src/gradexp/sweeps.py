@@ -422,6 +422,8 @@ def summarize_sweep(tracker, best_per: list[str] | None = None,
         record["groups"] = [group.record() for group in summary.groups]
         record["groups_note"] = summary.overlap
         record["groups_notes"] = summary.group_notes
+    else:  # aggregate_over set to keys not swept: said, as no table of replicates follows
+        summary.group_notes = [note for note in [replicates.unswept_note(swept, over)] if note]
     tracker.log_dict(record, SUMMARY_FILE)
     finished = [row for row in rows if row["status"] == "FINISHED"
                 and math.isfinite(row["objective"]) and row["pruned_at_epoch"] is None]
@@ -540,6 +542,7 @@ def print_sweep(summary: SweepSummary, tracker) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from gradexp.compare import status_text
     from gradexp.console import console, print_table
     from gradexp.mlflow_store import runs_view_link
     from gradexp.tracking_uri import redact_uri
@@ -558,12 +561,9 @@ def print_sweep(summary: SweepSummary, tracker) -> None:
                                f"{arrow}"), title_justify="left")
     for column in ("run", "status", f"{summary.metric} {arrow}", "final loss", "gradient check"):
         table.add_column(escape(column), overflow="fold")
-    for row in summary.rows:
-        status = f"{row['status']} (reused)" if row["reused"] else row["status"]
-        if row["pruned_at_epoch"] is not None:
-            status = f"{status} pruned@{row['pruned_at_epoch']}"
-        if row["packed_drift"] is not None:  # packed, and diverged or oscillated
-            status = f"{status} drift"
+    for row in summary.rows:  # the status as gradexp compare shows it (pruned@N, drift)
+        status = status_text(row["status"], reused=row["reused"], pruned_at=row["pruned_at_epoch"],
+                             drift=row["packed_drift"] is not None)
         table.add_row(escape(row["run_name"]), status, f"{row['objective']:.6g}",
                       f"{row['final_loss']:.6g}", row["gradcheck"] or "-")
     print_table(table)  # wraps, never cuts: run names stay apart in an 80-column log
@@ -574,9 +574,9 @@ def print_sweep(summary: SweepSummary, tracker) -> None:
 
         print_table(groups_table(summary.groups, summary.metric, arrow,
                                  "replicates: each configuration's mean, best first"))
-        for note in [*summary.group_notes, summary.overlap]:
-            if note:  # names the groups by their override text: not markup
-                out.print(note, highlight=False, markup=False)
+    for note in [*summary.group_notes, summary.overlap]:
+        if note:  # names the groups or keys by their override text: not markup
+            out.print(note, highlight=False, markup=False)
     if summary.also_differ:
         out.print(f"besides the swept keys, these differ between the runs: "
                   f"{', '.join(summary.also_differ)}", highlight=False, markup=False)

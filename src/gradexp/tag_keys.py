@@ -63,6 +63,8 @@ BEST_IN_SWEEP_TAG = "gradexp.best_in_sweep"  # "true" on the best child
 BEST_GROUP_TAG = "gradexp.best_group"  # key=value,... of the best group of replicates
 REUSED_TAG = "gradexp.reused."  # + job number: the FINISHED run a job reused
 OPTUNA_BEST_TRIAL_TAG = "gradexp.optuna.best_trial"
+# on each child run of an Optuna sweep: its trial's number in the study (best_trial names one)
+OPTUNA_TRIAL_TAG = "gradexp.optuna.trial"
 OPTUNA_STUDY_TAG = "gradexp.optuna.study"
 OPTUNA_STORAGE_TAG = "gradexp.optuna.storage"
 PRUNED_TAG = "gradexp.pruned_at_epoch"  # on a pruned child run: the last epoch it trained

@@ -139,6 +139,7 @@ class OptunaSweeper(Sweeper):
                     study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
                 raise
             self.job_idx += len(returns)
+            _tag_trial_runs(self.config, sweep_dir, batch, returns)
             for trial, ret in zip(batch, returns):
                 value = _objective(ret)
                 try:
@@ -200,6 +201,43 @@ def _trials_so_far(storage: Any, name: str) -> int:
         return len(optuna.load_study(study_name=name, storage=storage).trials)
     except KeyError:  # no such study yet
         return 0
+
+
+def _tag_trial_runs(config: DictConfig, sweep_dir: Path, batch: list, returns: Any) -> None:
+    """Each job's child run gets its trial's number in the study (OPTUNA_TRIAL_TAG): a continued
+    study's best trial (the parent's gradexp.optuna.best_trial) may be an earlier sweep's, and
+    only this tag leads from a trial to its run. The sweeper cannot ask a job for its run id
+    (a job returns its objective, in this process or another), so a job's run is found among
+    the parent's untagged children by the name the job gave it (gradexp.app: tracking.run_name,
+    else its swept overrides); runs of one name (a value chosen twice) in the order they
+    started, the jobs' order on a sequential launcher. A reused run (sweep.skip_finished) is an
+    earlier sweep's and keeps its tags; a job that failed before its run opened has none."""
+    from gradexp.mlflow_store import find_runs, open_client, read_run, tag_run
+    from gradexp.sweeps import child_run_name, parent_run_file
+    from gradexp.tag_keys import OPTUNA_TRIAL_TAG, PARENT_TAG
+    from gradexp.tracking_uri import resolve_uri
+
+    parent_file = parent_run_file(sweep_dir)
+    if not parent_file.is_file():
+        return  # tracking=none: no runs to tag
+    parent_id = parent_file.read_text().strip()
+    client = open_client(resolve_uri(config.tracking.uri, Path.cwd()))
+    experiment = read_run(client, parent_id).info.experiment_id
+    children = find_runs(client, [experiment], f"tags.`{PARENT_TAG}` = '{parent_id}'",
+                         order_by=["attributes.start_time ASC"], max_results=10_000)
+    untagged: dict[str, list[str]] = {}
+    for run in children:
+        if OPTUNA_TRIAL_TAG not in run.data.tags:
+            untagged.setdefault(run.info.run_name or "", []).append(run.info.run_id)
+    for trial, ret in zip(batch, returns):
+        if ret.hydra_cfg is None or ret.cfg is None:
+            continue
+        hydra_cfg = ret.hydra_cfg.hydra
+        name = (OmegaConf.select(ret.cfg, "tracking.run_name") or
+                child_run_name(hydra_cfg, sweep_dir) or hydra_cfg.job.override_dirname
+                or "defaults")
+        if untagged.get(name):
+            tag_run(client, untagged[name].pop(0), {OPTUNA_TRIAL_TAG: trial.number})
 
 
 def _objective(ret: Any) -> float | None:
