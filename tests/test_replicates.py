@@ -194,6 +194,12 @@ def test_overlap_note_only_when_the_best_two_intervals_overlap():
     close = [Group({"optimizer": "sgd"}, [1.0, 1.1, 0.9], []),
              Group({"optimizer": "adam"}, [1.05, 1.2, 0.95], [])]
     assert "not distinguishable at this n" in overlap_note(close)
+    # QA: three of six replicates went to 1e12 without a NaN; the note said only "overlap",
+    # now each group's range shows why
+    exploded = [Group({"lr": "0.05"}, [0.0096, 0.0095, 0.0097, 0.0096, 0.0095, 0.0096], []),
+                Group({"lr": "0.8"}, [0.0098, 0.0099, 0.0097, 4.6e9, 5.7e12, 3.1e11], [])]
+    assert overlap_note(exploded).endswith(
+        "(n=6, 6; values 0.0095 to 0.0097 and 0.0097 to 5.7e+12)")
     single = Group({"optimizer": "sgd"}, [1.0], [])
     assert single.ci95 is None and single.std is None and "n=1" in single.record()["note"]
 

@@ -173,8 +173,12 @@ def overlap_note(groups: Sequence[Group]) -> str | None:
         return (f"{best.label} and {next_.label}: not distinguishable at this n "
                 "(a group has n=1, no interval)")
     if best.ci95[0] <= next_.ci95[1] and next_.ci95[0] <= best.ci95[1]:
+        # with each one's range: a few replicates far off the rest (QA: 3 of 6 at lr=0.8 went
+        # to 1e12 without a NaN) widen an interval to overlap, which the range makes plain
+        spans = " and ".join(f"{number(min(g.values))} to {number(max(g.values))}"
+                             for g in (best, next_))
         return (f"{best.label} and {next_.label}: 95% intervals overlap, not distinguishable "
-                f"at this n (n={best.n}, {next_.n})")
+                f"at this n (n={best.n}, {next_.n}; values {spans})")
     return None
 
 
