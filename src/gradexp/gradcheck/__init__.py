@@ -63,6 +63,7 @@ The package, one module per part, imports flowing one way (each only from those 
     plain_functions.py  compile=True: a plain callable probed as a tf.function (eager fallback)
     checker.py   check_gradients, check_variables
     joint.py     check_jointly: one probe set over several inputs (a run's checks use it)
+    breakdown.py which other inputs of a failing joint check are wrong, at a bounded cost
     keras_model.py  check_model: a Keras model's training loss, in training mode, as a run checks
     culprits.py  find_culprits: which layer of a Keras model is wrong, each checked alone
 
