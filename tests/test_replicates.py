@@ -187,6 +187,24 @@ def test_t_quantile_matches_the_tables():
     assert t_quantile(0.975, 1000) == pytest.approx(1.9623390808264, rel=1e-9)
 
 
+def test_a_swept_key_that_changes_nothing_is_said():
+    from gradexp.replicates import inert_keys_note
+
+    def runs(same: bool):  # 2 optimizers x 2 trainer seeds; the seed matters or not
+        return [({"optimizer.name": opt, "trainer.seed": str(seed)},
+                 base + (0 if same else seed * 1e-6))
+                for opt, base in (("sgd", 0.0092), ("adam", 0.0093)) for seed in (0, 1)]
+
+    swept = ["optimizer", "trainer.seed"]
+    assert inert_keys_note(runs(True), swept, ["seed"]) == (
+        "note: runs that differ only in trainer.seed gave one objective to the last digit: it "
+        "changes nothing these runs compute (trainer.seed on full-batch data orders no "
+        "batches); for replicates, sweep the master seed= instead")
+    assert inert_keys_note(runs(False), swept, ["seed"]) is None
+    # a key aggregated over is identical_note's to say, with the replicates table
+    assert inert_keys_note(runs(True), swept, ["trainer.seed"]) is None
+
+
 def test_overlap_note_only_when_the_best_two_intervals_overlap():
     apart = [Group({"optimizer": "sgd"}, [1.0, 1.1, 0.9], []),
              Group({"optimizer": "adam"}, [5.0, 5.1, 4.9], [])]

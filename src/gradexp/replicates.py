@@ -156,6 +156,31 @@ def unswept_note(swept: Sequence[str], aggregate_over: Sequence[str]) -> str | N
             f"replicates to group (sweep it too, e.g. -m {aggregate_over[0]}=0,1,2)")
 
 
+def inert_keys_note(runs: Iterable[tuple[Mapping[str, str], float]], swept: Sequence[str],
+                    aggregate_over: Sequence[str]) -> str | None:
+    """One line when a swept key outside aggregate_over changes nothing the runs compute: every
+    set of FINISHED runs that differ only in it gave one objective, to the last digit (QA:
+    `trainer.seed=0,1,2,3` on full-batch data, which has no batch order to shuffle, made four
+    identical copies of each job in silence). None when no key is so."""
+    runs = [(params, value) for params, value in runs if math.isfinite(value)]
+    inert = []
+    for key in (key for key in swept if key not in aggregate_over and key != "seed"):
+        others = [other for other in swept if other != key]
+        sets: dict[tuple[str, ...], dict[str, float]] = {}
+        for params, value in runs:
+            rest = tuple(swept_value(params, other) for other in others)
+            sets.setdefault(rest, {})[swept_value(params, key)] = value
+        compared = [values for values in sets.values() if len(values) > 1]
+        if compared and all(len(set(values.values())) == 1 for values in compared):
+            inert.append(key)
+    if not inert:
+        return None
+    keys = " or ".join(inert)
+    return (f"note: runs that differ only in {keys} gave one objective to the last digit: it "
+            "changes nothing these runs compute (trainer.seed on full-batch data orders no "
+            "batches); for replicates, sweep the master seed= instead")
+
+
 def derived_keys(swept: Sequence[str]) -> set[str]:
     """Params that follow from a swept master seed (model.seed, ...): not a difference of
     their own between replicates."""

@@ -424,6 +424,9 @@ def summarize_sweep(tracker, best_per: list[str] | None = None,
         record["groups_notes"] = summary.group_notes
     else:  # aggregate_over set to keys not swept: said, as no table of replicates follows
         summary.group_notes = [note for note in [replicates.unswept_note(swept, over)] if note]
+    summary.group_notes += [note for note in [replicates.inert_keys_note(  # ones that do nothing
+        [(params[row["run_id"]], row["objective"]) for row in rows if row["status"] == "FINISHED"
+         and row["run_id"] and row["pruned_at_epoch"] is None], swept, over)] if note]
     tracker.log_dict(record, SUMMARY_FILE)
     finished = [row for row in rows if row["status"] == "FINISHED"
                 and math.isfinite(row["objective"]) and row["pruned_at_epoch"] is None]
