@@ -192,17 +192,20 @@ def test_a_swept_key_that_changes_nothing_is_said():
 
     def runs(same: bool):  # 2 optimizers x 2 trainer seeds; the seed matters or not
         return [({"optimizer.name": opt, "trainer.seed": str(seed)},
-                 base + (0 if same else seed * 1e-6))
+                 (base + (0 if same else seed * 1e-6), base * 2))
                 for opt, base in (("sgd", 0.0092), ("adam", 0.0093)) for seed in (0, 1)]
 
     swept = ["optimizer", "trainer.seed"]
     assert inert_keys_note(runs(True), swept, ["seed"]) == (
-        "note: runs that differ only in trainer.seed gave one objective to the last digit: it "
-        "changes nothing these runs compute (trainer.seed on full-batch data orders no "
-        "batches); for replicates, sweep the master seed= instead")
+        "note: runs that differ only in trainer.seed gave one objective and loss to the last "
+        "digit: it changes nothing these runs compute (trainer.seed on full-batch data orders "
+        "no batches); for replicates, sweep the master seed= instead")
     assert inert_keys_note(runs(False), swept, ["seed"]) is None
     # a key aggregated over is identical_note's to say, with the replicates table
     assert inert_keys_note(runs(True), swept, ["trainer.seed"]) is None
+    # an objective that ties (accuracy 1.0 at two widths) is no sign: the losses differ
+    tied = [({"model.hidden": width}, (1.0, loss)) for width, loss in (("16", 0.02), ("32", 0.01))]
+    assert inert_keys_note(tied, ["model.hidden"], ["seed"]) is None
 
 
 def test_overlap_note_only_when_the_best_two_intervals_overlap():

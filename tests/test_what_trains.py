@@ -496,6 +496,9 @@ def test_randomness_in_every_mode_is_not_checked_rather_than_failed(store, clien
     assert recorded.info.status == "FINISHED"
     assert recorded.data.tags["gradexp.gradcheck"] == "unchecked"
     assert "gradcheck/passed" not in recorded.data.metrics
+    from gradexp.compare import verdict  # the tables' gradient-check column, not "-" (off)
+
+    assert verdict(recorded) == "unchecked"
 
 
 @pytest.mark.heavy  # ~8 s

@@ -31,6 +31,7 @@ class CheckResult:
     culprits: list[LayerVerdict] = field(default_factory=list)
     culprits_searched: bool = False
     unchecked: str | None = None  # why nothing could be checked (then no report, no verdict)
+    held: tuple[type, ...] = ()  # layer classes held in inference mode (gradexp.random_layers)
 
     @property
     def passed(self) -> bool:

@@ -28,6 +28,7 @@ from gradexp.metrics import direction_of
 from gradexp.param_differences import differing_params, is_swept
 from gradexp.tag_keys import (
     DIRECTION_TAG,
+    GRADCHECK_TAG,
     OBJECTIVE_TAG,
     PACKED_DRIFT_TAG,
     PARENT_TAG,
@@ -363,8 +364,17 @@ def sort_runs(runs: list, name: str, desc: bool, asked: bool = True) -> None:
 
 
 def verdict(run) -> str:
+    return check_verdict(run) or "-"
+
+
+def check_verdict(run) -> str | None:
+    """A run's gradient check as the tables show it, the same here and in the sweep's:
+    passed, failed, unchecked (a loss random at a point in every mode: no gradcheck/* metric,
+    but not gradcheck=off either), or None (no check)."""
     passed = run.data.metrics.get("gradcheck/passed")
-    return "-" if passed is None else ("passed" if passed == 1.0 else "failed")
+    if passed is None:
+        return "unchecked" if run.data.tags.get(GRADCHECK_TAG) == "unchecked" else None
+    return "passed" if passed == 1.0 else "failed"
 
 
 def number(value: float | None) -> str:

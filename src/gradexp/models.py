@@ -51,7 +51,7 @@ class Model:
         self._twins: dict[str, keras.Model] = {}
         # The gradient checks' compiled loss functions (gradexp.run_checks): they close over it
         self.check_losses: dict[tuple, object] = {}
-        self.held: tuple[str, ...] = ()  # layers a check holds in inference mode (random_layers)
+        self.held: tuple[type, ...] = ()  # classes a check holds in inference (random_layers)
         self._ends_in_probabilities: bool | None = None
 
     def __call__(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:

@@ -156,17 +156,18 @@ def unswept_note(swept: Sequence[str], aggregate_over: Sequence[str]) -> str | N
             f"replicates to group (sweep it too, e.g. -m {aggregate_over[0]}=0,1,2)")
 
 
-def inert_keys_note(runs: Iterable[tuple[Mapping[str, str], float]], swept: Sequence[str],
-                    aggregate_over: Sequence[str]) -> str | None:
+def inert_keys_note(runs: Iterable[tuple[Mapping[str, str], tuple[float, float]]],
+                    swept: Sequence[str], aggregate_over: Sequence[str]) -> str | None:
     """One line when a swept key outside aggregate_over changes nothing the runs compute: every
-    set of FINISHED runs that differ only in it gave one objective, to the last digit (QA:
+    set of FINISHED runs that differ only in it gave one objective and one final loss, to the
+    last digit (the loss too: an accuracy of 1.0 reached by two widths is no such sign) (QA:
     `trainer.seed=0,1,2,3` on full-batch data, which has no batch order to shuffle, made four
     identical copies of each job in silence). None when no key is so."""
-    runs = [(params, value) for params, value in runs if math.isfinite(value)]
+    runs = [(params, values) for params, values in runs if all(map(math.isfinite, values))]
     inert = []
     for key in (key for key in swept if key not in aggregate_over and key != "seed"):
         others = [other for other in swept if other != key]
-        sets: dict[tuple[str, ...], dict[str, float]] = {}
+        sets: dict[tuple[str, ...], dict[str, tuple[float, float]]] = {}
         for params, value in runs:
             rest = tuple(swept_value(params, other) for other in others)
             sets.setdefault(rest, {})[swept_value(params, key)] = value
@@ -176,9 +177,9 @@ def inert_keys_note(runs: Iterable[tuple[Mapping[str, str], float]], swept: Sequ
     if not inert:
         return None
     keys = " or ".join(inert)
-    return (f"note: runs that differ only in {keys} gave one objective to the last digit: it "
-            "changes nothing these runs compute (trainer.seed on full-batch data orders no "
-            "batches); for replicates, sweep the master seed= instead")
+    return (f"note: runs that differ only in {keys} gave one objective and loss to the last "
+            "digit: it changes nothing these runs compute (trainer.seed on full-batch data "
+            "orders no batches); for replicates, sweep the master seed= instead")
 
 
 def derived_keys(swept: Sequence[str]) -> set[str]:

@@ -60,7 +60,7 @@ from gradexp.gradcheck.joint import JointFunction, check_jointly, direction_scal
 from gradexp.gradcheck.second_order import second_order_reports
 from gradexp.losses import build_loss
 from gradexp.models import Model, half_precision_layers, read_values
-from gradexp.random_layers import held_in_inference, random_layers
+from gradexp.random_layers import held_in_inference, held_names, random_layers
 
 
 def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig,
@@ -120,16 +120,21 @@ def _name_culprits(result: CheckResult, cfg: DictConfig, model: Model, data: Dat
     # Second order only if only the second-order check failed (a wrong first order shows there).
     order = 2 if result.only_second_order_failed else 1
     try:
-        for rows in (checked[:CULPRIT_ROWS], checked):
-            result.culprits = find_culprits(model.network, data.x[rows], training,
-                                            dtype=cfg.dtype, probes=cfg.probes,
-                                            names=model.names, order=order)
-            # none on the first rows: a branch only later rows take (an outlier's) is searched
-            if result.culprits or len(rows) == len(checked):
-                break
+        with held_in_inference(model, result.held):  # random layers held, as in the check
+            _search_culprits(result, cfg, model, data, checked, training, order)
         result.culprits_searched = True
     except Exception as error:  # noqa: BLE001 - the search is a diagnosis, never the run's end
         result.notes.append(f"the wrong layer could not be searched for: {first_line(error)}")
+
+
+def _search_culprits(result: CheckResult, cfg: DictConfig, model: Model, data: Dataset,
+                     checked: np.ndarray, training: bool, order: int) -> None:
+    for rows in (checked[:CULPRIT_ROWS], checked):
+        result.culprits = find_culprits(model.network, data.x[rows], training, dtype=cfg.dtype,
+                                        probes=cfg.probes, names=model.names, order=order)
+        # none on the first rows: a branch only later rows take (an outlier's) is searched
+        if result.culprits or len(rows) == len(checked):
+            break
 
 
 def disconnected_variables(cfg: DictConfig, model: Model, loss_cfg: DictConfig,
@@ -166,7 +171,8 @@ def _check(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, e
     if losses.random and training and losses.held:
         with held_in_inference(model, losses.held):
             result = _check(cfg, model, loss_cfg, data, epoch, eager, True)
-        result.notes.insert(0, held_note(losses.held))
+        result.notes.insert(0, held_note(held_names(model, losses.held)))
+        result.held = losses.held  # the culprit search holds them too
         return result
     if losses.random and training:
         result = _check(cfg, model, loss_cfg, data, epoch, eager, False)
@@ -185,7 +191,7 @@ def _check(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, e
     return result
 
 
-def _held_layers(losses: _Losses, model: Model, args: tuple) -> tuple[str, ...]:
+def _held_layers(losses: _Losses, model: Model, args: tuple) -> tuple[type, ...]:
     """The layers whose inference mode makes the training-mode loss repeat at one point
     (gradexp.random_layers), if that loss then repeats, own losses included; () if none do."""
     params = [tf.constant(v.numpy(), losses.dtype) for v in model.params]
@@ -396,7 +402,7 @@ class _Losses:
     joint: JointFunction | None = None  # of_params of one flat vector (gradcheck/joint.py)
     verified: bool = True  # False: the requested dtype, not yet tried (_check)
     random: bool | None = None  # the loss differs at one point (training mode); None: untried
-    held: tuple[str, ...] | None = None  # random: the layers that make it so; None: unasked
+    held: tuple[type, ...] | None = None  # random: the layer classes that make it so; None: unasked
     disconnected: list[int] | None = None  # the params no gradient reaches; None: unasked
     owner: Model | None = None  # the model the functions are traced on (_of_another_model)
 

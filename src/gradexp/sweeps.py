@@ -425,8 +425,9 @@ def summarize_sweep(tracker, best_per: list[str] | None = None,
     else:  # aggregate_over set to keys not swept: said, as no table of replicates follows
         summary.group_notes = [note for note in [replicates.unswept_note(swept, over)] if note]
     summary.group_notes += [note for note in [replicates.inert_keys_note(  # ones that do nothing
-        [(params[row["run_id"]], row["objective"]) for row in rows if row["status"] == "FINISHED"
-         and row["run_id"] and row["pruned_at_epoch"] is None], swept, over)] if note]
+        [(params[row["run_id"]], (row["objective"], row["final_loss"])) for row in rows if
+         row["status"] == "FINISHED" and row["run_id"] and row["pruned_at_epoch"] is None],
+        swept, over)] if note]
     tracker.log_dict(record, SUMMARY_FILE)
     finished = [row for row in rows if row["status"] == "FINISHED"
                 and math.isfinite(row["objective"]) and row["pruned_at_epoch"] is None]
@@ -496,15 +497,16 @@ def _best_per_table(key: str, best_of: dict[str, Any], metric: str, arrow: str,
 
 
 def _row(run, metric: str, *, reused: bool) -> dict[str, Any]:
+    from gradexp.compare import check_verdict
+
     metrics = run.data.metrics
-    passed = metrics.get("gradcheck/passed")
     return {
         "run_id": run.info.run_id,
         "run_name": run.info.run_name,
         "status": run.info.status,
         "objective": metrics.get(metric, math.nan),
         "final_loss": metrics.get("final_loss", math.nan),
-        "gradcheck": None if passed is None else ("passed" if passed == 1.0 else "failed"),
+        "gradcheck": check_verdict(run),
         "reason": run.data.tags.get(REASON_TAG),
         "reused": reused,
         "pruned_at_epoch": _pruned_at(run),

@@ -35,10 +35,10 @@ def check_model(model: Any, x: Any, y: Any = None, *, loss: Callable[[Any, Any],
     import numpy as np
     import tensorflow as tf
 
-    from gradexp.check_notes import RANDOM_NOTE, held_note
+    from gradexp.check_notes import RANDOM_NOTE, UNCHECKED_NOTE, held_note
     from gradexp.gradcheck.checker import check_gradients
     from gradexp.models import Model
-    from gradexp.random_layers import held_in_inference, random_layers
+    from gradexp.random_layers import held_in_inference, held_names, random_layers
 
     if mode not in MODES:
         raise ValueError(f"mode={mode!r}: expected one of {', '.join(MODES)}")
@@ -65,24 +65,28 @@ def check_model(model: Any, x: Any, y: Any = None, *, loss: Callable[[Any, Any],
 
     params = [tf.constant(v.numpy(), dtype) for v in wrapped.params]
     training = mode == "train"
-    held: list[str] = []
-    if training:
-        first, second = (of_params(True)(*params).numpy() for _ in range(2))
-        if not np.array_equal(first, second, equal_nan=True):
-            held = random_layers(wrapped, params, inputs) or []
-            with held_in_inference(wrapped, held):
-                first, second = (of_params(True)(*params).numpy() for _ in range(2))
-            if held and np.array_equal(first, second, equal_nan=True):
-                notes.append(held_note(tuple(held)))
-            else:
-                training, held = False, []
-                notes.append(RANDOM_NOTE)
+    def repeats(held: list[type], training: bool) -> bool:
+        with held_in_inference(wrapped, held):
+            first, second = (of_params(training)(*params).numpy() for _ in range(2))
+        return np.array_equal(first, second, equal_nan=True)
+
+    held: list[type] = []
+    if training and not repeats(held, True):
+        held = random_layers(wrapped, params, inputs) or []
+        if held and repeats(held, True):
+            notes.append(held_note(held_names(wrapped, held)))
+        else:
+            training, held = False, []
+            notes.append(RANDOM_NOTE)
+    if not training and not repeats(held, False):  # a run says "not checked" (no verdict)
+        raise ValueError(UNCHECKED_NOTE)
     with held_in_inference(wrapped, held):  # the evaluations are eager: held while they run
         report = check_gradients(of_params(training), params, names=wrapped.names,
                                  **{"compile": False, **options})
-    report.notes[:0] = notes
-    if not report.passed:
-        _name_culprits(report, model, x[:CULPRIT_ROWS], training, dtype, wrapped.names, options)
+        report.notes[:0] = notes
+        if not report.passed:  # the random layers held in the layers' own checks too
+            _name_culprits(report, model, x[:CULPRIT_ROWS], training, dtype, wrapped.names,
+                           options)
     return report
 
 

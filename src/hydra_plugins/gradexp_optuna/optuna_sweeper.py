@@ -139,7 +139,10 @@ class OptunaSweeper(Sweeper):
                     study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
                 raise
             self.job_idx += len(returns)
-            _tag_trial_runs(self.config, sweep_dir, batch, returns)
+            try:  # a tag is a lead to a run, not the study: its trials are told whatever
+                _tag_trial_runs(self.config, sweep_dir, batch, returns)
+            except Exception as error:  # noqa: BLE001
+                log.warning("the trials' runs could not be tagged (%s)", error)
             for trial, ret in zip(batch, returns):
                 value = _objective(ret)
                 try:
