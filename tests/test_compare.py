@@ -587,7 +587,8 @@ def test_aggregate_counts_a_job_run_twice_once_and_says_so(capsys, made):
     assert rows["optimizer.name=sgd"][2] == f"{1.2:.6g}"  # the mean of seeds 0, 1, 2
     assert "left out 6 duplicate runs" in out
     # n=3 a side: the intervals overlap, as the sweep itself said at n=3
-    assert "95% intervals overlap, not distinguishable at this n (n=3, 3)" in out
+    assert ("95% intervals overlap, not distinguishable at this n (n=3, 3; values 1 to 1.4 and "
+            "1.3 to 1.7)") in out
 
 
 def test_the_direction_the_runs_recorded_ranks_them(capsys, made):
