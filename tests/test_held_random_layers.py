@@ -9,39 +9,12 @@ then blamed the loss. Every case here passed the check before the fix (the wrong
 
 import numpy as np
 import pytest
+from test_what_trains import USER_MODELS
 
 import conftest
 
-MODELS = '''
-import keras
-import tensorflow as tf
-
-
-@tf.custom_gradient
-def softplus_wrong_below_zero(x):
-    def backward(upstream):  # 5% off where x < 0
-        return upstream * tf.sigmoid(x) * tf.where(x < 0, tf.cast(1.05, x.dtype),
-                                                   tf.cast(1.0, x.dtype))
-    return tf.math.softplus(x), backward
-
-
-class TrainingSoftplus(keras.layers.Layer):
-    def __init__(self, buggy=False, **kwargs):
-        super().__init__(**kwargs)
-        self.buggy = buggy
-
-    def call(self, x, training=None):
-        if training and self.buggy:
-            return softplus_wrong_below_zero(x)
-        return tf.math.softplus(x)
-
-    def get_config(self):
-        return {**super().get_config(), "buggy": self.buggy}
-
-
-class RawNoise(keras.layers.Layer):
-    def call(self, x, training=None):
-        return x + tf.random.normal(tf.shape(x), stddev=0.1, dtype=x.dtype) if training else x
+# test_what_trains' models (TrainingSoftplus, RawNoise, ...) and these
+MODELS = USER_MODELS + '''
 
 
 class Sub(keras.Model):
