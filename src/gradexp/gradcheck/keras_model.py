@@ -31,7 +31,9 @@ def check_model(model: Any, x: Any, y: Any = None, *, loss: Callable[[Any, Any],
     """Check the gradient of `model`'s training loss (or of its outputs, without `loss`) with
     respect to its trainable variables; `options` are check_gradients' keywords (method,
     probes, seed, order, ...). Returns a GradCheckReport whose entries are named by the
-    variables' paths without the model's prefix (`dense0/kernel`)."""
+    variables' paths without the model's prefix (`dense0/kernel`). Raises ValueError when the
+    loss is random at a fixed point in the mode checked, whatever layers are held (no verdict
+    is possible: finite differences would measure noise)."""
     import numpy as np
     import tensorflow as tf
 
