@@ -85,9 +85,9 @@ class CheckResult:
 
     def metrics(self) -> dict[str, float]:
         """MLflow metrics: the overall errors and verdict, then per variable (or input)."""
-        worst = self.worst()
         if self.unchecked:  # no verdict: gradcheck/passed would read as a pass
             return {}
+        worst = self.worst()
         values = {
             "gradcheck/max_abs_error": self.max_abs_error,
             "gradcheck/max_rel_error": self.max_rel_error,

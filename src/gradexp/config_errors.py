@@ -27,6 +27,7 @@ from omegaconf.errors import (
 from gradexp.config_checks import ROOT_KEYS, did_you_mean, group_keys
 from gradexp.resources import resource_dir
 from gradexp.schema import SCHEMAS, SweepConfig, accepted_words
+from hydra_plugins.gradexp_optuna.dict_params import unreadable_search
 
 USER_ERRORS = (HydraException, OmegaConfBaseException)
 
@@ -48,12 +49,10 @@ def one_line(error: BaseException, overrides: Sequence[str] = ()) -> str:
     Read from the exceptions' own attributes (OmegaConf's full_key, value and object_type,
     Hydra's missing_cfg_file and options); `overrides` (the command line's) supply the value
     of a key that does not exist, which OmegaConf does not carry."""
-    cause = error.__cause__ or error.__context__
-    from hydra_plugins.gradexp_optuna.dict_params import unreadable_search
-
     search = unreadable_search(overrides)  # {key:interval(...)}: OmegaConf's words name neither
     if search is not None:
         return search
+    cause = error.__cause__ or error.__context__
     if isinstance(error, MissingConfigException):
         return _missing_option(error)
     if isinstance(error, OverrideParseException):
