@@ -14,6 +14,7 @@ from gradexp.data import Dataset
 from gradexp.gradcheck.rebuilt import dense, difference
 from gradexp.losses import build_loss
 from gradexp.models import Model, half_precision_layers
+from gradexp.random_layers import held_in_inference
 
 
 def training_loss(model: Model, loss: Callable, params: list[tf.Tensor], x: tf.Tensor,
@@ -60,7 +61,8 @@ def evaluation_dtype(requested: str, model: Model, loss_cfg: DictConfig, data: D
     return requested, None
 
 
-def twin_note(model: Model, data: Dataset, values: list[np.ndarray], dtype: str) -> str | None:
+def twin_note(model: Model, data: Dataset, values: list[np.ndarray], dtype: str,
+              training: bool = False) -> str | None:
     """None when the model rebuilt in `dtype` (the checks' twin, gradexp.models) computes what
     the model does; else the note of a check made in the model's own dtype instead, naming what
     differs.
@@ -68,41 +70,69 @@ def twin_note(model: Model, data: Dataset, values: list[np.ndarray], dtype: str)
     The twin is made anew from its layers' configs: a layer whose computation hangs on an
     attribute set after it was made (`layer.factor = 1.5`, not in its get_config) comes back
     without it, and a check of the twin judges another model (QA: a custom backward scaled by
-    such an attribute trained 1.5x too steep, and passed in float64). Compared in inference mode
-    (a twin draws its own dropout masks) on a few rows, eagerly, once per run and shape: the
-    outputs, and the gradient of the outputs against a fixed random cotangent plus the model's
-    own losses (not the loss's gradient: near a minimum it is a cancellation float32 does not
-    carry). Tolerances hold float32 rounding with a wide margin; a model that computes in
-    float16, or has a layer that does, is not compared."""
+    such an attribute trained 1.5x too steep, and passed in float64). Compared on a few rows,
+    eagerly, once per run and shape: the outputs, and the gradient of the outputs against a
+    fixed random cotangent plus the model's own losses (not the loss's gradient: near a minimum
+    it is a cancellation float32 does not carry). In inference mode, and for a check in
+    training mode in training mode too (QA: an attribute only the training path reads passed),
+    with the layers that draw from Keras' seeds held in inference (a twin's masks are drawn in
+    its dtype, not the model's); a model whose training-mode outputs do not repeat is compared
+    there once its random layers are held (gradexp.run_checks). Tolerances hold float32
+    rounding with a wide margin; a model that computes in float16, or has a layer that does, is
+    not compared."""
     own = own_dtype(model)
     if dtype == own or model.network.dtype_policy.compute_dtype != own \
             or half_precision_layers(model.network):  # half precision: far from float64
         return None
     x = data.x[:_DTYPE_ROWS]
-    found = {}
-    for each in (own, dtype):
-        params = [tf.constant(v, each) for v in values]
-        with tf.GradientTape() as tape:
-            tape.watch(params)
-            outputs, own_losses = model.apply(params, tf.constant(x, each), training=False,
-                                              with_losses=True)
-            # Before Keras' softmax or sigmoid: saturated, its float32 derivative is a
-            # cancellation (1 - p), and a correct model's gradients "differed" by 1-370% (review)
-            outputs = getattr(outputs, "_keras_logits", outputs)
-            cotangent = np.random.default_rng(0).standard_normal(outputs.shape)
-            total = tf.reduce_sum(outputs * tf.constant(cotangent, outputs.dtype))
-            if own_losses is not None:
-                total += own_losses
-        gradients = tape.gradient(total, params,
-                                  unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        found[each] = (np.asarray(outputs), dense(gradients))
-    what = difference(*found[own], *found[dtype], model.names)
-    if what is None:
-        return None
-    return (f"gradcheck.dtype={dtype} requested, but the model rebuilt in {dtype} does not "
-            f"compute what the model does ({what} on the same weights and rows: a layer "
-            f"setting that its get_config() leaves out?); checked in {own}, the dtype it "
-            f"trains in, with {own} steps and tolerances")
+    seeded = [type(layer) for layer in model.network._flatten_layers(include_self=False)
+              if getattr(layer, "_seed_generators", None)]
+    for mode in (False, True) if training else (False,):
+        try:
+            with held_in_inference(model, seeded if mode else []):
+                # in training mode the model twice: do its outputs repeat, the seeds held?
+                found = [_outputs_and_gradients(model, values, x, each, mode)
+                         for each in ((own, own, dtype) if mode else (own, dtype))]
+        except Exception:  # noqa: BLE001 - not in dtype in training mode: the check's trial says
+            if not mode:
+                raise
+            continue
+        if mode and not _same(*found[:2]):  # random beyond Keras' seeds: judged when held
+            continue
+        what = difference(*found[-2], *found[-1], model.names)
+        if what is not None:
+            where = " in training mode" if mode else ""
+            return (f"gradcheck.dtype={dtype} requested, but the model rebuilt in {dtype} "
+                    f"does not compute what the model does{where} ({what} on the same weights "
+                    f"and rows: a layer setting that its get_config() leaves out?); checked in "
+                    f"{own}, the dtype it trains in, with {own} steps and tolerances")
+    return None
+
+
+def _outputs_and_gradients(model: Model, values: list[np.ndarray], x: np.ndarray, dtype: str,
+                           training: bool) -> tuple[np.ndarray, list[np.ndarray]]:
+    """twin_note's evaluation: the outputs (before Keras' softmax or sigmoid) and the gradient
+    of a fixed random projection of them plus the model's own losses, in `dtype`."""
+    params = [tf.constant(v, dtype) for v in values]
+    with tf.GradientTape() as tape:
+        tape.watch(params)
+        outputs, own_losses = model.apply(params, tf.constant(x, dtype), training=training,
+                                          with_losses=True)
+        # Before Keras' softmax or sigmoid: saturated, its float32 derivative is a
+        # cancellation (1 - p), and a correct model's gradients "differed" by 1-370% (review)
+        outputs = getattr(outputs, "_keras_logits", outputs)
+        cotangent = np.random.default_rng(0).standard_normal(outputs.shape)
+        total = tf.reduce_sum(outputs * tf.constant(cotangent, outputs.dtype))
+        if own_losses is not None:
+            total += own_losses
+    gradients = tape.gradient(total, params, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    return np.asarray(outputs), dense(gradients)
+
+
+def _same(first: tuple, second: tuple) -> bool:
+    """Two of twin_note's evaluations, to the bit."""
+    return all(np.array_equal(a, b, equal_nan=True)
+               for a, b in zip([first[0], *first[1]], [second[0], *second[1]]))
 
 
 def own_dtype(model: Model) -> str:

@@ -436,7 +436,8 @@ def _losses(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset,
             except TypeError:  # a model that cannot be rebuilt: the check's failure says so
                 pass
         if dtype in model._twins:  # rebuilt: does it compute what the model does?
-            differs = twin_note(model, data, values or read_values(model.params), dtype)
+            differs = twin_note(model, data, values or read_values(model.params), dtype,
+                                training)
             if differs is not None:
                 dtype, note = own_dtype(model), differs
         rows = checked_rows(len(data.x), max_rows)
