@@ -629,3 +629,45 @@ def test_a_std_too_small_for_the_served_model_is_refused_in_one_line_naming_the_
                                          r"1e-160 is too small to divide by \(below "
                                          r"~1e-154\); rescale or drop the column$"):
         export(None, data)
+
+
+TIMESTAMPS = '''
+import numpy as np
+
+
+def load():
+    """Unix timestamps a few thousand seconds apart, as numpy gives them: float64, unnamed."""
+    rng = np.random.default_rng(0)
+    t = 1.7e9 + rng.uniform(0, 3000, size=(300, 1))
+    y = (t - 1.7e9) / 1000.0 + 0.01 * rng.standard_normal((300, 1))
+    return (t[:240], y[:240]), (t[240:], y[240:])
+'''
+
+
+def test_a_loaders_unnamed_float64_rows_are_what_the_logged_model_takes(tmp_path, store,
+                                                                       served):
+    """QA: the signature took one float32 tensor whatever the loader gave: its own float64 rows
+    were refused ("dtype of input float64 does not match expected dtype float32"), and cast to
+    float32 a timestamp lost the digits the model's float64 standardization keeps (predictions
+    22x the run's val/mse). The signature takes the dtype the loader gave."""
+    (tmp_path / "timestamps.py").write_text(TIMESTAMPS)
+    result = run(store, "data=custom", "data._target_=timestamps.load", "model=linear",
+                 "trainer.epochs=100", launch_dir=tmp_path)
+    model = served(result.run_id)
+    assert model.metadata.get_input_schema().numpy_types()[0] == np.float64
+    namespace: dict = {}
+    exec(TIMESTAMPS, namespace)
+    _, (x_val, y_val) = namespace["load"]()
+    predicted = np.asarray(model.predict(x_val))  # the loader's own rows, as they are
+    mse = float(np.mean((predicted - y_val) ** 2))
+    assert mse == pytest.approx(result.metrics["val/mse"], rel=1e-3)
+
+
+@pytest.mark.parametrize(("given", "dtype"), [
+    (np.zeros((3, 2)), "float64"), (np.zeros((3, 2), np.float32), "float32"),
+    (np.zeros((3, 2), np.int64), "int64"), ([[1, 2], [3, 4]], "int64"),
+    ([[1.5, 2], [3, 4]], "float64"), (np.array([["a"]]), None)])
+def test_unnamed_features_keep_the_dtype_the_loader_gave(given, dtype):
+    from gradexp.user_data import _raw_dtype
+
+    assert _raw_dtype(given) == dtype

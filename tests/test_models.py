@@ -289,3 +289,27 @@ def test_a_constant_column_of_a_stream_has_its_value_for_mean_and_no_spread():
     mean, std, _, rows = statistics(stream, False)
     assert rows == 1000 and mean[0] == np.float64(np.float32(0.1)) and std[0] == 0.0
     assert std[1] > 0.2
+
+
+def test_a_model_that_cannot_be_rebuilt_says_why_in_a_line(tmp_path, monkeypatch):
+    # QA: Keras' deserializing error carried the layer's config, a lambda's bytecode in base64
+    # among it: the check's note ran to ~900 characters
+    import keras
+
+    from gradexp.models import Model
+
+    (tmp_path / "lambda_activation.py").write_text(
+        "import keras\n\n\ndef build():\n"
+        "    inputs = keras.Input((3,))\n"
+        "    return keras.Model(inputs, keras.layers.Dense(\n"
+        "        1, activation=lambda t: t * scale, name='act_dense')(inputs))\n\n\n"
+        "scale = 2.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from lambda_activation import build
+
+    with pytest.raises(TypeError) as raised:
+        Model(build(), 3).prepare("float64")
+    assert str(raised.value) == (
+        "cannot rebuild the model in float64: Error when deserializing class 'Dense' (layer "
+        "act_dense): Could not interpret activation function identifier")
+    assert keras.config.floatx() == "float32"

@@ -27,6 +27,19 @@ import numpy as np
 def forgot_return(y_true, y_pred):
     keras.ops.mean((y_true - y_pred) ** 2)
 
+def ids_model(n_features, n_outputs):
+    inputs = keras.Input((n_features,), dtype="int32")  # token ids
+    hidden = keras.layers.Flatten()(keras.layers.Embedding(20, 4)(inputs))
+    return keras.Model(inputs, keras.layers.Dense(n_outputs)(hidden))
+
+class TrainingReshape(keras.layers.Layer):
+    def call(self, x, training=None):
+        return keras.ops.reshape(x, (-1, 3)) if training else x  # wrong in training only
+
+def training_shape_bug(n_features, n_outputs):
+    inputs = keras.Input((n_features,))
+    return keras.Model(inputs, keras.layers.Dense(n_outputs)(TrainingReshape()(inputs)))
+
 def frozen(n_features, n_outputs):
     inputs = keras.Input((n_features,))
     return keras.Model(inputs, keras.layers.Dense(n_outputs, trainable=False)(inputs))
@@ -205,6 +218,10 @@ import numpy as np
 def load(n=40):
     x = np.linspace(0, 1, n)[:, None]
     return x, 2 * x + 1
+
+def ids(n=60):
+    x = np.random.default_rng(0).integers(0, 20, size=(n, 3))
+    return x, x.sum(axis=1, keepdims=True).astype(float)
 '''
 BROKEN = "raise RuntimeError('my module is broken')\n"
 BROKEN_LAYERS = "import not_installed_xyz\n"  # a module of layers whose own import fails
@@ -212,6 +229,19 @@ BROKEN_LAYERS = "import not_installed_xyz\n"  # a module of layers whose own imp
 # (overrides, the error line's words). Each a mistake of the config, the command line or the
 # person's code that gradexp can know before it opens a run.
 MISTAKES = [
+    # token ids standardized into fractions, which the Embedding cast back to ~3 ids: a worse
+    # fit, no word (QA)
+    (["model=custom", "model._target_=wrong_models.ids_model", "data=custom",
+      "data._target_=wrong_data.ids"],
+     "model._target_=wrong_models.ids_model: the model's Input takes int32 (ids, not "
+     "quantities), but data.standardize=true rescales the features, which turns ids into "
+     "fractions: set data.standardize=false"),
+    # a shape wrong in training mode only: "cannot run in the compiled training step", and
+    # trainer.compile=false as advised ended a run FAILED in a traceback (QA)
+    (["model=custom", "model._target_=wrong_models.training_shape_bug"],
+     "model._target_=wrong_models.training_shape_bug: its call fails in training mode"),
+    (["model=custom", "model._target_=wrong_models.training_shape_bug", "trainer.compile=false"],
+     "model._target_=wrong_models.training_shape_bug: its call fails in training mode"),
     # every layer frozen: Keras' optimizer ended the run in a traceback (QA)
     (["model=custom", "model._target_=wrong_models.frozen"],
      "model._target_=wrong_models.frozen: the model has no trainable weights (every layer "

@@ -75,6 +75,9 @@ class Dataset:
     stream: Any = None  # the tf.data.Dataset the trainer iterates: (x, y) float32, prepared
     stream_rows: int | None = None  # rows per epoch, counted in the statistics pass
     stream_steps: int | None = None  # data.steps_per_epoch; None: an epoch is one pass
+    # Unnamed features: their dtype as your loader gave them (numpy's name), which the logged
+    # model's signature takes (MLflow refuses any other for a tensor); None: float32
+    raw_dtype: str | None = None
     notes: list[str] = field(default_factory=list)  # how the data was read, for the console
 
     def steps_per_epoch(self, batch_size: int | None) -> int:

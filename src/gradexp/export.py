@@ -43,6 +43,7 @@ class Export:
     scores: bool = False  # a classification trained by a regression loss: no softmax, scores
     custom_objects: dict[str, list[str]] = field(default_factory=dict)  # name -> [module, attr]
     code_paths: list[Path] = field(default_factory=list)  # your modules' files, bundled
+    raw_dtype: str = "float32"  # unnamed features: the dtype the signature takes
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -80,7 +81,7 @@ def export(network, data: Dataset, outputs: str = "logits",
     return Export(served, data.task, data.n_features, data.n_outputs, data.features,
                   data.integer_features or [], data.boolean_features or [], labels,
                   data.standardization is not None, classification and outputs == "scores",
-                  custom, code)
+                  custom, code, data.raw_dtype or "float32")
 
 
 def served_network(network, n_features: int, standardization: Standardization | None,

@@ -38,7 +38,8 @@ def model_signature(served):
     """Raw features in, by column name where the data has names (a csv's header, scikit-learn's
     feature names: predict takes a DataFrame; integer columns (a csv's, as pandas.read_csv
     reads them; a loader DataFrame's or tf.data dict's) are int64, true/false ones boolean:
-    MLflow refuses either for a double column), else one float32 tensor of n_features columns;
+    MLflow refuses either for a double column), else one tensor of n_features columns in the
+    dtype your loader gave them (float32 for gradexp's own data);
     one float32 output per class (probabilities) or per target."""
     import numpy as np
     from mlflow.models import ModelSignature
@@ -49,7 +50,7 @@ def model_signature(served):
                                  "boolean" if name in served.boolean_features else "double", name)
                          for name in served.features])
     else:
-        inputs = Schema([TensorSpec(np.dtype("float32"), (-1, served.n_features))])
+        inputs = Schema([TensorSpec(np.dtype(served.raw_dtype), (-1, served.n_features))])
     outputs = Schema([TensorSpec(np.dtype("float32"), (-1, served.n_outputs))])
     return ModelSignature(inputs, outputs)
 

@@ -30,10 +30,10 @@ import numpy as np
 import tensorflow as tf
 from omegaconf import DictConfig, OmegaConf
 
+from gradexp.gradcheck.rebuilt import rebuild_reason
 from gradexp.schema import ConfigError
 
-# Seed 004 calls the line's parameters W and b: a layer named `linear` (model=linear) keeps
-# those names in the gradient checks and metrics.
+# Seed 004's names of the line's parameters, kept in checks and metrics (model=linear's layer)
 SEED_004_NAMES = {"linear/kernel": "W", "linear/bias": "b"}
 
 
@@ -142,7 +142,7 @@ class Model:
                 same_trainable(network, twin)
                 _check_twin(network, twin, outputs, dtype)
             except Exception as error:  # a model of the person's that cannot be rebuilt
-                why = " ".join(str(error).strip().split("\n\n")[0].split())
+                why = rebuild_reason(error)  # in one line
                 raise TypeError(f"cannot rebuild the model in {dtype}: {why}") from error
             self._copy_state(twin)
             self._twins[dtype] = twin

@@ -406,6 +406,7 @@ def _check_built(cfg: DictConfig, data: Any, where: str, model: Any) -> None:
         raise ConfigError(
             f"{where}: does not take data={cfg.data.name}'s rows of "
             f"{features} ({type(error).__name__}: {reason_of(error)[:200]})") from None
+    _refuse_standardized_ids(cfg, data, where, model)
     if not model.network.trainable_variables:  # built by now, a subclassed one too;
         # Keras' optimizer fails on none (a traceback)
         raise ConfigError(f"{where}: the model has no trainable weights (every layer frozen, "
@@ -446,6 +447,21 @@ def _check_built(cfg: DictConfig, data: Any, where: str, model: Any) -> None:
     _PASSED[key] = None
     while len(_PASSED) > VERDICTS_KEPT:
         del _PASSED[next(iter(_PASSED))]  # the oldest
+
+
+def _refuse_standardized_ids(cfg: DictConfig, data: Any, where: str, model: Any) -> None:
+    """A model whose inputs are ids (an integer Input, an Embedding on them) trained on
+    standardized features: ids 0-19 became -1.7 to 1.7, which the Embedding cast back to about
+    3 ids, and the run trained to a worse fit with no word (QA: val/r2 0.68 against 0.95)."""
+    from gradexp.check_notes import token_inputs
+
+    if getattr(data, "standardization", None) is None:
+        return
+    ids = token_inputs(model)
+    if ids is not None:
+        raise ConfigError(
+            f"{where}: {ids} (ids, not quantities), but data.standardize=true rescales the "
+            "features, which turns ids into fractions: set data.standardize=false")
 
 
 def verdict_key(cfg: DictConfig, data: Any) -> tuple:
@@ -501,6 +517,7 @@ def check_compiles(where: str, model: Any, rows: Any) -> None:
     if failed is None:
         return
     _refuse_custom_gradient(where, failed)  # TensorFlow's rule, compiled or not
+    check_trains_eagerly(where, model, rows)  # failing eagerly too, it is not the compiling
     # Only now is the call traced alone: to say which part of the person's code it is.
     part, them = ("its call", "it") if traces(forward) else (
         "its own losses (model.losses: a regularizer, add_loss)", "them")
@@ -512,13 +529,19 @@ def check_compiles(where: str, model: Any, rows: Any) -> None:
 
 
 def check_trains_eagerly(where: str, model: Any, rows: Any) -> None:
-    """trainer.compile=false: the call in training mode, eagerly, for TensorFlow's refusal of a
-    tf.custom_gradient on a training-only branch (the call above ran in inference mode). Any
-    other error is the run's to report, as the eager step would meet it."""
+    """The call in training mode and its own losses, eagerly (the call above ran in inference
+    mode): TensorFlow's refusal of a tf.custom_gradient on a training-only branch, or any error
+    of that branch, is one line before a run. QA: a reshape wrong in training mode only was
+    "cannot run in the compiled training step", and trainer.compile=false, as advised, ended
+    the run FAILED in a traceback."""
     try:
-        model(rows, training=True)
-    except Exception as error:  # noqa: BLE001 - only TensorFlow's custom_gradient rule is ours
+        outputs = model(rows, training=True)
+        model.own_loss(outputs)
+    except Exception as error:  # noqa: BLE001 - any failure here fails the first step
         _refuse_custom_gradient(where, error)
+        raise ConfigError(f"{where}: its call fails in training mode (dropout, batch "
+                          f"statistics, your training branch) on 2 rows of zeros "
+                          f"({type(error).__name__}: {reason_of(error)[:200]})") from None
 
 
 def _refuse_custom_gradient(where: str, error: BaseException) -> None:

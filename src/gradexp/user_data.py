@@ -90,7 +90,24 @@ def from_user_loader(load, *, name: str, task: str, val_fraction: float, test_fr
     if data.features is not None:  # the signature takes the user's columns as they are typed
         data.integer_features, data.boolean_features = _typed_columns(
             _train_x(loaded), data.features)
+    else:  # and unnamed ones in the dtype they came in
+        data.raw_dtype = _raw_dtype(_train_x(loaded))
     return data
+
+
+def _raw_dtype(x: Any) -> str | None:
+    """The dtype of unnamed features as the loader gave them: numpy's float64 rows were refused
+    by a float32 signature, and a float32 cast lost a timestamp's digits before the model's
+    float64 standardization (QA). None for what is not numbers as given."""
+    from gradexp import tfdata
+
+    if tfdata.is_dataset(x):
+        spec = x.element_spec[0] if isinstance(x.element_spec, tuple) else None
+        dtype = getattr(spec, "dtype", None)
+        return dtype.name if dtype is not None and (dtype.is_floating or dtype.is_integer) \
+            else None
+    dtype = x.dtype if isinstance(getattr(x, "dtype", None), np.dtype) else np.asarray(x).dtype
+    return dtype.name if dtype.kind in "fiub" else None
 
 
 def _streamed(name: str, task: str, stream, parts: list, standardize: bool,

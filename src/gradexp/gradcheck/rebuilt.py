@@ -9,6 +9,7 @@ compared within float32 rounding with a wide margin."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -46,3 +47,17 @@ def dense(gradients: Sequence) -> list[np.ndarray]:
 
     return [np.zeros(()) if g is None else np.asarray(tf.convert_to_tensor(g))
             for g in gradients]
+
+
+def rebuild_reason(error: BaseException) -> str:
+    """Why a twin could not be made, in one line: Keras' "Error when deserializing class ...
+    using config={...}" without the config, which held a lambda's bytecode in base64 (QA: a
+    note of 900 characters), with the layer's name and the exception it met."""
+    text = " ".join(str(error).split())
+    head, _, config = text.partition(" using config=")
+    if not config:
+        return " ".join(str(error).strip().split("\n\n")[0].split())
+    name = re.search(r"'name': '([^']+)'", config)
+    cause = re.search(r"Exception encountered: (.*?)(?:: \{|$)", config)
+    return (head + (f" (layer {name.group(1)})" if name else "")
+            + (f": {cause.group(1)}" if cause else ""))
