@@ -119,6 +119,17 @@ def test_a_first_run_on_a_fresh_store_prints_only_gradexps_lines(tmp_path):
     assert line.startswith("error: trainer.resume=0123456789abcdef: no such run in sqlite:///")
 
 
+def test_help_piped_into_head_ends_quietly(tmp_path):
+    # QA: `python -m gradexp --help | head -2` ended in a BrokenPipeError traceback, exit 1
+    gradexp = spawn_cli("--help", cwd=tmp_path)
+    head = subprocess.Popen(["head", "-n", "1"], stdin=gradexp.stdout, stdout=subprocess.PIPE,
+                            text=True)
+    gradexp.stdout.close()
+    done = finish(gradexp, timeout=120)
+    assert head.communicate(timeout=60)[0].startswith("gradexp: declarative")
+    assert done.returncode == 0 and done.stderr == "", done.stderr[-2000:]
+
+
 @pytest.mark.parametrize(("args", "first", "runs"), [
     (("trainer.epochs=30",), "config: data=linear model=linear", 1),
     # a sweep: Hydra's own log lines (on stdout too) meet the closed pipe first

@@ -253,8 +253,13 @@ def test_resume_refuses_what_it_cannot_continue(store, tmp_path):
     with pytest.raises(ConfigError, match="trainer.resume=nope: no such run"):
         run(store, "trainer.resume=nope", tmp_path=tmp_path)
     short = run(store, "trainer.epochs=3", tmp_path=tmp_path)  # too short to have saved
-    with pytest.raises(ConfigError, match=f"trainer.resume={short.run_id}: no checkpoint in"):
+    # the run's own setting named (QA: "trainer.checkpoint_every=0" for the default null)
+    with pytest.raises(ConfigError, match=f"trainer.resume={short.run_id}: no checkpoint in "
+                       r".* \(it ended before its first: trainer.checkpoint_every=null saves"):
         run(store, f"trainer.resume={short.run_id}", tmp_path=tmp_path)
+    never = run(store, "trainer.epochs=3", "trainer.checkpoint_every=0", tmp_path=tmp_path)
+    with pytest.raises(ConfigError, match=r"\(trainer.checkpoint_every=0: it saved none\)"):
+        run(store, f"trainer.resume={never.run_id}", tmp_path=tmp_path)
 
 
 @pytest.mark.slow

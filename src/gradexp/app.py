@@ -26,7 +26,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from gradexp.config_errors import USER_ERRORS, one_line, target_error
-from gradexp.console import SAID, error_line, note_line, quiet_libraries
+from gradexp.console import SAID, error_line, note_line, quiet_libraries, stream_to_devnull
 from gradexp.endings import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED
 from gradexp.interrupts import sigterm_as_interrupt
 from gradexp.metrics import register_resolver
@@ -365,7 +365,11 @@ def _main() -> None:
         if "--help" in arguments or "-h" in arguments:  # ours: Hydra's takes ~3 s (gradexp.help)
             from gradexp.help import print_help
 
-            print_help([a for a in arguments if a not in ("--help", "-h", "-m", "--multirun")])
+            try:
+                print_help([a for a in arguments
+                            if a not in ("--help", "-h", "-m", "--multirun")])
+            except BrokenPipeError:  # `--help | head`: the reader had the lines it wanted
+                stream_to_devnull(sys.stdout)
             return
         with _mode_known(arguments), sigterm_as_interrupt():
             run()

@@ -92,8 +92,11 @@ def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
             # the killed run's and sweep.skip_finished finds it once it finishes.
             recorded.trainer.epochs = epochs
             return Resume(run_id, recorded, folder, restart=True, run_name=run.info.run_name)
-        raise ConfigError(f"{key}: no checkpoint in {folder} (trainer.checkpoint_every=0, or "
-                          "the run stopped before its first checkpoint)")
+        every = recorded.trainer.get("checkpoint_every")
+        why = "trainer.checkpoint_every=0: it saved none" if every == 0 else (
+            "it ended before its first: trainer.checkpoint_every=null saves about once a minute "
+            "and at Ctrl-C or SIGTERM; trainer.checkpoint_every=N every N epochs")
+        raise ConfigError(f"{key}: no checkpoint in {folder} ({why})")
     done = int(latest.rsplit("-", 1)[-1])
     if done >= epochs:
         raise ConfigError(f"{key}: its checkpoint is at epoch {done} of {epochs}; raise "
