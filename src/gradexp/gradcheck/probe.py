@@ -168,7 +168,7 @@ def _probe_one(entry: GradCheckEntry, target: _Target, i: int, vs: list[np.ndarr
     shrink = 1 / 64 if _EPS[entry.precision] < 1e-10 else 1 / 8
     kinks: list[int] = []
     retries = [0] * len(results)
-    rms = float(np.sqrt(np.mean([p.numerical**2 for p in results])))
+    rms = _rms(results)
     while True:  # re-judged after each round
         todo = [k for k in np.flatnonzero(~(ratio <= 1)) if retries[k] < _KINK_RETRIES]
         for k in todo:
@@ -247,7 +247,7 @@ def _retry_failing(target: _Target, i: int, directions: list[np.ndarray], pairs:
     retried = list(results)
     for k, (at_h,) in zip(failing, steps):
         retried[k] = _step_h(entry, vs[k], pairs[k][2], h, *at_h)
-    rms = float(np.sqrt(np.mean([p.numerical**2 for p in retried])))
+    rms = _rms(retried)
     for k in failing:
         nominal = entry.atol + entry.rtol * max(abs(retried[k].numerical), rms)
         if not retried[k].rounding <= 0.5 * nominal:
@@ -321,13 +321,24 @@ def _measure(target: _Target, i: int, u: np.ndarray, pair: tuple[Any, Any, float
     return _Probe(first.analytical, first.numerical, fd_error, first.rounding, h)
 
 
+def _rms(results: list[_Probe]) -> float:
+    """The root mean square of the probes' numerical derivatives that are numbers: one that
+    left the function's domain (NaN) made every probe's tolerance NaN, and every probe fail."""
+    numerical = np.array([p.numerical for p in results])
+    finite = numerical[np.isfinite(numerical)]
+    return float(np.sqrt(np.mean(finite**2))) if finite.size else 0.0
+
+
 def _noise(p: _Probe) -> float:
     """A probe's estimated finite-difference error: its rounding error, or half the gap
     between its step-h and step-2h estimates. The truncation error of step h is a third of
     that gap where the function is smooth (~c·h² at h, ~4c·h² at 2h) and all of it where its
     second derivative jumps (~c·h at h, 2c·h at 2h; softsign or elu at 0): with the factor 2
-    of the tolerance, half the gap covers both."""
-    return max(p.fd_error / 2, p.rounding)
+    of the tolerance, half the gap covers both. Infinite where the measurement is not a
+    number: a step that left the function's domain (sqrt of 0.02 - 0.03), so that a smaller
+    step replaces it (QA: a correct float32 sqrt failed at 3 seeds of 32, "max rel error nan")."""
+    noise = max(p.fd_error / 2, p.rounding)
+    return noise if np.isfinite(noise) and np.isfinite(p.numerical) else np.inf
 
 
 def _judge(results: list[_Probe], entry: GradCheckEntry) -> tuple[np.ndarray, float]:
@@ -343,7 +354,7 @@ def _judge(results: list[_Probe], entry: GradCheckEntry) -> tuple[np.ndarray, fl
     analytical = np.array([p.analytical for p in results])
     noises = np.array([_noise(p) for p in results])
     noise = float(np.max(noises))
-    rms = float(np.sqrt(np.mean(numerical**2)))
+    rms = _rms(results)
     scale = np.maximum(np.abs(numerical), rms)
     diff = np.abs(analytical - numerical)
     tol = entry.atol + entry.rtol * scale + 2.0 * noises
@@ -371,13 +382,14 @@ def _steadier(target: _Target, i: int, directions: list[np.ndarray], pairs: list
     smaller steps are worse and the first measurement is kept.
     """
     shrink = 1 / 64 if _EPS[entry.precision] < 1e-10 else 1 / 8
-    rms = float(np.sqrt(np.mean([p.numerical**2 for p in results])))
+    rms = _rms(results)
     active: dict[int, list] = {}  # probe -> [its best measurement, its step, its nominal tol]
     for k in range(len(results)):
         best = results[k]
-        nominal = entry.atol + entry.rtol * max(abs(best.numerical), rms)
-        if _noise(best) > max(nominal, best.rounding):  # else smooth: its gap does not limit it
-            active[k] = [best, best.step, nominal]
+        # (a NaN measurement, stepped out of the domain, is retried: its noise is infinite)
+        nominal = entry.atol + entry.rtol * max(np.nan_to_num(abs(best.numerical)), rms)
+        if _noise(best) > max(nominal, np.nan_to_num(best.rounding)):  # else smooth: its gap
+            active[k] = [best, best.step, nominal]  # does not limit it
     # Round by round, every probe still retried measured in one call (_measure_many); each
     # probe's sequence of steps and its choice are its own, as when retried one by one.
     for _ in range(_KINK_RETRIES):
