@@ -218,3 +218,13 @@ def test_check_model_refuses_a_verdict_on_a_loss_random_in_every_mode(tmp_path, 
     # and a model of the file above, noise held, fails on its wrong layer
     report = check_model(module.outer_model(3, 1), x, y, loss=keras.losses.MeanSquaredError())
     assert not report.passed and report.culprits == ["outer/act2"]
+
+
+def test_your_layers_in_a_module_named_keras_something_are_held_too(store, client, tmp_path):
+    # QA: layers were taken for Keras' own by their module's name starting with "keras", and a
+    # module keras_qa.py sent the whole model to inference mode: the wrong layer passed
+    (tmp_path / "keras_layers_of_mine.py").write_text(MODELS)
+    result = conftest.run(store, *LEAN, "model=custom",
+                          "model._target_=keras_layers_of_mine.block_model", launch_dir=tmp_path)
+    report = conftest.read_report(client, result.run_id, 0)
+    assert result.gradcheck_passed is False and report["mode"] == "train", report["notes"]

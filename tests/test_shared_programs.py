@@ -219,3 +219,39 @@ def test_a_job_of_your_own_code_restarts_stateful_kernels_as_a_job_alone_does(tm
     assert calls == [0, 0]
     assert second.history["loss"][0] == first.history["loss"][0]  # the same initial weights
     assert second.metrics == first.metrics
+
+
+RANDOM_FEATURES = '''
+import keras
+import tensorflow as tf
+
+
+class RandomFeatures(keras.layers.Layer):
+    def build(self, shape):
+        self.projection = tf.random.normal((shape[-1], 16))  # a tensor drawn, not a weight
+
+    def call(self, x):
+        return tf.cos(tf.matmul(x, self.projection))
+
+
+def rff(n_features, n_outputs):
+    inputs = keras.Input((n_features,))
+    return keras.Model(inputs, keras.layers.Dense(n_outputs)(RandomFeatures()(inputs)))
+'''
+
+
+@pytest.mark.heavy  # ~15 s
+@pytest.mark.parametrize("launcher", ["basic", "packed"])
+def test_a_replicate_whose_model_keeps_state_outside_its_weights_is_its_own(tmp_path, launcher):
+    # QA: jobs of one shape took the first job's model and set only its variables, so every
+    # seed's replicate trained the first seed's random projection (val/mse 4.8 where alone 631)
+    import gradexp
+
+    store = empty_store(tmp_path)
+    (tmp_path / "random_features.py").write_text(RANDOM_FEATURES)
+    keys = (f"tracking.uri={store}", "data=sine", "data.resample=false", "model=custom",
+            "model._target_=random_features.rff", "trainer.epochs=5", "gradcheck=off",
+            "tracking.log_model=false")
+    swept = gradexp.sweep(*keys, "seed=0,1", f"hydra/launcher={launcher}", launch_dir=tmp_path)
+    alone = gradexp.run(*keys, "seed=1", launch_dir=tmp_path)
+    assert swept[1].metrics["val/mse"] == alone.metrics["val/mse"]

@@ -513,3 +513,38 @@ def test_a_resume_refuses_other_changes_and_leaves_the_run_as_it_was(store, clie
     gradexp.run(f"tracking.uri={store}", f"trainer.resume={run_id}", "gradcheck=off",
                 "optimizer=sgd", "trainer.epochs=30", launch_dir=tmp_path)
     assert client.get_run(run_id).info.status == "FINISHED"
+
+
+EARLY = ("trainer.epochs=200", "eval.every=1", "trainer.early_stopping.enabled=true",
+         "trainer.early_stopping.patience=5", "trainer.early_stopping.min_delta=0.001",
+         "optimizer.learning_rate=0.05", "trainer.checkpoint_every=10")
+
+
+def test_a_resumed_run_keeps_early_stoppings_best_and_goes_on_from_its_last_epoch(
+        store, client, tmp_path):
+    """QA: early stopping's best epoch, value and weights were not in the checkpoint (a run
+    resumed after Ctrl-C forgot them, stopped 200 epochs later and served worse weights), and a
+    run's last checkpoint held the best epoch's weights restored at its end, labelled as its
+    last epoch. Resumed at epoch 40 (its best was 37), the run ends as the one never stopped:
+    stopped at 42, best 37, the same weights; an early-stopped run is not resumed."""
+    whole = run(store, *EARLY, tmp_path=tmp_path)
+    stopped = client.get_run(whole.run_id).data.metrics
+    assert (stopped["stopped_epoch"], stopped["best_epoch"]) == (42, 37)  # Keras' fit agrees
+    first = run(store, *EARLY[1:], "trainer.epochs=40", tmp_path=tmp_path)
+    assert client.get_run(first.run_id).data.metrics["best_epoch"] == 37
+    resumed = run(store, *EARLY, f"trainer.resume={first.run_id}", tmp_path=tmp_path)
+    metrics = client.get_run(resumed.run_id).data.metrics
+    assert (metrics["stopped_epoch"], metrics["best_epoch"]) == (42, 37)
+    for key in ("final_W", "final_b", "val/mse"):
+        assert metrics[key] == stopped[key], key
+    with pytest.raises(ConfigError, match=rf"trainer.resume={whole.run_id}: the run stopped "
+                       r"early \(val/mse did not improve by 0.001 in 5 epochs, "):
+        run(store, *EARLY, "trainer.epochs=300", f"trainer.resume={whole.run_id}",
+            tmp_path=tmp_path)
+
+
+def test_the_end_check_runs_where_early_stopping_ends_training(store, client, tmp_path):
+    # QA: gradcheck.at_end was scheduled at trainer.epochs, which an early stop never reaches
+    stopped = run(store, *EARLY, "gradcheck=default", tmp_path=tmp_path)
+    assert [m.step for m in client.get_metric_history(stopped.run_id, "gradcheck/passed")] \
+        == [0, 42]

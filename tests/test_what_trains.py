@@ -495,6 +495,7 @@ def test_randomness_in_every_mode_is_not_checked_rather_than_failed(store, clien
     recorded = client.get_run(result.run_id)
     assert recorded.info.status == "FINISHED"
     assert recorded.data.tags["gradexp.gradcheck"] == "unchecked"
+    assert "gradexp.gradcheck_dtype" not in recorded.data.tags  # nothing was checked (QA)
     assert "gradcheck/passed" not in recorded.data.metrics
     from gradexp.compare import verdict  # the tables' gradient-check column, not "-" (off)
 

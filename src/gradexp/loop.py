@@ -280,7 +280,7 @@ class Loop:
                 log_lr=schedule != "none", strategy=device.strategy,
                 evaluator=run.evaluator, eval_epochs=eval_epochs(cfg))
             if run.resume is not None:
-                run.resume.restore(run.trainer)
+                run.resumed = run.resume.restore(run.trainer)
                 run.set_tags({RESUMED_FROM_EPOCH_TAG: run.trainer.epoch,
                               RESUMED_TO_EPOCH_TAG: epochs})
                 if not run.quiet:

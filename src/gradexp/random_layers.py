@@ -87,7 +87,7 @@ def random_layers(model: Model, params: list[tf.Tensor], x: tf.Tensor) -> list[t
     randomness is elsewhere: the model's own losses or call, a layer random in both modes)."""
     layers = [layer for layer in model.network._flatten_layers(include_self=False)
               if getattr(layer, "_call_has_training_arg", False)
-              and not type(layer).__module__.startswith("keras")
+              and type(layer).__module__.split(".")[0] != "keras"  # Keras' own, not keras_qa
               and type(layer) is not type(model.network)]
     # bisection below keeps what it finds in the later half: containers first, leaves last
     layers.sort(key=lambda layer: not layer._flatten_layers(include_self=False, recursive=False))

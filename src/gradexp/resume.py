@@ -21,6 +21,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from gradexp.schema import ConfigError
+from gradexp.tag_keys import STOPPED_EARLY_TAG
 
 CHECKPOINTS = "checkpoints"
 
@@ -42,12 +43,57 @@ class Resume:
     # the run's: its param trainer.epochs cannot change, and a later resume reads this file.
     raised_config: str | None = None
 
-    def restore(self, trainer) -> None:
-        """Put the trainer back where the checkpoint left it."""
+    def restore(self, trainer) -> dict[str, dict]:
+        """Put the trainer back where the checkpoint left it; returns the callbacks' states
+        saved with it (save_states), {} for none."""
         import tensorflow as tf
 
         trainer.checkpoint().restore(tf.train.latest_checkpoint(str(self.folder))).expect_partial()
         trainer.epoch = int(trainer.epoch_variable.numpy())
+        return load_states(self.folder, trainer.epoch)
+
+
+def _states_file(folder: Path, epoch: int) -> Path:
+    return folder / f"callbacks-{epoch}.npz"
+
+
+def save_states(folder: Path, epoch: int, states: dict[str, dict], kept: list[int]) -> None:
+    """Callbacks' states (name -> {key: a number, an array or a list of arrays}) beside the
+    checkpoint of `epoch`, as arrays (no pickle); those of checkpoints no longer `kept` go."""
+    import numpy as np
+
+    arrays = {}
+    for name, state in states.items():
+        for key, value in state.items():
+            if isinstance(value, list):
+                arrays.update({f"{name}/{key}/{i}": np.asarray(v) for i, v in enumerate(value)})
+                arrays[f"{name}/{key}/len"] = np.asarray(len(value))
+            else:
+                arrays[f"{name}/{key}"] = np.asarray(value)
+    np.savez(_states_file(folder, epoch), **arrays)
+    for old in folder.glob("callbacks-*.npz"):
+        if int(old.stem.split("-")[1]) not in kept:
+            old.unlink(missing_ok=True)
+
+
+def load_states(folder: Path, epoch: int) -> dict[str, dict]:
+    """save_states' states of the checkpoint of `epoch` ({} if it has none: saved before)."""
+    import numpy as np
+
+    path = _states_file(folder, epoch)
+    if not path.exists():
+        return {}
+    states: dict[str, dict] = {}
+    with np.load(path, allow_pickle=False) as arrays:
+        for key in arrays.files:
+            name, field, *index = key.split("/")
+            if index == ["len"]:
+                states.setdefault(name, {})[field] = [
+                    arrays[f"{name}/{field}/{i}"] for i in range(int(arrays[key]))]
+            elif not index:
+                value = arrays[key]
+                states.setdefault(name, {})[field] = value.item() if value.ndim == 0 else value
+    return states
 
 
 def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
@@ -68,6 +114,10 @@ def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
         run = read_run(client, run_id)
     except Exception:  # noqa: BLE001 - MLflow raises its own kinds for a missing run
         raise ConfigError(f"{key}: no such run in {uri}") from None
+    stopped = run.data.tags.get(STOPPED_EARLY_TAG)
+    if stopped is not None:  # QA: it trained on from the best epoch's weights to 2050
+        raise ConfigError(f"{key}: the run stopped early ({stopped}, "
+                          "trainer.early_stopping): it has nothing to continue")
     try:
         text = Path(download_artifact(client, run_id, "config.yaml")).read_text()
     except Exception:  # noqa: BLE001

@@ -100,6 +100,11 @@ class RunView:
     stop_training: bool = False  # set by a callback (early stopping): training ends cleanly
     untrained_said: bool = False  # "no gradient reaches ..." printed (say_untrained)
     restored_epoch: int | None = None  # early stopping put back this epoch's weights
+    last_weights: list | None = None  # ...and these, the last epoch's, were set aside
+    # Callbacks' own state a checkpoint keeps and a resumed run gets back (name -> arrays, as
+    # early stopping's best epoch, value and weights): a resumed run goes on as if never stopped
+    resumable: dict[str, dict[str, Any]] = field(default_factory=dict)
+    resumed: dict[str, dict[str, Any]] = field(default_factory=dict)
     final_loss: float | None = None  # the training loss after the last step (FINISHED)
     scalars: dict[str, float] = field(default_factory=dict)  # final W, b of a one-feature line
     # How it ended, for on_train_end: the reason and traceback of a failure

@@ -431,7 +431,7 @@ class GradcheckConfig:
     every_n_epochs: int | None = setting(None, "also check every N epochs; null = only at start "
                                          "and end", at_least(1, ", or null for never"))
     at_start: bool = setting(True, "check before the first step")
-    at_end: bool = setting(True, "check after the last step")
+    at_end: bool = setting(True, "check after the last step (early stopping's too)")
     wrt: CheckWrt = setting(CheckWrt.variables, "what the loss is differentiated by (seed 000 "
                             "checks dLoss/dinputs)")
     mode: CheckMode = setting(CheckMode.train, "the model's mode checked; train = what a "

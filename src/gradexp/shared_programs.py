@@ -119,12 +119,31 @@ def take(key: tuple | None, fresh_model: Any) -> SharedParts | None:
         return None
     for variable, start in zip(mine, theirs):
         variable.assign(start)
+    if not _computes_the_same(parts.model, fresh_model):
+        del _SHARED[key]  # state outside its variables: this job's model, traced anew
+        return None
     _forget_later_graphs(parts)
     parts.model.sync_twins()  # the float64 twin of the checks: the new seeds and statistics
     parts.evaluator.calls = 0
     parts.jobs += 1
     _SHARED.move_to_end(key)
     return parts
+
+
+def _computes_the_same(shared: Any, fresh: Any) -> bool:
+    """Do the shared model, its variables set to the fresh one's, and the fresh model give the
+    same outputs on a few fixed rows? Not where a builder keeps state outside variables (QA: a
+    random projection made as a tf.constant in build(): every seed's replicate trained the
+    first job's projection, its val/mse 4.8 where alone it was 631). Two eager forward passes
+    on 4 rows, inference mode."""
+    import numpy as np
+
+    rows = np.random.default_rng(0).standard_normal((4, fresh.n_features)).astype(np.float32)
+    try:
+        return bool(np.array_equal(np.asarray(shared(rows)), np.asarray(fresh(rows)),
+                                   equal_nan=True))
+    except Exception:  # noqa: BLE001 - a model that cannot be called so: not shared
+        return False
 
 
 def check_shape(key: tuple) -> tuple:

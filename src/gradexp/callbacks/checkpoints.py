@@ -13,6 +13,7 @@ from pathlib import Path
 from gradexp.callbacks.base import Callback
 from gradexp.callbacks.epoch_history import save_history
 from gradexp.history import ARTIFACT as HISTORY
+from gradexp.resume import save_states
 from gradexp.run_view import RunView
 from gradexp.tag_keys import CHECKPOINTS_TAG
 
@@ -61,7 +62,18 @@ class Checkpoints(Callback):
         if self.manager is None or run.epoch == 0:
             return
         if status == "KILLED" or (status == "FINISHED" and self.manager.latest_checkpoint):
-            self.save(run)
+            if run.last_weights is None:
+                self.save(run)
+                return
+            # Early stopping put its best epoch's weights back (it ends first): the checkpoint
+            # is the last epoch's, as its number and optimizer state say (QA: it held the best
+            # ones, and a resumed run went on from them as if from its last epoch)
+            best = run.model.network.get_weights()
+            run.model.network.set_weights(run.last_weights)
+            try:
+                self.save(run)
+            finally:
+                run.model.network.set_weights(best)
 
     def save(self, run: RunView) -> None:
         # Every metric up to here goes into the store first: a run killed after this save
@@ -72,4 +84,7 @@ class Checkpoints(Callback):
         save_history(run, self.folder / HISTORY)
         run.trainer.epoch_variable.assign(run.epoch)
         self.manager.save(checkpoint_number=run.epoch)
+        if run.resumable:  # the callbacks' state at this epoch (early stopping's best)
+            save_states(self.folder, run.epoch, run.resumable, [
+                int(path.rsplit("-", 1)[-1]) for path in self.manager.checkpoints])
         self.last_save = time.monotonic()

@@ -39,6 +39,7 @@ class GradientChecks(Callback):
 
     def __init__(self) -> None:
         self.epochs: set[int] = set()
+        self.at_end = False
 
     def on_train_begin(self, run: RunView) -> None:
         gc, epochs = run.cfg.gradcheck, run.cfg.trainer.epochs
@@ -48,6 +49,7 @@ class GradientChecks(Callback):
             if gc.every_n_epochs else set()
         if gc.at_start:
             self.epochs.add(0)
+        self.at_end = bool(gc.at_end)
         if gc.at_end:
             self.epochs.add(epochs)
         if 0 in self.epochs and run.epoch == 0:
@@ -57,7 +59,9 @@ class GradientChecks(Callback):
         return {epoch for epoch in self.epochs if epoch > 0}
 
     def on_stretch_end(self, run: RunView, stretch, logs) -> None:
-        if run.epoch in self.epochs and run.epoch > 0:
+        # The last step is also where early stopping ends training (it decides first; QA: the
+        # end check was skipped, and a run stopped at 42 of 200 said "passed (1 check)")
+        if run.epoch > 0 and (run.epoch in self.epochs or (self.at_end and run.stop_training)):
             self.check(run, run.epoch)
 
     def check(self, run: RunView, epoch: int) -> None:
@@ -77,10 +81,11 @@ class GradientChecks(Callback):
             run.set_tags({DISCONNECTED_TAG: ", ".join(result.disconnected)})
             run.say_untrained(result.disconnected)
         if result.notes and len(run.checks) == 1:  # e.g. user code that only runs in float32
-            run.set_tags({GRADCHECK_DTYPE_TAG: result.dtype})
-            if result.unchecked:  # random at a point in every mode: no verdict
+            if result.unchecked:  # random at a point in every mode: no verdict, no dtype
                 run.set_tags({GRADCHECK_TAG: "unchecked"})
-            elif result.mode != checked_mode(run):  # not what the run's params say
+            else:
+                run.set_tags({GRADCHECK_DTYPE_TAG: result.dtype})
+            if not result.unchecked and result.mode != checked_mode(run):  # not as the params
                 run.set_tags({GRADCHECK_MODE_TAG: result.mode})
             for note in [] if run.quiet else result.notes:
                 console.console().print(f"[yellow]warning:[/yellow] {note}", highlight=False)

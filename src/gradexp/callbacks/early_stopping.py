@@ -14,6 +14,8 @@ from gradexp.metrics import direction_of
 from gradexp.run_view import RunView
 from gradexp.tag_keys import STOPPED_EARLY_TAG
 
+NAME = "early_stopping"  # its state's name in a checkpoint
+
 
 class EarlyStopping(Callback):
     """On with trainer.early_stopping.enabled=true; its keys are trainer.early_stopping's."""
@@ -36,6 +38,11 @@ class EarlyStopping(Callback):
         self.patience = cfg.patience
         self.min_delta = cfg.min_delta
         self.restore_best = cfg.restore_best
+        state = run.resumed.get(NAME)  # a resumed run: the best so far, as the checkpoint had it
+        if state is not None:
+            self.best, self.best_epoch = float(state["best"]), int(state["best_epoch"])
+            self.best_weights = state.get("weights")
+            run.resumable[NAME] = state
 
     def stops(self, epochs: int) -> set[int]:
         return self.epochs
@@ -52,6 +59,10 @@ class EarlyStopping(Callback):
             self.best, self.best_epoch = value, epoch
             if self.restore_best:
                 self.best_weights = run.model.network.get_weights()
+            # kept with the next checkpoint (gradexp.callbacks.checkpoints): QA, a run resumed
+            # after Ctrl-C forgot its best epoch and stopped 200 epochs later, on worse weights
+            run.resumable[NAME] = {"best": self.best, "best_epoch": epoch,
+                                   **({"weights": self.best_weights} if self.restore_best else {})}
         elif self.best_epoch is not None and epoch - self.best_epoch >= self.patience:
             run.stop_training = True
             run.log_metric("stopped_epoch", epoch, epoch)
@@ -63,5 +74,6 @@ class EarlyStopping(Callback):
             return
         run.log_metric("best_epoch", self.best_epoch, self.best_epoch)
         if self.restore_best and self.best_weights is not None and status == "FINISHED":
+            run.last_weights = run.model.network.get_weights()  # a final checkpoint's
             run.model.network.set_weights(self.best_weights)
             run.restored_epoch = self.best_epoch

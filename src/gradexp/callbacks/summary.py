@@ -45,11 +45,17 @@ def print_summary(run: RunView) -> None:
 
     result = run.result()
     objective = result.objective_value
-    rows = {"final loss (after the last step)": result.final_loss, **result.scalars,
+    # Early stopping put its best epoch's weights back: every final value below is theirs
+    # (QA: the table's loss and val/mse were not the last progress line's, with no word why)
+    restored = run.restored_epoch
+    weights = "after the last step" if restored is None else f"best epoch {restored}'s weights"
+    rows = {f"final loss ({weights})": result.final_loss, **result.scalars,
             **result.metrics,
             f"objective ({result.direction[:3]})": None if objective is None
             else f"{result.objective} = {objective:.6g}",
-            "epochs": result.epochs, "gradient check": verdict(run), "mlflow run": result.run_id}
+            "epochs": result.epochs if restored is None
+            else f"{result.epochs} (ended with epoch {restored}'s weights: early stopping's best)",
+            "gradient check": verdict(run), "mlflow run": result.run_id}
     console.print_summary(rows)
     if result.run_id:
         uri = result.tracking_uri

@@ -148,6 +148,14 @@ def prepare(cfg: DictConfig, launch_dir: Path, built: dict | None = None
     model, reason = built[model_key]
     if reason is not None:
         return None, reason
+    loss = build_loss(cfg.loss)
+    # the model's code and the loss's, not its weights: asked once per sweep of them
+    vectorized_key = ("vectorized", OmegaConf.to_yaml(cfg.model, resolve=True), data.x.shape,
+                      data.y.shape, OmegaConf.to_yaml(cfg.loss, resolve=True))
+    if vectorized_key not in built:
+        built[vectorized_key] = not_vectorized(cfg, model, loss, data)
+    if built[vectorized_key] is not None:
+        return None, built[vectorized_key]
     epochs = cfg.trainer.epochs
     rows = len(data.x)
     batch_size = min(cfg.trainer.batch_size or rows, rows)
@@ -164,8 +172,77 @@ def prepare(cfg: DictConfig, launch_dir: Path, built: dict | None = None
                     if k not in WEIGHTS_ONLY_KEYS}
     key = (data.x.shape, data.y.shape, tuple(tuple(v.shape) for v in model.params),
            repr(architecture), OmegaConf.to_yaml(cfg.loss, resolve=True), epochs, batch_size)
-    return Prepared(setup, key, model, build_loss(cfg.loss), batch_size, epochs,
-                    keep_epochs(cfg), cfg, data), None
+    return Prepared(setup, key, model, loss, batch_size, epochs, keep_epochs(cfg), cfg,
+                    data), None
+
+
+# gradexp's own line and MLP under a Keras loss: no gradient of their own, no random numbers
+VECTORIZED = ("gradexp.models.linear", "gradexp.models.mlp")
+
+
+def not_vectorized(cfg: DictConfig, model: Any, loss: Any, data: Any) -> str | None:
+    """Why the packed program would not train what the job alone trains, or None: the loss's
+    gradient at the first weights on a few rows, alone and as two jobs of a tf.vectorized_map,
+    which vectorizes a tf.custom_gradient's backward as it can (QA: a planted wrong backward
+    in a layer or a loss trained exactly as the correct one, packed),
+    and a loss that is not the same twice (raw tf.random in a layer: the map draws other
+    numbers; QA: 6e-4 off the job alone, no word). ~0.1-0.5 s once per model and loss."""
+    import numpy as np
+    import tensorflow as tf
+
+    if cfg.model.get("_target_") in VECTORIZED and str(cfg.loss.get("_target_", "")).startswith(
+            "keras.losses."):
+        return None
+    x, y = tf.constant(data.x[:8]), tf.constant(data.y[:8])
+    params = [tf.constant(v.numpy()) for v in model.params]
+
+    def alone() -> list[np.ndarray]:
+        with tf.GradientTape() as tape:
+            tape.watch(params)
+            value = loss(y, model.apply(params, x, training=True))
+        return [np.asarray(value), *(np.asarray(g) for g in tape.gradient(value, params))]
+
+    first = alone()
+    if not all(np.array_equal(a, b, equal_nan=True) for a, b in zip(first, alone())):
+        return "a loss that is not the same twice (a layer drawing raw tf.random)"
+
+    @tf.function(autograph=False)  # as the packed program runs it (gradexp.packed.program)
+    def vectorized(stacked: list) -> list:
+        with tf.GradientTape() as tape:
+            tape.watch(stacked)
+            total = tf.reduce_sum(tf.vectorized_map(
+                lambda args: loss(args[2], model.apply(list(args[0]), args[1], training=True)),
+                (stacked, tf.stack([x, x]), tf.stack([y, y]))))
+        return tape.gradient(total, stacked, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+
+    # Two jobs, as a group has: a map of one can vectorize what a map of two does not (a
+    # backward sizing itself by tf.size saw both jobs' gradients as one: QA's buggy_linear)
+    packed = [np.asarray(tf.convert_to_tensor(g))  # IndexedSlices, from the map's gathers
+              for g in vectorized([tf.stack([p, p]) for p in params])]
+    if not all(np.allclose(job, b, rtol=1e-4, atol=1e-6 * (np.max(np.abs(b)) + 1e-30))
+               for a, b in zip(packed, first[1:]) for job in a):
+        return ("a gradient of its own (a tf.custom_gradient) that vectorized training does "
+                "not reproduce")
+    return None
+
+
+OUTSIDE_VARIABLES = "a model with state outside its variables (a tensor its builder drew)"
+
+
+def _same_model(first: Prepared, other: Prepared) -> bool:
+    """Does the first job's model, given the other job's weights, compute what the other's
+    does (a few rows, inference mode)? Not where a builder keeps state outside variables (QA:
+    a random projection made as a tf.constant in build(): every seed's replicate trained the
+    first job's projection)."""
+    import numpy as np
+    import tensorflow as tf
+
+    if first.model is other.model:
+        return True
+    params = [tf.constant(v) for v in other.setup.initial]
+    rows = tf.constant(other.data.x[:4])
+    return bool(np.array_equal(np.asarray(first.model.apply(params, rows)),
+                               np.asarray(other.model.apply(params, rows)), equal_nan=True))
 
 
 def plan_sweep(jobs: dict[int, DictConfig], launch_dir: Path) -> Plan:
@@ -189,6 +266,12 @@ def plan_sweep(jobs: dict[int, DictConfig], launch_dir: Path) -> Plan:
         plan.prepared[number] = prepared
         groups[prepared.key].append(number)
     for members in groups.values():
+        first = plan.prepared[members[0]]
+        for number in members[1:]:  # the program computes with the first job's model
+            if not _same_model(first, plan.prepared[number]):
+                plan.sequential[number] = OUTSIDE_VARIABLES
+                del plan.prepared[number]
+                members.remove(number)
         if len(members) == 1:
             plan.sequential[members[0]] = "no other job of its shape"
             del plan.prepared[members[0]]
