@@ -614,3 +614,14 @@ def test_a_float32_probe_stepping_out_of_the_domain_steps_again_rather_than_fail
         assert check_gradients(f, [x], method="probe", seed=seed).passed, seed
         assert not check_gradients(_scaled_backward(f, 1.1), [x], method="probe",
                                    seed=seed).passed, seed
+
+
+def test_a_probe_whose_noise_is_not_a_number_fails_until_measured_again():
+    # review: infinite noise (a step-2h evaluation out of the domain) made an infinite
+    # tolerance, and a probe 2x off passed
+    from gradexp.gradcheck.probe import _judge, _Probe
+
+    entry = GradCheckEntry("x", (3,), "float32", passed=True, atol=1e-5, rtol=1e-3)
+    ok = _Probe(1.0, 1.0, 0.0, 1e-7, 1e-3)
+    ratio, _ = _judge([ok, _Probe(2.0, 1.0, float("nan"), 1e-7, 1e-3)], entry)
+    assert ratio[0] <= 1 and ratio[1] == np.inf

@@ -382,6 +382,20 @@ class RawNoise(keras.layers.Layer):
 def noisy(n_features, n_outputs):
     inputs = keras.Input((n_features,))
     return keras.Model(inputs, keras.layers.Dense(n_outputs)(RawNoise()(inputs)))
+
+
+class Unused(keras.layers.Layer):
+    def build(self, shape):
+        self.w = self.add_weight(shape=(shape[-1],), initializer="ones")
+        self.spare = self.add_weight(shape=(1,), initializer="ones")  # reaches no loss
+
+    def call(self, x):
+        return x * self.w
+
+
+def unused(n_features, n_outputs):
+    inputs = keras.Input((n_features,))
+    return keras.Model(inputs, keras.layers.Dense(n_outputs)(Unused()(inputs)))
 '''
 
 
@@ -393,6 +407,7 @@ def noisy(n_features, n_outputs):
                                                               "twice (a layer drawing raw "
                                                               "tf.random)"),
     (("loss._target_=robust_losses.pseudo_huber",), None),  # its own backward, right: packed
+    (("model=custom", "model._target_=not_vectorized.unused"), None),  # (review: a TypeError)
     (("model=linear",), None)])
 def test_a_job_the_vectorized_program_would_train_otherwise_runs_alone(tmp_path, overrides,
                                                                          reason):

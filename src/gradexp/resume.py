@@ -14,6 +14,7 @@ marks it) starts again from epoch 0 as a new run, tagged gradexp.restart_of=RUN_
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,9 +58,9 @@ def _states_file(folder: Path, epoch: int) -> Path:
     return folder / f"callbacks-{epoch}.npz"
 
 
-def save_states(folder: Path, epoch: int, states: dict[str, dict], kept: list[int]) -> None:
-    """Callbacks' states (name -> {key: a number, an array or a list of arrays}) beside the
-    checkpoint of `epoch`, as arrays (no pickle); those of checkpoints no longer `kept` go."""
+def save_states(folder: Path, epoch: int, states: dict[str, dict]) -> None:
+    """Callbacks' states (name -> {key: a number, an array or a list of arrays}) for the
+    checkpoint of `epoch`, as arrays (no pickle), written before it."""
     import numpy as np
 
     arrays = {}
@@ -70,7 +71,14 @@ def save_states(folder: Path, epoch: int, states: dict[str, dict], kept: list[in
                 arrays[f"{name}/{key}/len"] = np.asarray(len(value))
             else:
                 arrays[f"{name}/{key}"] = np.asarray(value)
-    np.savez(_states_file(folder, epoch), **arrays)
+    # whole or not at all: a kill -9 while writing leaves the last file as it was
+    partial = folder / f".callbacks-{epoch}.npz"
+    np.savez(partial, **arrays)
+    os.replace(partial, _states_file(folder, epoch))
+
+
+def prune_states(folder: Path, kept: list[int]) -> None:
+    """The states of checkpoints no longer kept (their epochs not in `kept`) go."""
     for old in folder.glob("callbacks-*.npz"):
         if int(old.stem.split("-")[1]) not in kept:
             old.unlink(missing_ok=True)
@@ -115,7 +123,9 @@ def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
     except Exception:  # noqa: BLE001 - MLflow raises its own kinds for a missing run
         raise ConfigError(f"{key}: no such run in {uri}") from None
     stopped = run.data.tags.get(STOPPED_EARLY_TAG)
-    if stopped is not None:  # QA: it trained on from the best epoch's weights to 2050
+    # QA: it trained on from the best epoch's weights to 2050. (A run interrupted as it
+    # stopped ends KILLED, tagged: it resumes, to stop again at once.)
+    if stopped is not None and run.info.status == "FINISHED":
         raise ConfigError(f"{key}: the run stopped early ({stopped}, "
                           "trainer.early_stopping): it has nothing to continue")
     try:

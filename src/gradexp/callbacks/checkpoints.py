@@ -13,7 +13,7 @@ from pathlib import Path
 from gradexp.callbacks.base import Callback
 from gradexp.callbacks.epoch_history import save_history
 from gradexp.history import ARTIFACT as HISTORY
-from gradexp.resume import save_states
+from gradexp.resume import prune_states, save_states
 from gradexp.run_view import RunView
 from gradexp.tag_keys import CHECKPOINTS_TAG
 
@@ -83,8 +83,10 @@ class Checkpoints(Callback):
         # history.parquet takes the epochs up to its checkpoint from here (even after kill -9).
         save_history(run, self.folder / HISTORY)
         run.trainer.epoch_variable.assign(run.epoch)
+        if run.resumable:  # the callbacks' state at this epoch (early stopping's best), first:
+            save_states(self.folder, run.epoch, run.resumable)  # a kill then loses neither
         self.manager.save(checkpoint_number=run.epoch)
-        if run.resumable:  # the callbacks' state at this epoch (early stopping's best)
-            save_states(self.folder, run.epoch, run.resumable, [
-                int(path.rsplit("-", 1)[-1]) for path in self.manager.checkpoints])
+        if run.resumable:
+            prune_states(self.folder, [int(path.rsplit("-", 1)[-1])
+                                       for path in self.manager.checkpoints])
         self.last_save = time.monotonic()

@@ -358,7 +358,9 @@ def _judge(results: list[_Probe], entry: GradCheckEntry) -> tuple[np.ndarray, fl
     scale = np.maximum(np.abs(numerical), rms)
     diff = np.abs(analytical - numerical)
     tol = entry.atol + entry.rtol * scale + 2.0 * noises
-    ratio = np.where(np.isnan(diff), np.inf, diff / np.maximum(tol, np.finfo(float).tiny))
+    # a measurement that is not a number (its noise infinite: _noise) fails until replaced
+    ratio = np.where(np.isnan(diff) | ~np.isfinite(noises), np.inf,
+                     diff / np.maximum(tol, np.finfo(float).tiny))
     floor = entry.atol / entry.rtol if entry.rtol > 0 else np.finfo(float).tiny
     entry.error_to_tolerance = float(np.max(ratio))
     entry.probes = len(results)

@@ -150,8 +150,10 @@ def prepare(cfg: DictConfig, launch_dir: Path, built: dict | None = None
         return None, reason
     loss = build_loss(cfg.loss)
     # the model's code and the loss's, not its weights: asked once per sweep of them
-    vectorized_key = ("vectorized", OmegaConf.to_yaml(cfg.model, resolve=True), data.x.shape,
-                      data.y.shape, OmegaConf.to_yaml(cfg.loss, resolve=True))
+    code = {k: v for k, v in OmegaConf.to_container(cfg.model, resolve=True).items()
+            if k not in WEIGHTS_ONLY_KEYS}
+    vectorized_key = ("vectorized", repr(code), data.x.shape, data.y.shape,
+                      OmegaConf.to_yaml(cfg.loss, resolve=True))
     if vectorized_key not in built:
         built[vectorized_key] = not_vectorized(cfg, model, loss, data)
     if built[vectorized_key] is not None:
@@ -190,6 +192,8 @@ def not_vectorized(cfg: DictConfig, model: Any, loss: Any, data: Any) -> str | N
     import numpy as np
     import tensorflow as tf
 
+    from gradexp.gradcheck.rebuilt import dense
+
     if cfg.model.get("_target_") in VECTORIZED and str(cfg.loss.get("_target_", "")).startswith(
             "keras.losses."):
         return None
@@ -200,7 +204,9 @@ def not_vectorized(cfg: DictConfig, model: Any, loss: Any, data: Any) -> str | N
         with tf.GradientTape() as tape:
             tape.watch(params)
             value = loss(y, model.apply(params, x, training=True))
-        return [np.asarray(value), *(np.asarray(g) for g in tape.gradient(value, params))]
+        # an Embedding's IndexedSlices densified, a weight the loss does not reach as zeros
+        return [np.asarray(value), *dense(tape.gradient(
+            value, params, unconnected_gradients=tf.UnconnectedGradients.ZERO))]
 
     first = alone()
     if not all(np.array_equal(a, b, equal_nan=True) for a, b in zip(first, alone())):

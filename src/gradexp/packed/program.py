@@ -87,7 +87,7 @@ def optimizer_update(optimizer) -> tuple[dict[str, float] | None, str | None]:
     """The kind and hyperparameters of a built Keras optimizer, or None and why it cannot be
     packed."""
     name = type(optimizer).__name__
-    if name not in PACKABLE_OPTIMIZERS or not type(optimizer).__module__.startswith("keras"):
+    if name not in PACKABLE_OPTIMIZERS or not type(optimizer).__module__.split(".")[0] == "keras":
         return None, f"optimizer {name} has no stateless update here"
     for option in UNPACKED_OPTIONS:
         value = getattr(optimizer, option, None)
