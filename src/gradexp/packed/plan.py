@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gradexp.callbacks import AFTER_YOURS, BEFORE_YOURS
 from gradexp.seeds import builder_seeded, derive_seeds
+from gradexp.setup_checks import SIZED_FROM_DATA
 from gradexp.tag_keys import PACKED_DRIFT_TAG
 
 # Model keys that change the first weights only, not the program's shapes
@@ -179,7 +180,7 @@ def prepare(cfg: DictConfig, launch_dir: Path, built: dict | None = None
 
 
 # gradexp's own line and MLP under a Keras loss: no gradient of their own, no random numbers
-VECTORIZED = ("gradexp.models.linear", "gradexp.models.mlp")
+VECTORIZED = tuple(target for target in SIZED_FROM_DATA if not target.endswith(".buggy_linear"))
 
 
 def not_vectorized(cfg: DictConfig, model: Any, loss: Any, data: Any) -> str | None:
