@@ -184,12 +184,12 @@ VECTORIZED = tuple(target for target in SIZED_FROM_DATA if not target.endswith("
 
 
 def not_vectorized(cfg: DictConfig, model: Any, loss: Any, data: Any) -> str | None:
-    """Why the packed program would not train what the job alone trains, or None: the loss's
-    gradient at the first weights on a few rows, alone and as two jobs of a tf.vectorized_map,
-    which vectorizes a tf.custom_gradient's backward as it can (QA: a planted wrong backward
-    in a layer or a loss trained exactly as the correct one, packed),
-    and a loss that is not the same twice (raw tf.random in a layer: the map draws other
-    numbers; QA: 6e-4 off the job alone, no word). ~0.1-0.5 s once per model and loss."""
+    """Why the packed program would not train what the job alone trains, or None. Two things
+    are asked on a few rows at the first weights: is the loss the same twice (raw tf.random in
+    a layer: the map draws other numbers; QA: 6e-4 off the job alone, no word), and is its
+    gradient alone the one two jobs of a tf.vectorized_map get, which vectorizes a
+    tf.custom_gradient's backward as it can (QA: a planted wrong backward in a layer or a loss
+    trained packed exactly as the correct one). ~0.1-0.5 s once per model code and loss."""
     import numpy as np
     import tensorflow as tf
 
