@@ -103,7 +103,10 @@ def _retry_smaller(entry: GradCheckEntry, target: _Target, i: int, analytical: n
                             initial=0.0))
     smooth = 0
     for j in failing:
+        # A column that is not a number (a step out of the function's domain: log of x - h
+        # < 0 for x within a step of 0) is measured again too, until a smaller step is inside.
         error = float(np.max(np.abs(analytical[:, j] - numerical[:, j])))
+        error = error if np.isfinite(error) else np.inf
         step = float(steps[j])
         for _ in range(_RETRIES):
             step *= shrink
@@ -172,6 +175,7 @@ def _along_the_steps(entry: GradCheckEntry, target: _Target, i: int, analytical:
     one = np.ones(target.out0.shape, target.out_numpy_dtype)
     judged, judged_g, spread = analytical.copy(), g.copy(), np.zeros(steps.size)
     gaps = np.abs(analytical[0, failing] - numerical[0, failing])
+    gaps = np.where(np.isnan(gaps), np.inf, gaps)  # no number to explain: no evidence of noise
     unrepeatable = int(np.sum(~(np.abs(_repeat_gap(target, i, one)[failing]) <= 0.1 * gaps)))
     if unrepeatable:  # a random backward: no column of it is judged along the step
         failing = failing[:0]
