@@ -403,6 +403,10 @@ def test_a_column_named_in_another_case_by_number_or_twice_is_one_line(tmp_path)
     assert refusal(path, "y", features=["X1"]) == (
         f"data.features: no such column 'X1' in {path} (columns: x1, x2, y); did you mean 'x1'? "
         "(names are case-sensitive)")
+    # QA: data.target=true is Hydra's boolean True: "did you mean 'true'?", what was typed
+    (tmp_path / "flags.csv").write_text("x1,true\n1,2\n4,5\n")
+    assert refusal(tmp_path / "flags.csv", "True").endswith(
+        "; Hydra reads true as a boolean: quote it, \"data.target='true'\"")
     # Before: trained on x1 twice, and logged the signature "x1, x1".
     assert refusal(path, "y", features=["x1", " x1"]) == (
         "data.features: x1 is named twice; name each column once")

@@ -10,6 +10,7 @@ import gzip
 import json
 import re
 import sys
+import traceback
 
 import numpy as np
 import pytest
@@ -372,6 +373,32 @@ def pandas_na():                          # an Int64 column with pandas' NA
 
 def thousands():                          # prices written with thousands separators
     return _x(), np.array(["8,208.8", "1,020.5"] * 10)
+
+def no_columns():                         # select_dtypes('number') of a frame of text
+    return np.zeros((20, 0)), np.zeros(20)
+
+def no_rows():                            # a filter that kept nothing
+    import pandas as pd
+    x = pd.DataFrame(_x(), columns=["x1", "k"])
+    return x[x.x1 > 100], np.zeros(0)
+
+def named_dict():                         # Keras' named inputs, as arrays
+    x = _x()
+    return {"a": x[:, 0], "b": x[:, 1]}, np.zeros(20)
+
+def repeated_names():                     # two columns named a
+    import pandas as pd
+    return pd.DataFrame(_x(), columns=["a", "a"]), np.zeros(20)
+
+def label_kinds():                        # text labels, numbers in its own validation split
+    return (_x(), np.array(["1", "2"] * 10)), (_x(4), np.array([1, 2, 1, 2]))
+
+def weighted_stream():                    # Keras' (x, y, sample_weight) elements
+    import tensorflow as tf
+    return tf.data.Dataset.from_tensor_slices((_x(), np.zeros(20), np.ones(20)))
+
+def buggy():                              # a bug in the loader's own body
+    return _x(), len(5)
 """
 
 LOADER_MISTAKES = [
@@ -407,6 +434,23 @@ LOADER_MISTAKES = [
     # Before: trained to val/accuracy 1 and exit 0
     ("one_class", "only one class ('a') in 20 rows; a classification needs 2 or more",
      "data.task=classification"),
+    # QA (2026-12-05) before: a run opened, then Keras aborted the process (the run RUNNING)
+    ("no_columns", "x has 20 rows but no feature columns (a select_dtypes('number') of text "
+     "columns?); give at least one column of numbers"),
+    # ... a ValueError traceback (cannot reshape array of size 0)
+    ("no_rows", "the features have no rows (a filter that kept nothing?); give at least one "
+     "row"),
+    # ... 3.9 KB of the dict's repr, and advice for text columns
+    ("named_dict", "the features x are a dict (a, b); give a pandas DataFrame, one column per "
+     "name (pd.DataFrame(x)), or a tf.data.Dataset of (dict, y)"),
+    # ... trained; the logged model's predict could not take the frame back
+    ("repeated_names", "x has 2 columns named 'a'; give each column its own name"),
+    # ... four classes '1', '1.0', '2', '2.0' and a val/accuracy on classes never trained
+    ("label_kinds", "the class labels are numbers in one split and text in another; give "
+     "labels of one kind (all text or all numbers) in every split", "data.task=classification"),
+    # ... "gives elements of tuple", not saying sample weights are not taken
+    ("weighted_stream", "its training tf.data.Dataset gives (x, y, sample_weight) elements; "
+     "gradexp weighs every row alike: map them to (x, y) (dataset.map(lambda x, y, w: (x, y)))"),
 ]
 
 
@@ -425,6 +469,17 @@ def test_a_loaders_row_counts_and_nan_are_one_line_before_any_run(tmp_path, load
     assert str(refused.value) == f"data._target_=bad_loaders.{loader}: {said}"
     assert refused.value.exit_code == 2
     assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_a_type_error_in_the_loaders_own_body_keeps_its_traceback(tmp_path):
+    # QA: len(5) inside the loader was "cannot be called with data.kwargs={} (object of type
+    # 'int' has no len())", its file and line lost; only a call its signature refuses is that
+    (tmp_path / "bad_loaders.py").write_text(BAD_LOADERS)
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with pytest.raises(TypeError, match="has no len") as raised:
+        gradexp.run(f"tracking.uri={store}", "data=custom", "data._target_=bad_loaders.buggy",
+                    launch_dir=tmp_path)
+    assert any(frame.name == "buggy" for frame in traceback.extract_tb(raised.tb))
 
 
 TYPED_LOADERS = """

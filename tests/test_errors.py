@@ -97,6 +97,11 @@ BAD_INPUTS = [
      "device, trainer, gradcheck, tracking, seed, eval, sweep, callbacks); did you mean seed=1?"),
     (["optimizer.lr=0.01"], 2, "did you mean optimizer.learning_rate?"),
     (["trainer.batch_size=[[["], 2, "cannot read the override trainer.batch_size=[[[:"),
+    # QA: the shell leaves ~ after = alone, Hydra's grammar cannot read it; no word of quotes
+    (["data=csv", "data.path=~/good.csv", "data.target=y"], 2,
+     "cannot read the override data.path=~/good.csv: LexerNoViableAltException: "
+     "data.path=~/good.csv; to give it as text, quote it for Hydra inside the shell's quotes: "
+     "\"data.path='~/good.csv'\""),
     (["data.seed=-99999999999"], 2,
      "data.seed=-99999999999: must be an integer in [0, 4294967295]"),
     (["model.seed=-99999999999"], 2, "model.seed=-99999999999: must be an integer in [0,"),

@@ -671,3 +671,32 @@ def test_unnamed_features_keep_the_dtype_the_loader_gave(given, dtype):
     from gradexp.user_data import _raw_dtype
 
     assert _raw_dtype(given) == dtype
+
+
+NUMBERED_COLUMNS = '''
+import numpy as np
+import pandas as pd
+
+
+def load():
+    """pd.DataFrame(array): columns numbered 0, 1, not named."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(120, 2))
+    return pd.DataFrame(x), x @ np.array([2.0, -1.0])
+'''
+
+
+def test_a_loaders_frame_of_numbered_columns_is_what_the_logged_model_takes(tmp_path, store,
+                                                                           served):
+    """QA: the signature named the columns '0', '1', and predict refused the loader's own frame
+    ("Model is missing inputs ['0', '1']"). Numbered columns are positions: taken unnamed."""
+    (tmp_path / "numbered.py").write_text(NUMBERED_COLUMNS)
+    result = run(store, "data=custom", "data._target_=numbered.load", "trainer.epochs=5",
+                 launch_dir=tmp_path)
+    namespace: dict = {}
+    exec(NUMBERED_COLUMNS, namespace)
+    x, _ = namespace["load"]()
+    model = served(result.run_id)
+    predicted = np.asarray(model.predict(x.head(3)))  # the loader's own frame
+    assert predicted.shape == (3, 1)
+    np.testing.assert_allclose(predicted, model.predict(x.head(3).to_numpy()))

@@ -56,7 +56,9 @@ def one_line(error: BaseException, overrides: Sequence[str] = ()) -> str:
     if isinstance(error, MissingConfigException):
         return _missing_option(error)
     if isinstance(error, OverrideParseException):
-        return f"cannot read the override {error.override}: {_parse_problem(error.message)}"
+        problem = _parse_problem(error.message)
+        return f"cannot read the override {error.override}: {problem}" + (
+            "" if "did you mean" in problem else _quoting_hint(error.override))
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)):  # Could not override 'k'
         return _unknown_key(cause.full_key, _override(cause.full_key, overrides), overrides)
     if isinstance(cause, ValidationError):
@@ -93,6 +95,16 @@ def _parse_problem(message: str) -> str:
         return (f"{problem} (sweep functions: {', '.join(names)})"
                 + (f"; did you mean {close[0]}(...)?" if close else ""))
     return "; ".join([problem, *lines[1:]])
+
+
+def _quoting_hint(override: str) -> str:
+    """How to give a value Hydra's grammar cannot read (~/data.csv, price($)) as text: quotes
+    Hydra sees, so inside the shell's own (the shell takes `data.path='~/x.csv'`'s)."""
+    key, equals, value = override.partition("=")
+    if not equals or not value or value[0] in "'\"":
+        return ""
+    return (f"; to give it as text, quote it for Hydra inside the shell's quotes: "
+            f"\"{key}='{value}'\"")
 
 
 def _first_line(text: str) -> str:

@@ -119,6 +119,8 @@ def _name_hint(name: str, header: list[str], key: str) -> str:
     """For a name not in the header: the column it differs from only in case ('Y' for 'y'), or,
     for a number ('2'), that columns are named, not counted (from 0 or 1? not guessed)."""
     alike = [column for column in header if column.casefold() == name.casefold()]
+    if alike and name in ("True", "False"):  # Hydra read data.target=true as a boolean
+        return f"; Hydra reads {alike[0]} as a boolean: quote it, \"{key}='{alike[0]}'\""
     if alike:
         return f"; did you mean {alike[0]!r}? (names are case-sensitive)"
     if name.isdigit():

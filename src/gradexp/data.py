@@ -388,6 +388,12 @@ def encode_labels(*parts: np.ndarray, where: str = "data.target"
     values = [np.asarray(part).reshape(-1) for part in parts]
     values = [part.astype(str) if part.dtype.kind in "SO" and _texts(part) else part
               for part in values]
+    kinds = {"text" if part.dtype.kind in "SU" else "numbers" if part.dtype.kind in "biuf"
+             else "objects" for part in values if part.size}
+    if len(kinds) > 1:  # numpy would turn 1.0 into the text '1.0', a class of its own (QA)
+        mixed = " in one split and ".join(sorted(kinds))
+        raise ConfigError(f"{where}: the class labels are {mixed} in another; give labels of "
+                          "one kind (all text or all numbers) in every split")
     try:
         classes = np.unique(np.concatenate(values))
     except TypeError as error:  # e.g. numbers and text mixed in an object array

@@ -190,6 +190,9 @@ def _materialize(dataset, where: str, limit_bytes: float
     import tensorflow as tf
 
     spec = dataset.element_spec
+    if isinstance(spec, tuple) and len(spec) == 3:  # Keras' fit takes (x, y, sample_weight)
+        raise ConfigError(f"{where} gives (x, y, sample_weight) elements; gradexp weighs every "
+                          "row alike: map them to (x, y) (dataset.map(lambda x, y, w: (x, y)))")
     if not (isinstance(spec, tuple) and len(spec) == 2):
         raise ConfigError(f"{where} gives elements of {_describe(spec)}; want (x, y) elements "
                           "(x an array or a dict of named features)")

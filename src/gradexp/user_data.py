@@ -41,11 +41,8 @@ def from_user_loader(load, *, name: str, task: str, val_fraction: float, test_fr
     from gradexp import tfdata
 
     where = f"data._target_={target or name}"
-    try:
-        loaded = load(**kwargs)
-    except TypeError as error:
-        raise ConfigError(f"{where}: cannot be called with data.kwargs={kwargs} ({error})"
-                          ) from None
+    _refuse_uncallable(load, kwargs, where)
+    loaded = load(**kwargs)  # a TypeError in its body is the loader's: its traceback tells
     if isinstance(loaded, Dataset):
         for split, part in loaded.splits().items():
             prefix = "" if split == "train" else f"{split}."
@@ -93,6 +90,23 @@ def from_user_loader(load, *, name: str, task: str, val_fraction: float, test_fr
     else:  # and unnamed ones in the dtype they came in
         data.raw_dtype = _raw_dtype(_train_x(loaded))
     return data
+
+
+def _refuse_uncallable(load: Callable, kwargs: dict, where: str) -> None:
+    """data.kwargs that the loader's signature does not take, in one line. Only the call: a
+    TypeError raised inside the loader (len(5)) was told as "cannot be called with
+    data.kwargs={}" and lost the line it came from (QA)."""
+    import inspect
+
+    try:
+        signature = inspect.signature(load)
+    except (TypeError, ValueError):  # a builtin or C callable: its own call will tell
+        return
+    try:
+        signature.bind(**kwargs)
+    except TypeError as error:
+        raise ConfigError(f"{where}: cannot be called with data.kwargs={kwargs} ({error})"
+                          ) from None
 
 
 def _raw_dtype(x: Any) -> str | None:
@@ -201,6 +215,10 @@ def _check_part(where: str, x: np.ndarray, y: np.ndarray, names: list[str] | Non
     if len(x) != len(y):
         raise ConfigError(f"{where}: {x_name} has {len(x)} rows but {y_name} has {len(y)}; "
                           f"each row of {x_name} needs its target in the same row of {y_name}")
+    if x.ndim < 2 or x.shape[1] == 0:  # numpy.zeros((80, 0)): Keras aborted the process (QA)
+        raise ConfigError(f"{where}: {x_name} has {len(x)} rows but no feature columns (a "
+                          "select_dtypes('number') of text columns?); give at least one "
+                          "column of numbers")
     refuse_non_finite(x, where, _element(x_name, x, names), f"the {what}features {x_name}")
     if y.dtype.kind == "f":  # a classification's labels may be text: only numbers can be NaN
         refuse_non_finite(y, where, _element(y_name, y), f"the {what}targets {y_name}")
@@ -275,8 +293,13 @@ def _features(x, where: str, name: str) -> np.ndarray:
     logged model's signature takes a double column for them, and its predict refused the
     loader's own x ("Can not safely convert category to float64"): they are refused before any
     run, naming the column and the conversion to make."""
+    if isinstance(x, dict):  # Keras' named inputs: their repr is the whole data (QA: 3.9 KB)
+        raise ConfigError(f"{where}: the features {name} are a dict ({', '.join(map(str, x))}); "
+                          "give a pandas DataFrame, one column per name (pd.DataFrame(x)), or a "
+                          "tf.data.Dataset of (dict, y)")
     values = _columns(x, f"{where}: the features", FEATURES_HINT)
     if hasattr(x, "dtypes") and hasattr(x, "columns"):  # a pandas DataFrame
+        _refuse_repeated_names(x, where, name)
         for index, dtype in enumerate(x.dtypes):
             column = x.iloc[:, index]
             if getattr(dtype, "kind", "O") not in NUMERIC_KINDS and not _held_as_objects(column):
@@ -350,6 +373,9 @@ def _columns(array, where: str = "data", hint: str = "") -> np.ndarray:
         hint = "" if "a missing value" in text else \
             thousands_hint(text.rsplit(": ", 1)[-1].strip("'")) or hint
         raise ConfigError(f"{where} must be numbers ({text}){hint}") from None
+    if len(values) == 0:  # no reshape can infer a row's width from no rows
+        raise ConfigError(f"{where} have no rows (a filter that kept nothing?); give at least "
+                          "one row")
     return values.reshape(len(values), -1)
 
 
@@ -380,6 +406,20 @@ def _targets(array) -> np.ndarray:
 
 
 def _names(x: Any) -> list[str] | None:
-    """The columns' names of a pandas DataFrame (x as a table), else None."""
+    """The columns' names of a pandas DataFrame (x as a table), else None: also for a frame
+    whose columns are numbered (pd.DataFrame(array): 0, 1, ...), which are positions, not
+    names; as names "0", "1" the logged model refused the loader's own frame (QA)."""
     columns = getattr(x, "columns", None)
-    return None if columns is None else [str(column) for column in columns]
+    if columns is None or all(isinstance(column, int | np.integer) for column in columns):
+        return None
+    return [str(column) for column in columns]
+
+
+def _refuse_repeated_names(x: Any, where: str, name: str) -> None:
+    """A DataFrame with two columns of one name: x_val is matched to x by name, and the logged
+    model's predict could not take the frame back (QA). The csv's check, for a loader's x."""
+    names = _names(x) or []
+    repeated = sorted({column for column in names if names.count(column) > 1})
+    if repeated:
+        raise ConfigError(f"{where}: {name} has {names.count(repeated[0])} columns named "
+                          f"'{repeated[0]}'; give each column its own name")
