@@ -119,6 +119,24 @@ def test_early_stopping_stops_after_patience_and_restores_the_best_weights(store
     assert stopped.metrics["val/mse"] == pytest.approx(best_value, rel=1e-5)
 
 
+def test_an_early_stop_far_before_trainer_epochs_keeps_its_curve_and_final_weights_in_mlflow(
+        store, client, tmp_path):
+    # QA: the 320 points a series were spread over trainer.epochs=100000, so a run stopped at
+    # epoch ~100 had 2 points in MLflow (the best epoch in none), and after the restore its
+    # latest W and b (the runs table's columns) were the stopped epoch's, not the model's
+    stopped = run(store, "optimizer=momentum", "optimizer.learning_rate=0.5", "eval.every=1",
+                  "trainer.epochs=100000", "trainer.early_stopping.enabled=true",
+                  "trainer.early_stopping.patience=40", tmp_path=tmp_path)
+    metrics = client.get_run(stopped.run_id).data.metrics
+    epochs = int(metrics["stopped_epoch"])
+    assert epochs < 1000
+    assert {step for step, _ in series(client, stopped.run_id, "loss")} >= set(range(1, epochs + 1))
+    assert int(metrics["best_epoch"]) in {step for step, _ in series(client, stopped.run_id,
+                                                                     "val/mse")}
+    assert (metrics["W"], metrics["b"]) == (metrics["final_W"], metrics["final_b"])
+    assert metrics["W"] == pytest.approx(stopped.scalars["W"])
+
+
 # ---------------------------------------------------------------- determinism and XLA
 def test_deterministic_runs_with_mini_batches_are_identical_bit_for_bit(store, tmp_path):
     overrides = ("trainer.deterministic=true", "trainer.batch_size=16", "trainer.epochs=30",

@@ -58,10 +58,23 @@ class HeldOutEvaluation(Callback):
             self.unlogged = None if log else (epoch, metrics)
 
     def on_train_end(self, run: RunView, status: str) -> None:
-        if self.unlogged is not None:
-            epoch, metrics = self.unlogged
-            for key, value in metrics.items():
-                run.log_metric(key, value, epoch)
+        if self.unlogged is None:
+            return
+        epoch, metrics = self.unlogged
+        for key, value in metrics.items():
+            run.log_metric(key, value, epoch)
+        # A run that ended early logged the planned grid's evaluations up to there (2 of 320
+        # for an early stop at epoch 108 of 100,000): those over the ones it made, too.
+        from gradexp.callbacks.epoch_history import kept_epochs
+
+        made = [step for step, _ in next(iter(run.evaluations.values()), [])]
+        logged = [step for step in made if step in self.logged]
+        budget = max(run.cfg.tracking.max_points - len(logged) - 1, 1)
+        more = {made[i - 1] for i in kept_epochs(0, len(made), budget)} - {*logged, epoch}
+        for key, values in run.evaluations.items():
+            for step, value in values:
+                if step in more:
+                    run.log_metric(key, value, step)
 
 
 class FinalEvaluation(Callback):
@@ -74,7 +87,10 @@ class FinalEvaluation(Callback):
         run.final_loss = run.trainer.final_loss()
         evaluate(run, ("test",))
         run.scalars = {key: float(value) for key, value in run.model.scalars().items()}
-        for key, value in {"final_loss": run.final_loss,
+        # After early stopping's restore, W and b again too (after measured_first's millisecond):
+        # their latest values were the stopped epoch's, not the weights the run ended with (QA)
+        restored = run.scalars if run.restored_epoch is not None else {}
+        for key, value in {"final_loss": run.final_loss, **restored,
                            **{f"final_{k}": v for k, v in run.scalars.items()}}.items():
             run.log_metric(key, value, run.epoch)
 
