@@ -33,6 +33,43 @@ def test_secret_looking_keys_and_uri_credentials_are_masked():
     assert redact_uri("sqlite:///mlflow.db") == "sqlite:///mlflow.db"
 
 
+TOKEN_LOADER = """
+import numpy as np
+
+
+def load(token):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 1))
+    return x, 2 * x
+"""
+
+
+def test_a_secret_override_is_masked_in_run_names_and_the_sweeps_overrides(tmp_path):
+    # QA: the params said data.kwargs.token=***, the Run Name column and the sweep parent's
+    # name and sweep.overrides param said hunter2SECRET; tracking.* named no run either
+    from mlflow import MlflowClient
+
+    import gradexp
+
+    (tmp_path / "token_data.py").write_text(TOKEN_LOADER)
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    common = (f"tracking.uri={store}", "data=custom", "data._target_=token_data.load",
+              "+data.kwargs.token=hunter2SECRET", "trainer.epochs=2", "gradcheck=off",
+              "tracking.log_model=false")
+    single = gradexp.run(*common, launch_dir=tmp_path)
+    gradexp.sweep(*common, "optimizer=sgd,adam", launch_dir=tmp_path)
+    client = MlflowClient(store)
+    runs = client.search_runs([single.experiment_id])
+    said = [run.info.run_name for run in runs] + [value for run in runs
+                                                  for value in run.data.params.values()]
+    assert not [text for text in said if "hunter2SECRET" in text]
+    assert client.get_run(single.run_id).info.run_name == (
+        "+data.kwargs.token=***,data._target_=token_data.load,data=custom,gradcheck=off,"
+        "tracking.log_model=false,trainer.epochs=2")
+    parent = next(run for run in runs if run.info.run_name.startswith("sweep: "))
+    assert "+data.kwargs.token=*** " in parent.data.params["sweep.overrides"]
+
+
 @pytest.mark.slow
 def test_credentials_in_the_tracking_uri_are_never_printed(tmp_path):
     done = run_cli("tracking.uri=http://alice:hunter2@127.0.0.1:9", "gradcheck=off",

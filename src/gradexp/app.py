@@ -167,6 +167,7 @@ def run_job(cfg: DictConfig, stop: Callable[[Failure], NoReturn]):
 
     A failure a person can act on goes to `stop`, which does not return: the command line says
     the line and exits, gradexp.run raises it."""
+    from gradexp.run_params import masked_in
     from gradexp.sweeps import child_run_name, parent_run_file
     from gradexp.worker_signals import in_joblib_worker, worker_job
 
@@ -179,7 +180,8 @@ def run_job(cfg: DictConfig, stop: Callable[[Failure], NoReturn]):
     sweep_dir = Path(hydra_cfg.runtime.cwd) / hydra_cfg.sweep.dir
     parent = parent_run_file(sweep_dir) if multirun else None
     swept = child_run_name(hydra_cfg, sweep_dir) if multirun else None  # only what varies
-    run_name = cfg.tracking.run_name or swept or hydra_cfg.job.override_dirname or "defaults"
+    run_name = cfg.tracking.run_name or masked_in(
+        swept or hydra_cfg.job.override_dirname or "defaults", hydra_cfg.overrides.task)
     if multirun and in_joblib_worker(str(hydra_cfg.launcher.get("_target_", "")), sweep_dir):
         # Signals are the sweep process's (gradexp.worker_signals): it stops this job before
         # joblib kills this process, and once it stops no job starts here.

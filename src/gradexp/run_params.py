@@ -4,7 +4,7 @@ log exactly this, and sweep.skip_finished matches on it."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gradexp.mlflow_store import MAX_PARAM_LENGTH
@@ -44,6 +44,27 @@ def masked_value(key: str, value: Any) -> Any:
     if isinstance(value, Mapping):
         return {name: masked_value(f"{key}.{name}", item) for name, item in value.items()}
     return mask_secrets({key: value})[key]
+
+
+def masked_override(line: str) -> str:
+    """A command-line override as the params show its value: `+data.kwargs.token=***`,
+    `tracking.uri=http://***@host`. Run names and a sweep's `sweep.overrides` are made of
+    overrides: they showed the password the params masked (QA)."""
+    key, equals, value = line.partition("=")
+    if not equals:
+        return line
+    shown = masked_value(key.lstrip("+~"), value)
+    return line if shown == value else f"{key}={shown}"
+
+
+def masked_in(text: str, overrides: Iterable[str]) -> str:
+    """`text` made of the overrides (Hydra's override_dirname: sorted, joined, its own
+    separators) with every value a masked override hides replaced by what it shows."""
+    for line in overrides:
+        masked = masked_override(line)
+        if masked != line:
+            text = text.replace(line.partition("=")[2], masked.partition("=")[2])
+    return text
 
 
 def as_recorded(cfg):

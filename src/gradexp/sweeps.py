@@ -37,6 +37,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from gradexp.metrics import FALLBACK, objective
+from gradexp.run_params import masked_override
 from gradexp.sweep_checks import (
     check_every_job,
     check_launcher,
@@ -159,7 +160,7 @@ class MlflowSweepCallback(Callback):
         from gradexp.tracking_uri import resolve_uri
 
         launch_dir = Path.cwd()
-        overrides = " ".join(config.hydra.overrides.task) or "defaults"
+        overrides = " ".join(map(masked_override, config.hydra.overrides.task)) or "defaults"
         tags = {SWEEP_TAG: "true", "mlflow.source.git.commit": git_commit(launch_dir),
                 SWEEPER_TAG: plugin_name(config.hydra.sweeper),
                 LAUNCHER_TAG: plugin_name(config.hydra.launcher)}
