@@ -60,7 +60,12 @@ from gradexp.gradcheck.joint import JointFunction, check_jointly, direction_scal
 from gradexp.gradcheck.second_order import second_order_reports
 from gradexp.losses import build_loss
 from gradexp.models import Model, half_precision_layers, read_values
-from gradexp.random_layers import held_in_inference, held_names, random_layers
+from gradexp.random_layers import (
+    generator_states_kept,
+    held_in_inference,
+    held_names,
+    random_layers,
+)
 
 
 def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig,
@@ -69,15 +74,16 @@ def check_training_gradients(cfg: DictConfig, model: Model, loss_cfg: DictConfig
     from gradexp.endings import RunFailed
     from gradexp.models import variables_keyword_refusal
 
-    try:
-        result = _checks(cfg, model, loss_cfg, data, epoch, eager)
-    except Exception as error:
-        refused = variables_keyword_refusal(error)
-        if refused is not None:  # met inside the run: it ends FAILED, exit 1 (as a failed check)
-            raise RunFailed(str(refused)) from None
-        raise
-    if not result.passed:  # which layer is wrong, each checked alone
-        _name_culprits(result, cfg, model, data)
+    with generator_states_kept(model.network):  # training draws on as if never checked
+        try:
+            result = _checks(cfg, model, loss_cfg, data, epoch, eager)
+        except Exception as error:
+            refused = variables_keyword_refusal(error)
+            if refused is not None:  # met in the run: it ends FAILED, exit 1 (as a failed check)
+                raise RunFailed(str(refused)) from None
+            raise
+        if not result.passed:  # which layer is wrong, each checked alone
+            _name_culprits(result, cfg, model, data)
     return result
 
 
