@@ -224,6 +224,50 @@ def test_a_layer_drawing_raw_random_numbers_is_not_blamed():
     assert "random numbers" in verdicts["noise"].note
 
 
+PADDED_SEQUENCES = """
+import keras
+import numpy as np
+
+
+def load(n=48, steps=4, features=2):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n, steps, features))
+    lengths = rng.integers(2, steps + 1, size=n)
+    for row, length in enumerate(lengths):
+        x[row, length:] = 0.0  # zero padding after each sequence
+    return x.reshape(n, -1), x[:, :, 0].sum(axis=1, keepdims=True)
+
+
+def build(n_features, n_outputs):
+    x = keras.Input((n_features,))
+    h = keras.layers.Masking(0.0, name="masking")(keras.layers.Reshape((4, 2))(x))
+    h = keras.layers.LSTM(3, name="lstm")(h)
+    return keras.Model(x, keras.layers.Dense(n_outputs, name="head")(h))
+"""
+
+
+def test_keras_masking_on_padded_steps_is_no_false_alarm(store, client, tmp_path):
+    # QA: a correct Masking + LSTM failed gradcheck=strict at 70,364x its tolerance, "wrong
+    # layer: masking": a step of a padded entry unmasks its timestep, a jump of the loss
+    from gradexp.gradcheck.culprits import check_layers
+
+    (tmp_path / "padded.py").write_text(PADDED_SEQUENCES)
+    result = conftest.run(store, "data=custom", "data._target_=padded.load", "model=custom",
+                          "model._target_=padded.build", "data.standardize=false",
+                          "gradcheck=strict", "trainer.epochs=1", "gradcheck.at_end=false",
+                          "gradcheck.plots=false", "tracking.log_model=false", "seed=1",
+                          launch_dir=tmp_path)
+    report = conftest.read_report(client, result.run_id, 0)
+    assert result.gradcheck_passed is True, report
+    assert any(note.startswith("inputs: not checked, the Masking layer masking")
+               for note in report["notes"]), report["notes"]
+    namespace: dict = {}
+    exec(PADDED_SEQUENCES, namespace)
+    x, _ = namespace["load"]()
+    masking = {v.name: v for v in check_layers(namespace["build"](8, 1), x)}["masking"]
+    assert masking.passed and masking.report is None and "mask_value" in masking.note
+
+
 def test_a_bug_in_the_training_branch_is_found_in_training_mode_only(culprit_models):
     from gradexp.gradcheck.culprits import find_culprits
 

@@ -32,6 +32,11 @@ def ids_model(n_features, n_outputs):
     hidden = keras.layers.Flatten()(keras.layers.Embedding(20, 4)(inputs))
     return keras.Model(inputs, keras.layers.Dense(n_outputs)(hidden))
 
+def masked_model(n_features, n_outputs):
+    inputs = keras.Input((n_features,))
+    hidden = keras.layers.Masking(0.0)(keras.layers.Reshape((n_features, 1))(inputs))
+    return keras.Model(inputs, keras.layers.Dense(n_outputs)(keras.layers.LSTM(2)(hidden)))
+
 class TrainingReshape(keras.layers.Layer):
     def call(self, x, training=None):
         return keras.ops.reshape(x, (-1, 3)) if training else x  # wrong in training only
@@ -236,6 +241,12 @@ MISTAKES = [
      "model._target_=wrong_models.ids_model: the model's Input takes int32 (ids, not "
      "quantities), but data.standardize=true rescales the features, which turns ids into "
      "fractions: set data.standardize=false"),
+    # zero padding standardized away: Masking(0.0) masked nothing, no word (QA, 2026-12-05)
+    (["model=custom", "model._target_=wrong_models.masked_model", "data=sklearn",
+      "data.name=diabetes"],
+     "model._target_=wrong_models.masked_model: its Masking layer masking skips steps equal "
+     "to 0, but data.standardize=true rescales the features, so padding no longer equals it: "
+     "set data.standardize=false"),
     # a shape wrong in training mode only: "cannot run in the compiled training step", and
     # trainer.compile=false as advised ended a run FAILED in a traceback (QA)
     (["model=custom", "model._target_=wrong_models.training_shape_bug"],

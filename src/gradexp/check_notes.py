@@ -50,6 +50,24 @@ def token_inputs(model: Model) -> str | None:
     return None
 
 
+def unchecked_inputs(model: Model) -> str | None:
+    """Why the check of d loss / d inputs is not made, if it is not: the inputs are ids
+    (token_inputs), or a Keras Masking layer compares them with its mask_value: stepping an
+    entry of a padded timestep unmasks the step, a jump the loss makes, not a derivative (QA: a
+    correct Masking + LSTM failed gradcheck=strict at 70,364x, "wrong layer: masking")."""
+    import keras
+
+    tokens = token_inputs(model)
+    if tokens:
+        return f"{tokens} (ids, not quantities: no derivative by them)"
+    for layer in model.network._flatten_layers(include_self=False):
+        if isinstance(layer, keras.layers.Masking):
+            return (f"the Masking layer {layer.name} compares them with its mask_value "
+                    f"{layer.mask_value:g} (a step of a padded entry unmasks its timestep: a "
+                    "jump, not a derivative)")
+    return None
+
+
 def held_note(layers: tuple[str, ...]) -> str:
     """What a training-mode check did with layers drawing randomness it cannot hold fixed."""
     named = f"layer {layers[0]} draws" if len(layers) == 1 else f"layers {', '.join(layers)} draw"

@@ -9,7 +9,8 @@ without a word. The checkpoint (model, its layers' seed generators such as dropo
 state, epoch, shuffling generator: gradexp.trainer.Trainer.checkpoint) is in
 checkpoints/RUN_ID/ in the launch folder; metrics already recorded are not written twice
 (gradexp.mlflow_store). A run KILLED before its first checkpoint (kill -9: gradexp.liveness
-marks it) starts again from epoch 0 as a new run, tagged gradexp.restart_of=RUN_ID.
+marks it) starts again from epoch 0 as a new run, tagged gradexp.restart_of=RUN_ID; one KILLED
+with its checkpoint at its last epoch trains nothing more and only records its end.
 """
 
 from __future__ import annotations
@@ -107,7 +108,8 @@ def load_states(folder: Path, epoch: int) -> dict[str, dict]:
 def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
     """The run to continue, checked before anything is built (restart=True: a killed run with
     no checkpoint, to run again as a new run); ConfigError (one line) if it cannot be: no such
-    run, no checkpoint of a run that was not killed, nothing left to train."""
+    run, no checkpoint of a run that was not killed, nothing left to train (a killed run at its
+    last epoch has its end left: it resumes to record it)."""
     from gradexp.mlflow_store import download_artifact, metric_history, open_client, read_run
     from gradexp.tensorflow_import import import_tensorflow
     from gradexp.tracking_uri import resolve_uri
@@ -158,7 +160,12 @@ def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
             "and at Ctrl-C or SIGTERM; trainer.checkpoint_every=N every N epochs")
         raise ConfigError(f"{key}: no checkpoint in {folder} ({why})")
     done = int(latest.rsplit("-", 1)[-1])
-    if done >= epochs:
+    # A run killed at its last epoch (an interrupt while its end was recorded: QA, a packed
+    # sweep's job) trained everything but never recorded its end. Resumed, it trains no epoch
+    # and ends as it would have: the final evaluation, the model, FINISHED. Refused, a sweep
+    # with sweep.resume_killed failed that job on every re-run. A run that ended otherwise
+    # (FINISHED) has nothing left to do.
+    if done > epochs or (done == epochs and not _killed(client, run, cfg.tracking.stale_after)):
         raise ConfigError(f"{key}: its checkpoint is at epoch {done} of {epochs}; raise "
                           f"trainer.epochs above {done} to train on")
     raised = epochs > recorded.trainer.epochs

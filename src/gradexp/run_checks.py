@@ -42,7 +42,7 @@ from gradexp.check_notes import (
     UNCHECKED_NOTE,
     half_precision_note,
     held_note,
-    token_inputs,
+    unchecked_inputs,
 )
 from gradexp.check_result import CheckResult
 from gradexp.checked_loss import (
@@ -274,17 +274,16 @@ def _check_in(losses: _Losses, cfg: DictConfig, model: Model, data: Dataset, epo
         _refuse_large_jacobians(
             [*(zip(names, values) if wrt in ("variables", "both") else ()),
              *([("the inputs", losses.x)] if wrt in ("inputs", "both")
-               and not token_inputs(model) else [])], max_size)
+               and not unchecked_inputs(model) else [])], max_size)
     targets: list[tuple[str, Callable, list[tf.Tensor], list[str]]] = []
     notes = [losses.note] if losses.note else []
     if wrt in ("variables", "both"):
         # Resolved (compiled) below only if a check asks for it: probe checks of the
         # variables use losses.joint, compiled on its own.
         targets.append(("variables", losses.of_params, params, names))
-    tokens = token_inputs(model)
-    if wrt in ("inputs", "both") and tokens:
-        notes.append(f"inputs: not checked, {tokens} (ids, not quantities: no derivative by "
-                     "them)")
+    unchecked = unchecked_inputs(model)
+    if wrt in ("inputs", "both") and unchecked:
+        notes.append(f"inputs: not checked, {unchecked}")
     elif wrt in ("inputs", "both"):
         of_inputs = (losses.of_inputs.function if eager
                      else losses.of_inputs([losses.x, *params]))

@@ -1,5 +1,6 @@
 """A run's MLflow params: its resolved config as dotted keys, secrets masked, as text. Runs
-log exactly this, and sweep.skip_finished matches on it."""
+log exactly this, and sweep.skip_finished matches on it, and on the whole of each value MLflow's
+limit cut (config_values)."""
 
 from __future__ import annotations
 
@@ -79,9 +80,9 @@ def as_recorded(cfg):
     return label_by_target(recorded)
 
 
-def config_params(cfg) -> dict[str, str]:
-    """The resolved config as a run's MLflow params hold it: dotted keys, secrets masked, text.
-    Runs log exactly this, and sweep.skip_finished matches on it."""
+def config_values(cfg) -> dict[str, str]:
+    """The resolved config as config_params has it, each value whole: what a param holds
+    before MLflow's limit cuts it (sweep.skip_finished compares the parts cut off)."""
     from gradexp.console import to_plain
 
     plain = to_plain(cfg)
@@ -92,5 +93,16 @@ def config_params(cfg) -> dict[str, str]:
         plain["callbacks"] = {name: node for name, node in callbacks.items()
                               if not (isinstance(node, Mapping) and str(
                                   node.get("_target_", "")).startswith("gradexp."))}
-    return {key: str(value)[:MAX_PARAM_LENGTH]
-            for key, value in mask_secrets(flatten(plain)).items()}
+    return {key: str(value) for key, value in mask_secrets(flatten(plain)).items()}
+
+
+def config_params(cfg) -> dict[str, str]:
+    """The resolved config as a run's MLflow params hold it: dotted keys, secrets masked, text
+    cut to MLflow's MAX_PARAM_LENGTH. Runs log exactly this, and sweep.skip_finished matches on
+    it (and on the whole of a value it cut: gradexp.sweep_reuse)."""
+    return cut_params(config_values(cfg))
+
+
+def cut_params(values: Mapping[str, str]) -> dict[str, str]:
+    """config_values as the params hold them: each value cut to MAX_PARAM_LENGTH."""
+    return {key: value[:MAX_PARAM_LENGTH] for key, value in values.items()}

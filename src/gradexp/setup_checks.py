@@ -462,6 +462,13 @@ def _refuse_standardized_ids(cfg: DictConfig, data: Any, where: str, model: Any)
         raise ConfigError(
             f"{where}: {ids} (ids, not quantities), but data.standardize=true rescales the "
             "features, which turns ids into fractions: set data.standardize=false")
+    import keras  # a Masking layer: its padding value, rescaled, masks nothing (silently)
+    for layer in model.network._flatten_layers(include_self=False):
+        if isinstance(layer, keras.layers.Masking):
+            raise ConfigError(
+                f"{where}: its Masking layer {layer.name} skips steps equal to "
+                f"{layer.mask_value:g}, but data.standardize=true rescales the features, so "
+                "padding no longer equals it: set data.standardize=false")
 
 
 def verdict_key(cfg: DictConfig, data: Any) -> tuple:

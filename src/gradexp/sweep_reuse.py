@@ -1,6 +1,8 @@
 """sweep.skip_finished and sweep.resume_killed: a sweep's job finds its run of an earlier sweep,
 the same resolved config FINISHED (its objective stands for the job) or KILLED with a
-checkpoint (the job resumes it), and notes it on the new sweep's parent."""
+checkpoint (the job resumes it), and notes it on the new sweep's parent. The same config: the
+same params, and where MLflow cut a value to its limit, the same whole value in the run's
+config.yaml."""
 
 from __future__ import annotations
 
@@ -42,13 +44,14 @@ def reuse_finished_run(cfg: DictConfig, hydra_cfg: DictConfig) -> float | None:
         return None
     from gradexp.console import console
     from gradexp.mlflow_store import open_client
-    from gradexp.run_params import as_recorded, config_params
+    from gradexp.run_params import as_recorded, config_values
     from gradexp.tracking_uri import resolve_uri
 
     launch_dir = Path(hydra_cfg.runtime.cwd)
     client = open_client(resolve_uri(cfg.tracking.uri, launch_dir))
-    # The params as run_experiment logs them: derived seeds, a user's _target_ as loss.name.
-    run = find_finished_run(client, cfg.tracking.experiment, config_params(as_recorded(cfg)))
+    # The params as run_experiment logs them (derived seeds, a user's _target_ as loss.name),
+    # whole: find_finished_run cuts them as MLflow did.
+    run = find_finished_run(client, cfg.tracking.experiment, config_values(as_recorded(cfg)))
     if run is None:
         return None
     _note_reused(client, launch_dir, hydra_cfg, run.info.run_id)
@@ -68,14 +71,14 @@ def resume_killed_run(cfg: DictConfig, hydra_cfg: DictConfig) -> DictConfig:
 
     from gradexp.mlflow_store import open_client
     from gradexp.resume import checkpoint_folder
-    from gradexp.run_params import as_recorded, config_params
+    from gradexp.run_params import as_recorded, config_values
     from gradexp.tracking_uri import resolve_uri
 
     if not cfg.sweep.resume_killed or tracking_off(cfg) or cfg.trainer.resume:
         return cfg
     launch_dir = Path(hydra_cfg.runtime.cwd)
     client = open_client(resolve_uri(cfg.tracking.uri, launch_dir))
-    params = config_params(as_recorded(cfg))  # the params as the run recorded them
+    params = config_values(as_recorded(cfg))  # the params as the run recorded them, whole
     run = find_finished_run(client, cfg.tracking.experiment, params, status="KILLED")
     if run is None or not any(checkpoint_folder(launch_dir, run.info.run_id).glob("ckpt-*")):
         return cfg
@@ -99,13 +102,20 @@ def find_finished_run(client, experiment: str, params: Mapping[str, str],
                       status: str = "FINISHED"):
     """The newest child run of `experiment` in `status` whose params are `params` (sweep.*
     aside) and, when FINISHED, which has a finite final loss and, when pruned, `params`'
-    sweep.pruner settings (_reusable); None if there is none."""
-    from gradexp.mlflow_store import experiment_named, find_runs
+    sweep.pruner settings (_reusable); None if there is none. `params` may hold whole values
+    (run_params.config_values): one longer than MLflow's limit matches a run whose param holds
+    its start only if the run's config.yaml holds it whole (_same_whole_values)."""
+    from gradexp.mlflow_store import MAX_PARAM_LENGTH, experiment_named, find_runs
+    from gradexp.run_params import cut_params
 
     found = experiment_named(client, experiment)
     if found is None:
         return None
-    wanted = _what_a_job_computes(params)
+    whole = _what_a_job_computes(params)
+    wanted = cut_params(whole)  # as the runs' params hold them
+    # QA: matched on their first 6000 characters, a run of another +data.kwargs.cols stood
+    # for this job, its val/mse reported as this config's.
+    cut = {key: value for key, value in whole.items() if len(value) > MAX_PARAM_LENGTH}
     page_token = None
     while True:
         page = find_runs(client, [found.experiment_id], f"attributes.status = '{status}'",
@@ -114,8 +124,28 @@ def find_finished_run(client, experiment: str, params: Mapping[str, str],
             loss = run.data.metrics.get("final_loss", math.nan if status == "FINISHED" else 0.0)
             if (PARENT_TAG in run.data.tags and math.isfinite(loss)
                     and _what_a_job_computes(run.data.params) == wanted
-                    and _reusable(run, params)):
+                    and _reusable(run, cut_params(params))
+                    and _same_whole_values(client, run.info.run_id, cut)):
                 return run
         page_token = page.token
         if not page_token:
             return None
+
+
+def _same_whole_values(client, run_id: str, cut: Mapping[str, str]) -> bool:
+    """Whether the run's config.yaml (the resolved config it ran, written when it opened) holds
+    the whole values `cut` (key -> value longer than a param holds). Its params hold only their
+    starts; a run without a readable config.yaml cannot be told apart, so it is not the job's."""
+    if not cut:
+        return True
+    from omegaconf import OmegaConf
+
+    from gradexp.mlflow_store import download_artifact
+    from gradexp.run_params import config_values
+
+    try:
+        text = Path(download_artifact(client, run_id, "config.yaml")).read_text()
+        recorded = config_values(OmegaConf.create(text))
+    except Exception:  # noqa: BLE001 - MLflow raises its own kinds for a missing artifact
+        return False
+    return all(recorded.get(key) == value for key, value in cut.items())
