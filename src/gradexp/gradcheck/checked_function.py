@@ -62,6 +62,9 @@ class _Target:
         self._y: Any = None
         self.out0: np.ndarray = np.zeros(())
         self.out_dtype = "float64"
+        # The precision its values have: float32 for float64 outputs computed in float32
+        # (checker._judged_as_float32), else out_dtype's.
+        self.out_precision: str | None = None
         self.out_numpy_dtype: Any = np.float64
         self.grad_shape_errors: dict[int, str] = {}
         # Inputs whose first VJP was all zeros: perhaps no gradient at all (connected.py asks).

@@ -37,7 +37,7 @@ def _new_entry(target: _Target, i: int, opts: _Options) -> GradCheckEntry:
         entry.checked = False
         entry.notes.append(target.skip[i])
         return entry
-    entry.precision = _coarsest([target.dtypes[i], target.out_dtype])
+    entry.precision = _coarsest([target.dtypes[i], target.out_precision or target.out_dtype])
     x = x.reshape(-1)
     scale = float(np.sqrt(np.einsum("i,i->", x, x, dtype=np.float64) / max(x.size, 1)))
     entry.delta, entry.atol, entry.rtol = _defaults(entry.precision, opts, scale)
