@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gradexp.mlflow_store import MAX_PARAM_LENGTH
 from gradexp.tracking_uri import MASK, redact_uri
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 SECRET_KEY = re.compile(r"password|passwd|token|secret|(^|[._])(api_?)?key$", re.IGNORECASE)
 
@@ -80,7 +83,7 @@ def as_recorded(cfg):
     return label_by_target(recorded)
 
 
-def config_values(cfg) -> dict[str, str]:
+def config_values(cfg: DictConfig) -> dict[str, str]:
     """The resolved config as config_params has it, each value whole: what a param holds
     before MLflow's limit cuts it (sweep.skip_finished compares the parts cut off)."""
     from gradexp.console import to_plain
@@ -96,7 +99,7 @@ def config_values(cfg) -> dict[str, str]:
     return {key: str(value) for key, value in mask_secrets(flatten(plain)).items()}
 
 
-def config_params(cfg) -> dict[str, str]:
+def config_params(cfg: DictConfig) -> dict[str, str]:
     """The resolved config as a run's MLflow params hold it: dotted keys, secrets masked, text
     cut to MLflow's MAX_PARAM_LENGTH. Runs log exactly this, and sweep.skip_finished matches on
     it (and on the whole of a value it cut: gradexp.sweep_reuse)."""
