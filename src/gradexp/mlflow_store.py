@@ -11,6 +11,7 @@ retried, not lost.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 import urllib.error
@@ -412,6 +413,8 @@ class MlflowTracker(NullTracker):
 
     # Artifact calls look the run up in the store first, so they meet sqlite locks too.
     def log_dict(self, data: dict, artifact_file: str) -> None:
+        # JSON has no NaN: a failed job's objective was a bare NaN, which JSON.parse refuses
+        data = _json_safe(data)
         retry_locked(lambda: self.client.log_dict(self.run_id, data, artifact_file))
 
     def log_text(self, text: str, artifact_file: str) -> None:
@@ -527,3 +530,14 @@ class MlflowTracker(NullTracker):
                 self._writer.shutdown(wait=True)
                 retry_locked(lambda: self.client.set_terminated(self.run_id, status))
                 self.ended_as = status
+
+
+def _json_safe(value: Any) -> Any:
+    """`value` with every float that is not finite (NaN, inf) as None: null in JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(item) for item in value]
+    return value

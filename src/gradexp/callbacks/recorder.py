@@ -110,8 +110,11 @@ class MlflowRecorder(Callback):
             # lands right after, the run's end already in the background's hands.
             with interrupts_deferred():
                 saved = self.save_models(run)  # the weights as trained, before the next job
+                # Why it ended, as of now: an interrupt landing as this block closes set an
+                # "interrupted" reason the background then tagged on a FINISHED run (QA)
+                why = (run.status_reason, run.traceback)
                 _end_in_background(lambda: (self.write_saved_models(saved),
-                                            self.finish(run, status)), run.run_id)
+                                            self.finish(run, status, why)), run.run_id)
                 self.ended, run.ended_as = True, status
             return
         self.ended = True
@@ -120,14 +123,17 @@ class MlflowRecorder(Callback):
         finally:
             run.ended_as = self.tracker.ended_as  # what an interrupt's line says of the run
 
-    def finish(self, run: RunView, status: str) -> None:
-        """The last writes, then the run's end status (FAILED, with why, if a write fails)."""
+    def finish(self, run: RunView, status: str,
+               why: tuple[str | None, str | None] | None = None) -> None:
+        """The last writes, then the run's end status (FAILED, with why, if a write fails);
+        `why`: its status reason and traceback as of its end (default: the run's now)."""
+        reason, trace = why if why is not None else (run.status_reason, run.traceback)
         try:
             self.write(run)
-            if run.status_reason:
-                self.tracker.set_tags({REASON_TAG: run.status_reason[:5000]})
-            if run.traceback:
-                self.tracker.log_text(run.traceback, "error/traceback.txt")
+            if reason:
+                self.tracker.set_tags({REASON_TAG: reason[:5000]})
+            if trace:
+                self.tracker.log_text(trace, "error/traceback.txt")
         except BaseException as error:  # the run still ends, as what stopped the writes says
             self.tracker.end(status if status != "FINISHED" else status_of(error)[0])
             raise
