@@ -396,6 +396,12 @@ class Unused(keras.layers.Layer):
 def unused(n_features, n_outputs):
     inputs = keras.Input((n_features,))
     return keras.Model(inputs, keras.layers.Dense(n_outputs)(Unused()(inputs)))
+
+
+def frozen(n_features, n_outputs):
+    inputs = keras.Input((n_features,))
+    hidden = keras.layers.Dense(4, trainable=False, name="frozen")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(n_outputs)(hidden))
 '''
 
 
@@ -408,6 +414,9 @@ def unused(n_features, n_outputs):
                                                               "tf.random)"),
     (("loss._target_=robust_losses.pseudo_huber",), None),  # its own backward, right: packed
     (("model=custom", "model._target_=not_vectorized.unused"), None),  # (review: a TypeError)
+    # QA: told as "dropout seeds, batch-norm statistics", which it has neither of
+    (("model=custom", "model._target_=not_vectorized.frozen"), "a model with state per job "
+     "(non-trainable variables: frozen/kernel, frozen/bias)"),
     (("model=linear",), None)])
 def test_a_job_the_vectorized_program_would_train_otherwise_runs_alone(tmp_path, overrides,
                                                                          reason):

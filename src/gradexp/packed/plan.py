@@ -139,8 +139,10 @@ def prepare(cfg: DictConfig, launch_dir: Path, built: dict | None = None
         with builder_seeded(cfg):  # as a sequential job builds it (gradexp.loop)
             model = build_model(cfg.model, data.n_features, data.n_outputs)
         reason = None
-        if model.network.non_trainable_variables:
-            reason = "a model with state per job (dropout seeds, batch-norm statistics)"
+        state = [v.path for v in model.network.non_trainable_variables]
+        if state:  # named: a frozen layer was told as "dropout seeds, batch-norm statistics"
+            reason = (f"a model with state per job (non-trainable variables: "
+                      f"{', '.join(state[:3])}{', ...' if len(state) > 3 else ''})")
         elif model.has_own_losses(tf.constant(data.x[:2])):
             reason = "a model with losses of its own (regularizers)"
         elif scales_its_loss(model.network):
