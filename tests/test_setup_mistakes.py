@@ -341,7 +341,8 @@ MISTAKES = [
     *[(["model=custom", f"model._target_=wrong_models.{builder}"],
        f"model._target_=wrong_models.{builder}: a tf.custom_gradient function reads variables "
        f"it is not given as inputs ({variable}): pass each of them to the function as an "
-       "input (f(x, tf.convert_to_tensor(self.w)), its grad_fn returning one gradient per "
+       "input (f(x, tf.convert_to_tensor(self.w)); in a regularizer f(tf.convert_to_tensor(w)), "
+       "since Keras hands it the variable itself; its grad_fn returning one gradient per "
        "input), which both training and the gradient check differentiate")
       for builder, variable in (("forgets_variables", "scale/w"),
                                 ("forgets_variables_shaped", "scale/w"),
@@ -352,9 +353,13 @@ MISTAKES = [
                                 ("forgets_variables_training", "scale/w"))],
     # the same rule met only eagerly, by the final loss after the last epoch: the run trained,
     # then ended FAILED with a traceback
+    # (QA: a regularizer calling it on its weight w, which Keras hands over as the variable
+    # itself, was told to pass what it passed: the line says how)
     (["model=custom", "model._target_=wrong_models.custom_gradient_regularizer"],
      "model._target_=wrong_models.custom_gradient_regularizer: a tf.custom_gradient function "
-     "reads variables it is not given as inputs (dense/kernel)"),
+     "reads variables it is not given as inputs (dense/kernel): pass each of them to the "
+     "function as an input (f(x, tf.convert_to_tensor(self.w)); in a regularizer "
+     "f(tf.convert_to_tensor(w))"),
     (["model=custom", "model._target_=wrong_models.forgets_variables_training",
       "trainer.compile=false"],  # the eager step meets it as well: said before the run too
      "model._target_=wrong_models.forgets_variables_training: a tf.custom_gradient function "

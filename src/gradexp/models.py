@@ -506,7 +506,8 @@ def custom_gradient_refusal(where: str, error: BaseException) -> ConfigError | N
     return ConfigError(
         f"{where}: a tf.custom_gradient function reads variables it is not given as inputs"
         + (f" ({names})" if names else "") + ": pass each of them to the function as an "
-        "input (f(x, tf.convert_to_tensor(self.w)), its grad_fn returning one gradient per "
+        "input (f(x, tf.convert_to_tensor(self.w)); in a regularizer f(tf.convert_to_tensor(w)), "
+        "since Keras hands it the variable itself; its grad_fn returning one gradient per "
         "input), which both training and the gradient check differentiate (TensorFlow's other "
         "way, grad_fn(upstream, variables=None), trains but cannot be checked: the check runs "
         "the model with its weights as tensors)")
