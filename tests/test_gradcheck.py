@@ -652,6 +652,24 @@ def test_a_float64_function_computing_in_float32_inside_is_judged_as_float32(met
     assert plain.passed and "float32 numbers" not in str(plain)
 
 
+def test_a_function_not_finite_around_the_point_says_so_rather_than_blame_the_backward():
+    # QA: pow of x < 0 by a fractional y is NaN at every step: the jacobian named an element
+    # that agreed and blamed "how the backward uses its upstream gradient"; the probe said
+    # "noisy ... inf%; dtype='float64' helps", in float64
+    x = np.array([-2.0, -1.5, -0.5, 0.5, 1.5])
+    y = np.array([2.0, 3.0, 2.0, 1.5, 0.5])
+    jacobian = check_gradients(tf.pow, [x, y], method="jacobian")
+    assert not jacobian.passed
+    by_y = jacobian.entries[1]
+    assert np.isnan(by_y.worst_numerical)
+    assert any(note.startswith("3 Jacobian column(s) have no numerical derivative")
+               for note in by_y.notes), by_y.notes
+    assert not any("upstream gradient" in note for note in by_y.notes)
+    probe = check_gradients(tf.pow, [x, y], method="probe")
+    assert not probe.passed and "dtype='float64' helps" not in str(probe)
+    assert "no numerical derivative" in str(probe)
+
+
 def test_a_probe_whose_noise_is_not_a_number_fails_until_measured_again():
     # review: infinite noise (a step-2h evaluation out of the domain) made an infinite
     # tolerance, and a probe 2x off passed

@@ -206,11 +206,17 @@ def _probe_one(entry: GradCheckEntry, target: _Target, i: int, vs: list[np.ndarr
             f"steps (down to {steps})"
             + (": they agree." if np.all(ratio <= 1) else ": they still disagree.")
         )
-    if _noisy(entry):
+    if not np.isfinite(entry.noise):  # "noisy ... inf%; dtype='float64' helps", in float64
+        entry.notes.append(
+            "some probes have no numerical derivative: f is not finite at x ± step along them, "
+            "at every step tried (outside its domain? e.g. x**y of a negative x and a "
+            "fractional y), so the gradient along them cannot be checked.")
+    elif _noisy(entry):
         entry.notes.append(
             f"finite differences are noisy here: their estimated error is {entry.noise:.1%} of "
             f"the directional derivative, so gradient errors below about {2 * entry.noise:.0%} "
-            "cannot be seen (kinks or float32 rounding; dtype='float64' helps)."
+            "cannot be seen (kinks or float32 rounding"
+            + ("; dtype='float64' helps)." if entry.precision != "float64" else ").")
         )
     if entry.probes_failed:
         entry.passed = False
