@@ -314,3 +314,32 @@ def test_failing_job_does_not_stop_the_sweep_but_the_exit_code_says_so(tmp_path)
     assert statuses["optimizer.learning_rate=1000"] == "FAILED"
     assert [s for n, s in statuses.items() if n.startswith("sweep:")] == ["FAILED"]
     assert "became NaN" in done.stderr
+
+
+def test_a_server_gone_during_the_run_is_one_line_naming_how_to_continue():
+    # QA: a server restarted mid-run gave ~200 lines of urllib3's and MLflow's chained
+    # tracebacks, no line saying what was kept or how to go on
+    from mlflow.exceptions import MlflowException
+
+    from conftest import compose_config
+    from gradexp.app import job_failure
+
+    cfg = compose_config("tracking.uri=http://alice:pw@127.0.0.1:5077")
+    refused = ConnectionError("HTTPConnectionPool(host='127.0.0.1', port=5077): Max retries "
+                              "exceeded (Caused by NewConnectionError('Connection refused'))")
+    try:
+        try:
+            raise refused
+        except ConnectionError as error:
+            raise MlflowException("API request to http://127.0.0.1:5077/api/2.0/mlflow/runs/"
+                                  f"update failed with exception {error}") from error
+    except MlflowException as error:
+        error.run_id = "0123abcd"
+        failure = job_failure(error, cfg)
+    assert failure is not None and failure.exit_code == 1
+    assert failure.line == (
+        "tracking.uri=http://***@127.0.0.1:5077: the MLflow server stopped answering during the "
+        "run (NewConnectionError('Connection refused')); what it stored before stays there; its "
+        "checkpoints are in checkpoints/0123abcd: once the server answers, "
+        "trainer.resume=0123abcd continues the run")
+    assert job_failure(MlflowException("RESOURCE_DOES_NOT_EXIST: no run"), cfg) is None

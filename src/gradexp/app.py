@@ -70,7 +70,31 @@ def job_failure(error: BaseException, cfg: DictConfig) -> Failure | None:
         return None if message is None else Failure(message, EXIT_BAD_INPUT)
     if isinstance(error, KeyboardInterrupt):  # SIGTERM's Terminated too
         return interrupt_failure(error, what_was_recorded(error, cfg))
-    return None
+    return server_gone(error, cfg)
+
+
+def server_gone(error: BaseException, cfg: DictConfig) -> Failure | None:
+    """An MLflow server that stopped answering during the run (a restart, a network cut): one
+    line naming the run and how to continue it, not ~200 lines of urllib3's and MLflow's
+    chained tracebacks (QA). None for any other error."""
+    from gradexp.tracking_uri import redact_uri
+
+    cause: BaseException | None = error
+    while cause is not None and not (type(cause).__name__ == "MlflowException"
+                                     and str(cause).startswith("API request to")):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None:
+        return None
+    uri = redact_uri(str(OmegaConf.select(cfg, "tracking.uri", default="")))
+    run_id = getattr(error, "run_id", None)
+    why = str(cause)
+    if "(Caused by " in why:  # urllib3's innermost words, without the parenthesis around them
+        why = why.rsplit("(Caused by ", 1)[-1].removesuffix(")")
+    why = why[:200]
+    then = (f"; its checkpoints are in checkpoints/{run_id}: once the server answers, "
+            f"trainer.resume={run_id} continues the run" if run_id else "")
+    return Failure(f"tracking.uri={uri}: the MLflow server stopped answering during the run "
+                   f"({why}); what it stored before stays there{then}", 1)
 
 
 def what_was_recorded(error: BaseException, cfg: DictConfig) -> str:
