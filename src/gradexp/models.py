@@ -496,9 +496,8 @@ _VARIABLE_NAME = re.compile(r"<tf\.Variable '([^':]+)(?::\d+)?'")
 def custom_gradient_refusal(where: str, error: BaseException) -> ConfigError | None:
     """That refusal as one line naming TensorFlow's rule and the fix (None for any other error).
 
-    It is raised wherever Keras first runs the layer (building a functional model or a YAML
-    Sequential, a subclassed model's first call, the set-up check's call on two rows), where
-    gradexp would otherwise blame the builder's arguments or the data's shapes."""
+    Raised where Keras first runs the layer (building a functional or YAML Sequential model, a
+    subclassed one's first call, the set-up check), else blamed on the builder or the data."""
     text = str(error)
     if not _NEEDS_VARIABLES.search(text):
         return None
@@ -507,10 +506,10 @@ def custom_gradient_refusal(where: str, error: BaseException) -> ConfigError | N
         f"{where}: a tf.custom_gradient function reads variables it is not given as inputs"
         + (f" ({names})" if names else "") + ": pass each of them to the function as an "
         "input (f(x, tf.convert_to_tensor(self.w)); in a regularizer f(tf.convert_to_tensor(w)), "
-        "since Keras hands it the variable itself; its grad_fn returning one gradient per "
-        "input), which both training and the gradient check differentiate (TensorFlow's other "
-        "way, grad_fn(upstream, variables=None), trains but cannot be checked: the check runs "
-        "the model with its weights as tensors)")
+        "since Keras hands it the variable itself; its grad_fn returning one gradient per input), "
+        "which both training and the gradient check differentiate (TensorFlow's other way, "
+        "grad_fn(upstream, variables=None), trains but cannot be checked: the check runs the "
+        "model with its weights as tensors)")
 
 
 # TensorFlow's words when a grad_fn returns more gradients than it is asked for (eagerly;
