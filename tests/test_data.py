@@ -65,6 +65,10 @@ def text_labels():                       # numpy arrays, labels as Python string
     x = np.random.default_rng(3).normal(size=(60, 2))
     return x, np.where(x[:, 1] > 0, "up", "down")
 
+def bool_labels():                       # numpy bools, as a comparison gives them
+    x = np.random.default_rng(3).normal(size=(60, 2))
+    return x, x[:, 1] > 0
+
 def own_splits():
     x = np.linspace(0, 10, 30)
     return (x[:20], 3 * x[:20]), (x[20:], 3 * x[20:])
@@ -248,6 +252,11 @@ def test_text_labels_from_a_tf_data_loader_are_sorted_into_columns_and_recorded(
         "labels": ["setosa", "versicolor", "virginica"],
         "index": {"setosa": 0, "versicolor": 1, "virginica": 2}}
     assert tags(client, result.run_id)["gradexp.data.classes"] == "3"
+
+
+def test_true_false_labels_from_numpy_keep_their_names(launch):
+    # QA: numpy bools were labelled [0, 1], the same labels from a csv or tf.data [False, True]
+    assert loaded(launch, "bool_labels", "data.task=classification").labels == [False, True]
 
 
 def test_text_labels_from_numpy_arrays_train(launch):

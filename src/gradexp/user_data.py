@@ -400,7 +400,7 @@ def _first_text(array) -> str:
 def _targets(array) -> np.ndarray:
     """Rows x columns, the values as given: numbers or class labels (text, say)."""
     array = np.asarray(array)
-    if array.dtype.kind not in "SUO":
+    if array.dtype.kind not in "SUOb":  # bools stay: their labels are False, True (not 0, 1)
         array = array.astype(np.float64)
     return array.reshape(len(array), -1)
 
