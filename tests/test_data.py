@@ -406,6 +406,10 @@ def weighted_stream():                    # Keras' (x, y, sample_weight) element
     import tensorflow as tf
     return tf.data.Dataset.from_tensor_slices((_x(), np.zeros(20), np.ones(20)))
 
+def split_four():                         # return train_test_split(x, y) as it comes
+    x = _x()
+    return x[:15], x[15:], np.zeros(15), np.zeros(5)
+
 def buggy():                              # a bug in the loader's own body
     return _x(), len(5)
 """
@@ -458,6 +462,9 @@ LOADER_MISTAKES = [
     ("label_kinds", "the class labels are numbers in one split and text in another; give "
      "labels of one kind (all text or all numbers) in every split", "data.task=classification"),
     # ... "gives elements of tuple", not saying sample weights are not taken
+    # ... "returned a tuple", its order not said
+    ("split_four", "returned 4 items (train_test_split's x_train, x_val, y_train, y_val?); "
+     "return ((x_train, y_train), (x_val, y_val))"),
     ("weighted_stream", "its training tf.data.Dataset gives (x, y, sample_weight) elements; "
      "gradexp weighs every row alike: map them to (x, y) (dataset.map(lambda x, y, w: (x, y)))"),
 ]

@@ -282,6 +282,9 @@ def _array_parts(loaded: Any, where: str) -> list[tuple[np.ndarray, np.ndarray, 
     if pairs:
         x, y = loaded
         return [(_features(x, where, "x"), _targets(y), _names(x))]
+    if isinstance(loaded, tuple | list) and len(loaded) == 4:  # train_test_split's order
+        raise ConfigError(f"{where}: returned 4 items (train_test_split's x_train, x_val, "
+                          "y_train, y_val?); return ((x_train, y_train), (x_val, y_val))")
     raise ConfigError(f"{where}: returned a {type(loaded).__name__}; a data loader returns "
                       "(x, y) arrays, ((x, y), (x_val, y_val)), a tf.data.Dataset of (x, y) "
                       "(or two: training, validation) or a gradexp.data.Dataset")
