@@ -339,7 +339,10 @@ def test_a_server_gone_during_the_run_is_one_line_naming_how_to_continue():
     assert failure is not None and failure.exit_code == 1
     assert failure.line == (
         "tracking.uri=http://***@127.0.0.1:5077: the MLflow server stopped answering during the "
-        "run (NewConnectionError('Connection refused')); what it stored before stays there; its "
-        "checkpoints are in checkpoints/0123abcd: once the server answers, "
-        "trainer.resume=0123abcd continues the run")
+        "run (NewConnectionError('Connection refused')); what it stored before stays there; once "
+        "the server answers, trainer.resume=0123abcd continues the run from its last checkpoint "
+        "in checkpoints/0123abcd, if it saved one")
     assert job_failure(MlflowException("RESOURCE_DOES_NOT_EXIST: no run"), cfg) is None
+    refused = MlflowException("API request to endpoint /api/2.0/mlflow/runs/update failed with "
+                              "error code 401 != 200")  # answered: not gone (review)
+    assert job_failure(refused, cfg) is None

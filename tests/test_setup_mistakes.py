@@ -245,7 +245,7 @@ MISTAKES = [
     (["model=custom", "model._target_=wrong_models.masked_model", "data=sklearn",
       "data.name=diabetes"],
      "model._target_=wrong_models.masked_model: its Masking layer masking skips steps equal "
-     "to 0, but data.standardize=true rescales the features, so padding no longer equals it: "
+     "to 0.0, but data.standardize=true rescales the features, so padding no longer equals it: "
      "set data.standardize=false"),
     # a shape wrong in training mode only: "cannot run in the compiled training step", and
     # trainer.compile=false as advised ended a run FAILED in a traceback (QA)

@@ -57,6 +57,9 @@ def test_a_secret_override_is_masked_in_run_names_and_the_sweeps_overrides(tmp_p
               "+data.kwargs.token=hunter2SECRET", "trainer.epochs=2", "gradcheck=off",
               "tracking.log_model=false")
     single = gradexp.run(*common, launch_dir=tmp_path)
+    # review: masked as text within the name, a token 1 made every 1 of it *** (0.***)
+    short = gradexp.run(*common[:3], "+data.kwargs.token=1", "optimizer.learning_rate=0.1",
+                        "trainer.epochs=1", "tracking.log_model=false", launch_dir=tmp_path)
     gradexp.sweep(*common, "optimizer=sgd,adam", launch_dir=tmp_path)
     client = MlflowClient(store)
     runs = client.search_runs([single.experiment_id])
@@ -66,6 +69,9 @@ def test_a_secret_override_is_masked_in_run_names_and_the_sweeps_overrides(tmp_p
     assert client.get_run(single.run_id).info.run_name == (
         "+data.kwargs.token=***,data._target_=token_data.load,data=custom,gradcheck=off,"
         "tracking.log_model=false,trainer.epochs=2")
+    assert client.get_run(short.run_id).info.run_name == (
+        "+data.kwargs.token=***,data._target_=token_data.load,data=custom,"
+        "optimizer.learning_rate=0.1,tracking.log_model=false,trainer.epochs=1")
     parent = next(run for run in runs if run.info.run_name.startswith("sweep: "))
     assert "+data.kwargs.token=*** " in parent.data.params["sweep.overrides"]
 
@@ -299,7 +305,9 @@ def test_an_early_stop_still_logs_the_last_epoch_it_ran(store, client, tmp_path)
     assert result.epochs < 400 and result.epochs not in kept_epochs(0, 400, 9)
     steps = steps_of(client, result.run_id, "loss")
     assert steps[-1] == result.epochs and len(steps) <= 9
-    assert steps[:-1] == [e for e in kept_epochs(0, 400, 9) if e < result.epochs]
+    # the planned grid's epochs up to the stop, and (an early end) the grid over those it ran
+    assert set(steps) >= {e for e in kept_epochs(0, 400, 9) if e < result.epochs}
+    assert len(steps) > len([e for e in kept_epochs(0, 400, 9) if e < result.epochs]) + 1
     assert len(history_artifact(client, result.run_id, tmp_path)["loss"]) == result.epochs
 
 

@@ -81,8 +81,9 @@ def server_gone(error: BaseException, cfg: DictConfig) -> Failure | None:
 
     cause: BaseException | None = error
     while cause is not None and not (type(cause).__name__ == "MlflowException"
-                                     and str(cause).startswith("API request to")):
-        cause = cause.__cause__ or cause.__context__
+                                     and str(cause).startswith("API request to")
+                                     and " failed with exception " in str(cause)):
+        cause = cause.__cause__ or cause.__context__  # (not a refusal: an error code, 401...)
     if cause is None:
         return None
     uri = redact_uri(str(OmegaConf.select(cfg, "tracking.uri", default="")))
@@ -91,8 +92,8 @@ def server_gone(error: BaseException, cfg: DictConfig) -> Failure | None:
     if "(Caused by " in why:  # urllib3's innermost words, without the parenthesis around them
         why = why.rsplit("(Caused by ", 1)[-1].removesuffix(")")
     why = why[:200]
-    then = (f"; its checkpoints are in checkpoints/{run_id}: once the server answers, "
-            f"trainer.resume={run_id} continues the run" if run_id else "")
+    then = (f"; once the server answers, trainer.resume={run_id} continues the run from its "
+            f"last checkpoint in checkpoints/{run_id}, if it saved one" if run_id else "")
     return Failure(f"tracking.uri={uri}: the MLflow server stopped answering during the run "
                    f"({why}); what it stored before stays there{then}", 1)
 
@@ -191,7 +192,7 @@ def run_job(cfg: DictConfig, stop: Callable[[Failure], NoReturn]):
 
     A failure a person can act on goes to `stop`, which does not return: the command line says
     the line and exits, gradexp.run raises it."""
-    from gradexp.run_params import masked_in
+    from gradexp.run_params import masked_dirname
     from gradexp.sweeps import child_run_name, parent_run_file
     from gradexp.worker_signals import in_joblib_worker, worker_job
 
@@ -204,8 +205,7 @@ def run_job(cfg: DictConfig, stop: Callable[[Failure], NoReturn]):
     sweep_dir = Path(hydra_cfg.runtime.cwd) / hydra_cfg.sweep.dir
     parent = parent_run_file(sweep_dir) if multirun else None
     swept = child_run_name(hydra_cfg, sweep_dir) if multirun else None  # only what varies
-    run_name = cfg.tracking.run_name or masked_in(
-        swept or hydra_cfg.job.override_dirname or "defaults", hydra_cfg.overrides.task)
+    run_name = cfg.tracking.run_name or swept or masked_dirname(hydra_cfg) or "defaults"
     if multirun and in_joblib_worker(str(hydra_cfg.launcher.get("_target_", "")), sweep_dir):
         # Signals are the sweep process's (gradexp.worker_signals): it stops this job before
         # joblib kills this process, and once it stops no job starts here.

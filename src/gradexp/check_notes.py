@@ -63,7 +63,7 @@ def unchecked_inputs(model: Model) -> str | None:
     for layer in model.network._flatten_layers(include_self=False):
         if isinstance(layer, keras.layers.Masking):
             return (f"the Masking layer {layer.name} compares them with its mask_value "
-                    f"{layer.mask_value:g} (a step of a padded entry unmasks its timestep: a "
+                    f"{layer.mask_value!s} (a step of a padded entry unmasks its timestep: a "
                     "jump, not a derivative)")
     return None
 

@@ -388,8 +388,7 @@ def encode_labels(*parts: np.ndarray, where: str = "data.target"
     values = [np.asarray(part).reshape(-1) for part in parts]
     values = [part.astype(str) if part.dtype.kind in "SO" and _texts(part) else part
               for part in values]
-    kinds = {"text" if part.dtype.kind in "SU" else "numbers" if part.dtype.kind in "biuf"
-             else "objects" for part in values if part.size}
+    kinds = {_label_kind(part) for part in values if part.size}
     if len(kinds) > 1:  # numpy would turn 1.0 into the text '1.0', a class of its own (QA)
         mixed = " in one split and ".join(sorted(kinds))
         raise ConfigError(f"{where}: the class labels are {mixed} in another; give labels of "
@@ -405,6 +404,18 @@ def encode_labels(*parts: np.ndarray, where: str = "data.target"
                           "classification needs 2 or more")
     eye = np.eye(len(classes), dtype=np.float32)
     return [eye[np.searchsorted(classes, part)] for part in values], _plain(classes)
+
+
+def _label_kind(labels: np.ndarray) -> str:
+    """text, numbers (Python numbers held as objects too: a pandas object column) or objects."""
+    import numbers
+
+    if labels.dtype.kind in "SU":
+        return "text"
+    if labels.dtype.kind in "biuf" or all(isinstance(value, numbers.Number)
+                                          for value in labels.tolist()):
+        return "numbers"
+    return "objects"
 
 
 def _texts(values: np.ndarray) -> bool:

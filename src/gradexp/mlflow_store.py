@@ -533,9 +533,12 @@ class MlflowTracker(NullTracker):
 
 
 def _json_safe(value: Any) -> Any:
-    """`value` with every float that is not finite (NaN, inf) as None: null in JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
+    """`value` with every float that is not finite (NaN, inf) as None: null in JSON (numpy's
+    as Python floats: a float32 NaN was written as the text "nan")."""
+    import numpy as np
+
+    if isinstance(value, float | np.floating):
+        return float(value) if math.isfinite(value) else None
     if isinstance(value, Mapping):
         return {key: _json_safe(item) for key, item in value.items()}
     if isinstance(value, list | tuple):

@@ -153,8 +153,9 @@ def disconnected_variables(cfg: DictConfig, model: Model, loss_cfg: DictConfig,
     if losses.disconnected is None:
         params = [tf.constant(v.numpy(), losses.dtype) for v in model.params]
         positions = [str(index) for index in range(len(params))]
-        losses.disconnected = [int(index) for index in unconnected_names(
-            losses.of_params.function, params, positions)]
+        with generator_states_kept(model.network):  # a training-mode pass (review)
+            losses.disconnected = [int(index) for index in unconnected_names(
+                losses.of_params.function, params, positions)]
     return [model.names[index] for index in losses.disconnected]
 
 

@@ -52,23 +52,33 @@ def masked_value(key: str, value: Any) -> Any:
 
 def masked_override(line: str) -> str:
     """A command-line override as the params show its value: `+data.kwargs.token=***`,
-    `tracking.uri=http://***@host`. Run names and a sweep's `sweep.overrides` are made of
-    overrides: they showed the password the params masked (QA)."""
+    `tracking.uri=http://***@host`, a mapping holding a secret-looking key (`{token:...}`) as
+    ***. Run names and a sweep's `sweep.overrides` are made of overrides: they showed the
+    password the params masked (QA)."""
     key, equals, value = line.partition("=")
     if not equals:
         return line
+    if value.startswith("{") and any(SECRET_KEY.search(name.strip(" {'\"")) for name in
+                                     re.findall(r"[{,]\s*([^:,{}]+):", value)):
+        return f"{key}={MASK}"
     shown = masked_value(key.lstrip("+~"), value)
     return line if shown == value else f"{key}={shown}"
 
 
-def masked_in(text: str, overrides: Iterable[str]) -> str:
-    """`text` made of the overrides (Hydra's override_dirname: sorted, joined, its own
-    separators) with every value a masked override hides replaced by what it shows."""
-    for line in overrides:
-        masked = masked_override(line)
-        if masked != line:
-            text = text.replace(line.partition("=")[2], masked.partition("=")[2])
-    return text
+def masked_dirname(hydra_cfg: DictConfig, only: Iterable[str] | None = None) -> str:
+    """Hydra's override_dirname of the job's overrides (`loss=mae,optimizer=adam`: sorted,
+    joined, its separators, its exclude_keys), each line as the params show it (masked_override,
+    whole lines: replacing a secret's text within the name also replaced a 1 in every number),
+    or of the keys `only` (a sweep's swept keys). Every run name is made here."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    settings = hydra_cfg.job.config.override_dirname
+    keep = (lambda key: key in set(only)) if only is not None else (
+        lambda key: key not in settings.exclude_keys)
+    parsed = OverridesParser.create().parse_overrides(list(hydra_cfg.overrides.task))
+    lines = sorted(masked_override(o.input_line) for o in parsed
+                   if o.input_line and keep(o.key_or_group))
+    return settings.item_sep.join(lines).replace("=", settings.kv_sep)
 
 
 def as_recorded(cfg):

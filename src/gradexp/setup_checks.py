@@ -467,7 +467,7 @@ def _refuse_standardized_ids(cfg: DictConfig, data: Any, where: str, model: Any)
         if isinstance(layer, keras.layers.Masking):
             raise ConfigError(
                 f"{where}: its Masking layer {layer.name} skips steps equal to "
-                f"{layer.mask_value:g}, but data.standardize=true rescales the features, so "
+                f"{layer.mask_value!s}, but data.standardize=true rescales the features, so "
                 "padding no longer equals it: set data.standardize=false")
 
 

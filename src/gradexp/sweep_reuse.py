@@ -44,7 +44,7 @@ def reuse_finished_run(cfg: DictConfig, hydra_cfg: DictConfig) -> float | None:
         return None
     from gradexp.console import console
     from gradexp.mlflow_store import open_client
-    from gradexp.run_params import as_recorded, config_values
+    from gradexp.run_params import as_recorded, config_values, masked_dirname
     from gradexp.tracking_uri import resolve_uri
 
     launch_dir = Path(hydra_cfg.runtime.cwd)
@@ -57,7 +57,7 @@ def reuse_finished_run(cfg: DictConfig, hydra_cfg: DictConfig) -> float | None:
     _note_reused(client, launch_dir, hydra_cfg, run.info.run_id)
     metric = objective(cfg)[0]
     value = run.data.metrics.get(metric, run.data.metrics["final_loss"])
-    console().print(f"skipped {hydra_cfg.job.override_dirname or 'defaults'}: the same config "
+    console().print(f"skipped {masked_dirname(hydra_cfg) or 'defaults'}: the same config "
                     f"FINISHED as run {run.info.run_id} ({metric} {value:.6g}); "
                     "sweep.skip_finished=true", highlight=False)
     return value

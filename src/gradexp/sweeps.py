@@ -37,7 +37,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from gradexp.metrics import FALLBACK, objective
-from gradexp.run_params import masked_override
+from gradexp.run_params import masked_dirname, masked_override
 from gradexp.sweep_checks import (
     check_every_job,
     check_launcher,
@@ -320,16 +320,9 @@ def child_run_name(hydra_cfg: DictConfig, sweep_dir: Path) -> str | None:
     form (`optimizer=adam,optimizer.learning_rate=0.1`), so the MLflow Run Name column tells the
     children apart instead of repeating what every job shares. None when the parent left no keys
     (tracking off, or nothing swept): the caller keeps override_dirname."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     keys_file = swept_keys_file(sweep_dir)
     swept = set(keys_file.read_text().split()) if keys_file.exists() else set()
-    if not swept:
-        return None
-    parsed = OverridesParser.create().parse_overrides(list(hydra_cfg.overrides.task))
-    lines = sorted(o.input_line for o in parsed if o.key_or_group in swept and o.input_line)
-    separators = hydra_cfg.job.config.override_dirname
-    return separators.item_sep.join(lines).replace("=", separators.kv_sep) or None
+    return masked_dirname(hydra_cfg, swept) or None if swept else None
 
 
 # ---------------------------------------------------------------- the sweep's end

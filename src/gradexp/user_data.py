@@ -413,7 +413,7 @@ def _names(x: Any) -> list[str] | None:
     whose columns are numbered (pd.DataFrame(array): 0, 1, ...), which are positions, not
     names; as names "0", "1" the logged model refused the loader's own frame (QA)."""
     columns = getattr(x, "columns", None)
-    if columns is None or all(isinstance(column, int | np.integer) for column in columns):
+    if columns is None or list(columns) == list(range(len(columns))):  # 0, 1, ...: positions
         return None
     return [str(column) for column in columns]
 

@@ -59,10 +59,13 @@ class EpochHistory(Callback):
     def on_train_end(self, run: RunView, status: str) -> None:
         # An early stop, an interrupt or a divergence ends between kept epochs: the last epoch
         # run is logged too, so MLflow's series end where training did.
-        if self.last is not None and self.last[0] not in self.kept:
-            epoch, values = self.last
+        if self.last is None:
+            return
+        epoch, values = self.last
+        if epoch not in self.kept:
             for key, value in values.items():
                 run.log_metric(key, value, epoch)
+        if epoch < run.cfg.trainer.epochs:  # ended early, on a kept epoch or not (review)
             self._spread_over_the_epochs_run(run, epoch)
 
     def _spread_over_the_epochs_run(self, run: RunView, last: int) -> None:
@@ -73,14 +76,14 @@ class EpochHistory(Callback):
         history = run.merged_history()
         if not history or not run.first_epochs:
             return
-        start = run.first_epochs[0]
-        logged = self.kept[(self.kept >= start) & (self.kept <= last)]
+        done = run.first_epochs[0]  # epochs done before this session's first: row 0 is done + 1
+        logged = self.kept[self.kept <= last]  # a resumed run's earlier sessions' points too
         budget = max(run.cfg.tracking.max_points - len(logged) - 1, 1)
-        extra = np.setdiff1d(kept_epochs(start - 1, last, budget), [*logged, last])
-        rows = len(next(iter(history.values())))
-        extra = extra[extra - start < rows]
+        extra = np.setdiff1d(kept_epochs(done, last, budget), [*logged, last])
+        extra = extra[extra - done <= len(next(iter(history.values())))]  # trained ones only
         if extra.size:
-            run.log_series(extra, {key: values[extra - start] for key, values in history.items()})
+            run.log_series(extra, {key: values[extra - done - 1]
+                                   for key, values in history.items()})
 
 
 def history_table(run: RunView):

@@ -58,19 +58,20 @@ class HeldOutEvaluation(Callback):
             self.unlogged = None if log else (epoch, metrics)
 
     def on_train_end(self, run: RunView, status: str) -> None:
-        if self.unlogged is None:
+        if self.unlogged is not None:
+            epoch, metrics = self.unlogged
+            for key, value in metrics.items():
+                run.log_metric(key, value, epoch)
+        made = [step for step, _ in next(iter(run.evaluations.values()), [])]
+        if not made or made[-1] >= run.cfg.trainer.epochs:
             return
-        epoch, metrics = self.unlogged
-        for key, value in metrics.items():
-            run.log_metric(key, value, epoch)
         # A run that ended early logged the planned grid's evaluations up to there (2 of 320
         # for an early stop at epoch 108 of 100,000): those over the ones it made, too.
         from gradexp.callbacks.epoch_history import kept_epochs
 
-        made = [step for step, _ in next(iter(run.evaluations.values()), [])]
-        logged = [step for step in made if step in self.logged]
+        logged = [step for step in self.logged if step <= made[-1]]  # earlier sessions' too
         budget = max(run.cfg.tracking.max_points - len(logged) - 1, 1)
-        more = {made[i - 1] for i in kept_epochs(0, len(made), budget)} - {*logged, epoch}
+        more = {made[i - 1] for i in kept_epochs(0, len(made), budget)} - {*logged, made[-1]}
         for key, values in run.evaluations.items():
             for step, value in values:
                 if step in more:

@@ -261,15 +261,18 @@ def _judged_as_float32(target: _Target, notes: list[str]) -> bool:
     tf.image.rgb_to_grayscale failed both methods, the probe blaming an element (QA, where
     compute_gradient passed). Its outputs tell: at a point moved off the float32 grid (1e-6 of
     each element), every value is still a float32 number, which a computation in float64
-    leaves them almost never. Then its entries take float32's steps and tolerances (True). One
-    evaluation; integer outputs (a count, a sign) tell nothing and change nothing."""
+    leaves them almost never. Then its entries take float32's steps and tolerances (True). Two
+    evaluations; integer outputs (a count, a sign) tell nothing and change nothing."""
     first = next((i for i, x in enumerate(target.values) if target.skip[i] is None
                   and x.dtype == np.float64 and x.size), None)
     if target.out_dtype != "float64" or target.out_precision or first is None:
         return False
     x = target.values[first]
     moved = target.evaluate(first, x * (1 + 1e-6) + 1e-9)
-    finite = moved[np.isfinite(moved)]
+    # Only the values the move changed tell (review: an output piecewise constant in the input
+    # moved, a threshold's, kept the other inputs' float32 numbers and said nothing of f)
+    changed = moved != target.evaluate(first, x)
+    finite = moved[changed & np.isfinite(moved)]
     if not finite.size or np.all(finite == np.round(finite)) or not np.array_equal(
             finite.astype(np.float32).astype(np.float64), finite):
         return False

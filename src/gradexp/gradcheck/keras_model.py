@@ -33,7 +33,16 @@ def check_model(model: Any, x: Any, y: Any = None, *, loss: Callable[[Any, Any],
     probes, seed, order, ...). Returns a GradCheckReport whose entries are named by the
     variables' paths without the model's prefix (`dense0/kernel`). Raises ValueError when the
     loss is random at a fixed point in the mode checked, whatever layers are held (no verdict
-    is possible: finite differences would measure noise)."""
+    is possible: finite differences would measure noise). The tf.random.Generator states the
+    model's layers hold are as before (random_layers.generator_states_kept)."""
+    from gradexp.random_layers import generator_states_kept
+
+    with generator_states_kept(model):
+        return _check_model(model, x, y, loss=loss, mode=mode, dtype=dtype, **options)
+
+
+def _check_model(model: Any, x: Any, y: Any, *, loss: Callable[[Any, Any], Any] | None,
+                 mode: str, dtype: str, **options: Any):
     import numpy as np
     import tensorflow as tf
 

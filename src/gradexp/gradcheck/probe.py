@@ -216,7 +216,7 @@ def _probe_one(entry: GradCheckEntry, target: _Target, i: int, vs: list[np.ndarr
             f"finite differences are noisy here: their estimated error is {entry.noise:.1%} of "
             f"the directional derivative, so gradient errors below about {2 * entry.noise:.0%} "
             "cannot be seen (kinks or float32 rounding"
-            + ("; dtype='float64' helps)." if entry.precision != "float64" else ").")
+            + ("; dtype='float64' helps)." if entry.dtype != "float64" else ").")
         )
     if entry.probes_failed:
         entry.passed = False

@@ -216,6 +216,7 @@ def _tag_trial_runs(config: DictConfig, sweep_dir: Path, batch: list, returns: A
     started, the jobs' order on a sequential launcher. A reused run (sweep.skip_finished) is an
     earlier sweep's and keeps its tags; a job that failed before its run opened has none."""
     from gradexp.mlflow_store import find_runs, open_client, read_run, tag_run
+    from gradexp.run_params import masked_dirname
     from gradexp.sweeps import child_run_name, parent_run_file
     from gradexp.tag_keys import OPTUNA_TRIAL_TAG, PARENT_TAG
     from gradexp.tracking_uri import resolve_uri
@@ -237,7 +238,7 @@ def _tag_trial_runs(config: DictConfig, sweep_dir: Path, batch: list, returns: A
             continue
         hydra_cfg = ret.hydra_cfg.hydra
         name = (OmegaConf.select(ret.cfg, "tracking.run_name") or
-                child_run_name(hydra_cfg, sweep_dir) or hydra_cfg.job.override_dirname
+                child_run_name(hydra_cfg, sweep_dir) or masked_dirname(hydra_cfg)
                 or "defaults")
         if untagged.get(name):
             tag_run(client, untagged[name].pop(0), {OPTUNA_TRIAL_TAG: trial.number})
