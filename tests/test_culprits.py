@@ -246,6 +246,7 @@ def build(n_features, n_outputs):
 """
 
 
+@pytest.mark.heavy  # ~12 s
 def test_keras_masking_on_padded_steps_is_no_false_alarm(store, client, tmp_path):
     # QA: a correct Masking + LSTM failed gradcheck=strict at 70,364x its tolerance, "wrong
     # layer: masking": a step of a padded entry unmasks its timestep, a jump of the loss

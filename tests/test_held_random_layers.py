@@ -254,6 +254,7 @@ def build(n_features, n_outputs):
 '''
 
 
+@pytest.mark.heavy  # ~7 s
 def test_a_check_leaves_a_layers_tf_random_generator_where_training_left_it(store, tmp_path):
     # QA: the start check's forward passes in training mode drew from the layer's generator,
     # and training went on from another point of its stream: final loss 0.0502 checked,

@@ -686,6 +686,7 @@ def load():
 '''
 
 
+@pytest.mark.heavy  # ~5 s
 def test_a_loaders_frame_of_numbered_columns_is_what_the_logged_model_takes(tmp_path, store,
                                                                            served):
     """QA: the signature named the columns '0', '1', and predict refused the loader's own frame

@@ -44,6 +44,7 @@ def load(token):
 """
 
 
+@pytest.mark.heavy  # ~8 s
 def test_a_secret_override_is_masked_in_run_names_and_the_sweeps_overrides(tmp_path):
     # QA: the params said data.kwargs.token=***, the Run Name column and the sweep parent's
     # name and sweep.overrides param said hunter2SECRET; tracking.* named no run either

@@ -119,6 +119,7 @@ def test_early_stopping_stops_after_patience_and_restores_the_best_weights(store
     assert stopped.metrics["val/mse"] == pytest.approx(best_value, rel=1e-5)
 
 
+@pytest.mark.heavy  # ~14 s
 def test_an_early_stop_far_before_trainer_epochs_keeps_its_curve_and_final_weights_in_mlflow(
         store, client, tmp_path):
     # QA: the 320 points a series were spread over trainer.epochs=100000, so a run stopped at
