@@ -215,7 +215,7 @@ def _check_part(where: str, x: np.ndarray, y: np.ndarray, names: list[str] | Non
     if len(x) != len(y):
         raise ConfigError(f"{where}: {x_name} has {len(x)} rows but {y_name} has {len(y)}; "
                           f"each row of {x_name} needs its target in the same row of {y_name}")
-    if x.ndim < 2 or x.shape[1] == 0:  # numpy.zeros((80, 0)): Keras aborted the process (QA)
+    if x.ndim == 2 and x.shape[1] == 0:  # numpy.zeros((80, 0)): Keras aborted the process (QA)
         raise ConfigError(f"{where}: {x_name} has {len(x)} rows but no feature columns (a "
                           "select_dtypes('number') of text columns?); give at least one "
                           "column of numbers")
