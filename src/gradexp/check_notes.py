@@ -1,9 +1,11 @@
 """What a run's gradient check says about the model beside its verdict: where it checked
 another computation than the one asked for (inference mode, for randomness Keras' seeds do not
 hold: of the layers drawing it, or of the whole model), what it does not verify (half
-precision), and inputs it leaves out (token ids)."""
+precision), and inputs it leaves out (token ids, what a Masking layer compares)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import tensorflow as tf
 
@@ -50,21 +52,28 @@ def token_inputs(model: Model) -> str | None:
     return None
 
 
+def masking_layer(model: Model) -> Any:
+    """The model's first Keras Masking layer, or None: its mask_value is compared with the
+    inputs, which neither a finite step nor a standardization leaves alone."""
+    import keras
+
+    return next((layer for layer in model.network._flatten_layers(include_self=False)
+                 if isinstance(layer, keras.layers.Masking)), None)
+
+
 def unchecked_inputs(model: Model) -> str | None:
     """Why the check of d loss / d inputs is not made, if it is not: the inputs are ids
     (token_inputs), or a Keras Masking layer compares them with its mask_value: stepping an
     entry of a padded timestep unmasks the step, a jump the loss makes, not a derivative (QA: a
     correct Masking + LSTM failed gradcheck=strict at 70,364x, "wrong layer: masking")."""
-    import keras
-
     tokens = token_inputs(model)
     if tokens:
         return f"{tokens} (ids, not quantities: no derivative by them)"
-    for layer in model.network._flatten_layers(include_self=False):
-        if isinstance(layer, keras.layers.Masking):
-            return (f"the Masking layer {layer.name} compares them with its mask_value "
-                    f"{layer.mask_value!s} (a step of a padded entry unmasks its timestep: a "
-                    "jump, not a derivative)")
+    layer = masking_layer(model)
+    if layer is not None:
+        return (f"the Masking layer {layer.name} compares them with its mask_value "
+                f"{layer.mask_value!s} (a step of a padded entry unmasks its timestep: a jump, "
+                "not a derivative)")
     return None
 
 

@@ -453,7 +453,7 @@ def _refuse_standardized_ids(cfg: DictConfig, data: Any, where: str, model: Any)
     """A model whose inputs are ids (an integer Input, an Embedding on them) trained on
     standardized features: ids 0-19 became -1.7 to 1.7, which the Embedding cast back to about
     3 ids, and the run trained to a worse fit with no word (QA: val/r2 0.68 against 0.95)."""
-    from gradexp.check_notes import token_inputs
+    from gradexp.check_notes import masking_layer, token_inputs
 
     if getattr(data, "standardization", None) is None:
         return
@@ -462,13 +462,12 @@ def _refuse_standardized_ids(cfg: DictConfig, data: Any, where: str, model: Any)
         raise ConfigError(
             f"{where}: {ids} (ids, not quantities), but data.standardize=true rescales the "
             "features, which turns ids into fractions: set data.standardize=false")
-    import keras  # a Masking layer: its padding value, rescaled, masks nothing (silently)
-    for layer in model.network._flatten_layers(include_self=False):
-        if isinstance(layer, keras.layers.Masking):
-            raise ConfigError(
-                f"{where}: its Masking layer {layer.name} skips steps equal to "
-                f"{layer.mask_value!s}, but data.standardize=true rescales the features, so "
-                "padding no longer equals it: set data.standardize=false")
+    layer = masking_layer(model)  # its padding value, rescaled, masks nothing (silently)
+    if layer is not None:
+        raise ConfigError(
+            f"{where}: its Masking layer {layer.name} skips steps equal to "
+            f"{layer.mask_value!s}, but data.standardize=true rescales the features, so "
+            "padding no longer equals it: set data.standardize=false")
 
 
 def verdict_key(cfg: DictConfig, data: Any) -> tuple:
