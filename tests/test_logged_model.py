@@ -408,6 +408,62 @@ def test_a_loaders_integer_and_bool_columns_are_typed_so_in_the_signature(tmp_pa
     assert model.predict(read.drop(columns="y")).shape == (150, 1)
 
 
+SHAPED = '''
+import keras
+import numpy as np
+
+
+def line():
+    """One feature given as a 1-D x, as people write a line's data."""
+    x = np.random.default_rng(0).uniform(-1, 1, 80).astype("float32")
+    return x, 3 * x + 4
+
+
+def images():
+    """Images of 4x4 pixels, one channel, as Keras' datasets give them."""
+    x = np.random.default_rng(1).normal(size=(90, 4, 4, 1)).astype("float32")
+    return x, x.mean(axis=(1, 2, 3)) > 0
+
+
+def cnn(n_features, n_outputs):
+    inputs = keras.Input((n_features,))
+    h = keras.layers.Conv2D(2, 3, activation="relu")(keras.layers.Reshape((4, 4, 1))(inputs))
+    return keras.Model(inputs, keras.layers.Dense(n_outputs)(keras.layers.Flatten()(h)))
+'''
+
+
+@pytest.mark.heavy  # ~4 s
+def test_rows_a_loader_gave_as_a_1d_x_or_as_images_are_what_the_model_takes(tmp_path, store,
+                                                                            served):
+    """Before: the signature took (-1, n_features) only, so the logged model refused a loader's
+    own 1-D x ("Shape of input (2,) does not match expected shape (-1, 1)") and its images."""
+    (tmp_path / "shaped.py").write_text(SHAPED)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        shaped = __import__("shaped")
+        result = run(store, "data=custom", "data._target_=shaped.line", "trainer.epochs=3",
+                     launch_dir=tmp_path)
+        model = served(result.run_id)
+        x, _ = shaped.line()
+        assert model.metadata.signature.inputs.inputs[0].shape == (-1,)
+        predicted = model.predict(x[:5])
+        network = model.get_raw_model()
+        np.testing.assert_allclose(predicted, np.asarray(network(x[:5, None])), rtol=1e-6)
+
+        result = run(store, "data=custom", "data._target_=shaped.images",
+                     "data.task=classification", "model=custom", "model._target_=shaped.cnn",
+                     "loss=categorical_crossentropy", "trainer.epochs=3", launch_dir=tmp_path)
+        model = served(result.run_id)
+        x, _ = shaped.images()
+        assert model.metadata.signature.inputs.inputs[0].shape == (-1, 4, 4, 1)
+        probabilities = model.predict(x[:6])
+        assert probabilities.shape == (6, 2)
+        np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("shaped", None)
+
+
 # A person's builders as they are often written: compiled inside (as Keras tutorials do) with a
 # loss of their own, a layer whose get_config leaves out an __init__ argument, a Lambda layer.
 OWN_BUILDERS = '''

@@ -61,6 +61,11 @@ def three_features(n_features, n_outputs):
     inputs = keras.Input((3,))
     return keras.Model(inputs, keras.layers.Dense(n_outputs)(inputs))
 
+def image_cnn(n_features, n_outputs):
+    inputs = keras.Input((4, 4, 1))
+    flat = keras.layers.Flatten()(keras.layers.Conv2D(2, 3)(inputs))
+    return keras.Model(inputs, keras.layers.Dense(n_outputs)(flat))
+
 def three_outputs(n_features, n_outputs):
     inputs = keras.Input((n_features,))
     return keras.Model(inputs, keras.layers.Dense(3)(inputs))
@@ -224,6 +229,10 @@ def load(n=40):
     x = np.linspace(0, 1, n)[:, None]
     return x, 2 * x + 1
 
+def images(n=30):
+    x = np.random.default_rng(0).normal(size=(n, 4, 4, 1))
+    return x, x.mean(axis=(1, 2, 3))
+
 def ids(n=60):
     x = np.random.default_rng(0).integers(0, 20, size=(n, 3))
     return x, x.sum(axis=1, keepdims=True).astype(float)
@@ -287,6 +296,13 @@ MISTAKES = [
     (["model=custom", "model._target_=wrong_models.three_features"],
      "model._target_=wrong_models.three_features: its input takes rows of 3 features, but "
      "data=linear has 1 feature"),
+    # a CNN on a loader's images: "its input takes rows of 1 features" (the channels) (QA)
+    (["model=custom", "model._target_=wrong_models.image_cnn", "data=custom",
+      "data._target_=wrong_data.images"],
+     "model._target_=wrong_models.image_cnn: its input takes rows of shape (4, 4, 1), but "
+     "gradexp gives a model flat rows: data=wrong_data.images has 16 features (its rows of "
+     "shape (4, 4, 1), flattened); build keras.Input((n_features,)), then "
+     "keras.layers.Reshape((4, 4, 1)) first"),
     # probabilities read as logits: a softmax of a softmax, trained and served (QA: its logged
     # model never gave a class more than e/(e+2) = 0.58)
     (["data=blobs", "loss=categorical_crossentropy", "model=custom",

@@ -78,6 +78,10 @@ class Dataset:
     # Unnamed features: their dtype as your loader gave them (numpy's name), which the logged
     # model's signature takes (MLflow refuses any other for a tensor); None: float32
     raw_dtype: str | None = None
+    # Unnamed features whose rows your loader gave in another shape than (n_features,): a 1-D x
+    # (one feature, shape ()) or images (8, 8, 1). They train as flat rows; the logged model's
+    # signature takes them as given (its predict refused a 1-D x, QA). None: (n_features,)
+    raw_shape: tuple[int, ...] | None = None
     notes: list[str] = field(default_factory=list)  # how the data was read, for the console
 
     def steps_per_epoch(self, batch_size: int | None) -> int:

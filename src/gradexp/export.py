@@ -44,6 +44,7 @@ class Export:
     custom_objects: dict[str, list[str]] = field(default_factory=dict)  # name -> [module, attr]
     code_paths: list[Path] = field(default_factory=list)  # your modules' files, bundled
     raw_dtype: str = "float32"  # unnamed features: the dtype the signature takes
+    raw_shape: tuple[int, ...] | None = None  # and a row's shape there; None: (n_features,)
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -81,7 +82,7 @@ def export(network, data: Dataset, outputs: str = "logits",
     return Export(served, data.task, data.n_features, data.n_outputs, data.features,
                   data.integer_features or [], data.boolean_features or [], labels,
                   data.standardization is not None, classification and outputs == "scores",
-                  custom, code, data.raw_dtype or "float32")
+                  custom, code, data.raw_dtype or "float32", data.raw_shape)
 
 
 def served_network(network, n_features: int, standardization: Standardization | None,

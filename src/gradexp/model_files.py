@@ -39,7 +39,8 @@ def model_signature(served):
     feature names: predict takes a DataFrame; integer columns (a csv's, as pandas.read_csv
     reads them; a loader DataFrame's or tf.data dict's) are int64, true/false ones boolean:
     MLflow refuses either for a double column), else one tensor of n_features columns in the
-    dtype your loader gave them (float32 for gradexp's own data);
+    dtype your loader gave them (float32 for gradexp's own data) and the shape of its rows (a
+    1-D x: one value a row; images: (-1, 8, 8, 1)), which predict flattens as training did;
     one float32 output per class (probabilities) or per target."""
     import numpy as np
     from mlflow.models import ModelSignature
@@ -50,7 +51,8 @@ def model_signature(served):
                                  "boolean" if name in served.boolean_features else "double", name)
                          for name in served.features])
     else:
-        inputs = Schema([TensorSpec(np.dtype(served.raw_dtype), (-1, served.n_features))])
+        row = served.raw_shape if served.raw_shape is not None else (served.n_features,)
+        inputs = Schema([TensorSpec(np.dtype(served.raw_dtype), (-1, *row))])
     outputs = Schema([TensorSpec(np.dtype("float32"), (-1, served.n_outputs))])
     return ModelSignature(inputs, outputs)
 

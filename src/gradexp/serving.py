@@ -77,7 +77,9 @@ class ServedModel:
             if self.labels and len(self.labels) == 2 and outputs.shape[1] == 1:
                 names = self.labels[1:]  # a yes/no label: the probability of its second class
             return pd.DataFrame(outputs, index=data.index, columns=names)
-        return self._outputs(np.asarray(data, dtype=self._input_dtype()))
+        rows = np.asarray(data, dtype=self._input_dtype())
+        # Rows as the loader gave them (a 1-D x, images) train flattened: predict does the same.
+        return self._outputs(rows.reshape(len(rows), -1) if rows.ndim != 2 else rows)
 
     def _input_dtype(self) -> str:
         """float64 when the model standardizes (gradexp.export): the raw rows reach its

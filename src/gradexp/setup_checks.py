@@ -394,6 +394,14 @@ def _check_built(cfg: DictConfig, data: Any, where: str, model: Any) -> None:
             f"tensor of (rows, {data.n_features}) (a dict of named features joined into its "
             "columns): build one keras.Input((n_features,)) and slice it inside where layers "
             "take parts apart")
+    if len(declared) == 1 and len(declared[0]) > 2:  # images, sequences: gradexp feeds flat rows
+        row = declared[0][1:]
+        given = getattr(data, "raw_shape", None)
+        flattened = f" (its rows of shape {given}, flattened)" if given else ""
+        raise ConfigError(
+            f"{where}: its input takes rows of shape {row}, but gradexp gives a model flat "
+            f"rows: data={cfg.data.name} has {features}{flattened}; build "
+            f"keras.Input((n_features,)), then keras.layers.Reshape({given or row}) first")
     if len(declared) == 1 and declared[0][-1] not in (None, data.n_features):
         raise ConfigError(
             f"{where}: its input takes rows of {declared[0][-1]} features, but "

@@ -89,6 +89,7 @@ def from_user_loader(load, *, name: str, task: str, val_fraction: float, test_fr
             _train_x(loaded), data.features)
     else:  # and unnamed ones in the dtype they came in
         data.raw_dtype = _raw_dtype(_train_x(loaded))
+        data.raw_shape = _raw_shape(_train_x(loaded), data.n_features)
     return data
 
 
@@ -122,6 +123,17 @@ def _raw_dtype(x: Any) -> str | None:
             else None
     dtype = x.dtype if isinstance(getattr(x, "dtype", None), np.dtype) else np.asarray(x).dtype
     return dtype.name if dtype.kind in "fiub" else None
+
+
+def _raw_shape(x: Any, n_features: int) -> tuple[int, ...] | None:
+    """A row's shape as the loader gave it, where that is not (n_features,): () for a 1-D x,
+    (8, 8, 1) for images. None for arrays of rows x columns and for a tf.data stream."""
+    from gradexp import tfdata
+
+    if tfdata.is_dataset(x):
+        return None
+    shape = tuple(int(size) for size in np.shape(x)[1:])
+    return None if shape == (n_features,) else shape
 
 
 def _streamed(name: str, task: str, stream, parts: list, standardize: bool,
