@@ -336,6 +336,8 @@ def test_a_signal_between_jobs_keeps_every_metric_of_the_job_that_finished(tmp_p
     (parent,) = [r for r in runs if r.data.tags.get("gradexp.sweep") == "true"]
     (job,) = [r for r in runs if r is not parent]
     assert (parent.info.status, job.info.status) == ("KILLED", "FINISHED")
+    assert parent.data.tags["gradexp.status_reason"] == (
+        "interrupted (Ctrl-C or SIGTERM): the jobs that ended keep their runs")
     assert {"final_loss", "val/mse", "val/mae", "val/r2", "loss"} <= set(job.data.metrics)
     assert max(m.step for m in client.get_metric_history(job.info.run_id, "loss")) == 12
 

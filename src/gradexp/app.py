@@ -347,7 +347,8 @@ def settle(error: BaseException | None) -> None:
             wait_for_ends()
             if isinstance(error, KeyboardInterrupt) or code in (EXIT_INTERRUPTED,
                                                                   EXIT_TERMINATED):
-                end_open_parents("KILLED")
+                end_open_parents("KILLED", "interrupted (Ctrl-C or SIGTERM): the jobs that ended "
+                                 "keep their runs")  # the UI said nothing of why (QA)
             elif error is not None and not (exiting and code in (0, None)):
                 end_open_parents("FAILED", f"the sweep stopped before its end: {_said(error)}")
     except KeyboardInterrupt as again:

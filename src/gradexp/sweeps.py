@@ -218,7 +218,7 @@ class MlflowSweepCallback(Callback):
             sys.exit(1)  # every job ran; the sweep as a whole did not succeed
 
     def _end_if_interrupted(self) -> None:
-        self.end_early("KILLED")
+        self.end_early("KILLED", "the process ended before the sweep's end")
 
     def end_early(self, status: str, reason: str | None = None) -> None:
         """End the parent, if still open, before the sweep's end: KILLED (interrupted), or
