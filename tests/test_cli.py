@@ -97,12 +97,14 @@ def test_a_first_run_on_a_fresh_store_prints_only_gradexps_lines(tmp_path):
     # A new store (MLflow creates its tables) and a new matplotlib cache (it builds its font
     # list): both libraries log INFO lines then, which Hydra's logging setup lets through.
     done = run_cli("trainer.epochs=2", "optimizer=adam", "tracking.uri=http://u:hunter2@127.0.0.1:1",
-                   "tracking=none", cwd=tmp_path, env={"MPLCONFIGDIR": str(tmp_path / "mpl")})
+                   "tracking=none", "seed=null", cwd=tmp_path,
+                   env={"MPLCONFIGDIR": str(tmp_path / "mpl")})
     assert done.returncode == 0, done.stderr
     # The config is one line (the options chosen, the overrides with secrets cut), not a tree.
     first = done.stdout.splitlines()[0]
     assert first.startswith("config: data=linear model=linear loss=mse optimizer=adam"), first
     assert "overrides: trainer.epochs=2 optimizer=adam" in first and "hunter2" not in done.stdout
+    assert " seed=null (every key" in first  # as typed: its logged value, seed=None, is refused
     assert "├──" not in done.stdout
     done = run_cli("trainer.epochs=2", cwd=tmp_path, env={"MPLCONFIGDIR": str(tmp_path / "mpl")})
     assert done.returncode == 0, done.stderr

@@ -127,3 +127,22 @@ def test_a_loss_nan_at_the_checked_point_is_not_taken_for_random_layers(store, c
     assert report["mode"] == "train" and RANDOM_NOTE not in report["notes"]
     assert "gradexp.gradcheck_mode" not in stored.data.tags
     assert "layer draws random numbers" not in out.getvalue()
+
+
+def test_a_loss_climbing_slowly_to_overflow_is_blamed_on_the_learning_rate():
+    """A rate just past 2/λmax grows the loss ~9% an epoch, below the 10% an epoch a rise is
+    counted at, to 3e36 over 1000 epochs (seed=1, optimizer.learning_rate=0.8: NaN at epoch
+    1125); the message said "while the loss was still falling ... probably not because of the
+    learning rate", quoting numbers that doubled (QA)."""
+    from types import SimpleNamespace
+
+    from gradexp.callbacks.divergence import Divergence
+
+    divergence = Divergence()
+    divergence.losses = 1.725e36 * 1.09 ** np.arange(10)  # the last 10 epochs before the NaN
+    run = SimpleNamespace(cfg=SimpleNamespace(optimizer=SimpleNamespace(learning_rate=0.8)))
+    assert divergence.why(run, 1125) == (
+        "the loss or its gradient became NaN or infinite at epoch 1125: the learning rate is "
+        "probably too high (optimizer.learning_rate=0.8); try a smaller one")
+    divergence.losses = 1.0 / 1.09 ** np.arange(10)  # falling: the model's or the loss's NaN
+    assert "while the loss was still falling" in divergence.why(run, 1125)

@@ -32,7 +32,10 @@ CSV_FILES = {
 
 # (command-line arguments, exit code, the message that must be on stderr)
 BAD_INPUTS = [
-    (["optimizer.learning_rate=abc"], 2, "optimizer.learning_rate=abc: must be a float"),
+    # the field's range, not its type alone: "must be a float", and seed=abc did not say that
+    # null is accepted (QA: the config line echoed seed=null as seed=None, refused so)
+    (["optimizer.learning_rate=abc"], 2, "optimizer.learning_rate=abc: must be a number > 0"),
+    (["seed=abc"], 2, "seed=abc: must be an integer in [0, 4294967295], or null"),
     (["trainer.epochs=1.5"], 2, "trainer.epochs=1.5: must be an integer"),
     (["trainer.epochs=null"], 2, "trainer.epochs=null: must be an integer"),
     (["trainer.epoch=5"], 2, "did you mean trainer.epochs?"),

@@ -498,8 +498,8 @@ def test_a_job_run_twice_is_one_replicate_and_equal_replicates_are_said(store):
     assert summary.group_notes == [
         "left out 1 duplicate run (the same params as a newer run: a job run again is one "
         "replicate, its newest run counts)",
-        "optimizer=momentum: its 2 replicates gave one value; seed changes nothing these runs "
-        "compute (the master seed= varies the weights, dropout, batch order and data too)"]
+        "optimizer=momentum: its 2 replicates gave one value and one final loss; seed changes "
+        "nothing these runs compute"]
     recorded = json.load(open(MlflowClient(store).download_artifacts(parent_id,
                                                                      "sweep_summary.json")))
     assert recorded["groups_notes"] == summary.group_notes
@@ -509,8 +509,84 @@ def test_replicates_of_one_value_in_several_groups_are_said_of_each():
     # two groups of equal replicates read "sgd, momentum: its 2 replicates gave one value" (QA)
     groups = [Group({"optimizer": name}, [value] * n, ["r"] * n)
               for name, value, n in (("sgd", 1.0, 2), ("momentum", 2.0, 3), ("adam", 3.0, 1))]
-    assert identical_note(groups, ["seed"]).startswith(
-        "optimizer=sgd, optimizer=momentum: each one's replicates gave one value; seed changes")
-    assert identical_note(groups[1:], ["seed"]).startswith(
-        "optimizer=momentum: its 3 replicates gave one value")
-    assert identical_note(groups[2:], ["seed"]) is None
+    losses = {"r": 0.5}
+    assert identical_note(groups, ["trainer.seed"], losses).startswith(
+        "optimizer=sgd, optimizer=momentum: each one's replicates gave one value and one final "
+        "loss; trainer.seed changes nothing these runs compute (the master seed= varies")
+    assert identical_note(groups[1:], ["seed"], losses).startswith(
+        "optimizer=momentum: its 3 replicates gave one value and one final loss")
+    assert identical_note(groups[2:], ["seed"], losses) is None
+
+
+def test_replicates_of_one_saturated_value_but_different_losses_are_not_said_to_be_equal():
+    # val/accuracy 1.0 on every seed, final losses 0.021, 0.10, 0.060: "seed changes nothing
+    # these runs compute" (QA)
+    group = Group({"optimizer": "adam"}, [1.0, 1.0, 1.0], ["a", "b", "c"])
+    assert identical_note([group], ["seed"], {"a": 0.021, "b": 0.10, "c": 0.060}) is None
+
+
+def first_cells(out: str, marker: str) -> list[str]:
+    """The first column of the table rows holding `marker` (a row folded on a narrow terminal
+    continues on lines whose first cell is empty)."""
+    return [cell for line in out.splitlines() if marker in line
+            for cell in [line.split("│")[1].strip()] if cell]
+
+
+def derived_seed_jobs(store: str, experiment: str, swept: str,
+                      jobs: list[tuple[int, dict[str, str], float]]):
+    """A sweep's parent over `swept` whose FINISHED children each have a master seed, the
+    model.seed derived from it, `params` and a val/mse, summarized: (summary, parent id)."""
+    from gradexp.mlflow_store import MlflowTracker
+    from gradexp.seeds import derived_seed
+    from gradexp.sweeps import summarize_sweep
+    from gradexp.tag_keys import DIRECTION_TAG, OBJECTIVE_TAG, SWEPT_TAG
+
+    client = MlflowClient(store)
+    experiment_id = client.create_experiment(experiment)
+    parent = client.create_run(experiment_id, tags={SWEPT_TAG: swept, OBJECTIVE_TAG: "val/mse",
+                                                    DIRECTION_TAG: "minimize"})
+    for seed, params, value in jobs:
+        child = client.create_run(experiment_id, tags={"mlflow.parentRunId": parent.info.run_id})
+        params = {"seed": str(seed), "model.seed": str(derived_seed(seed, "weights")), **params}
+        client.log_batch(child.info.run_id, params=[Param(k, v) for k, v in params.items()],
+                         metrics=[Metric("val/mse", value, 0, 0),
+                                  Metric("final_loss", value, 0, 0)])
+        client.set_terminated(child.info.run_id, "FINISHED")
+    tracker = MlflowTracker.reopen(store, parent.info.run_id)
+    summary = summarize_sweep(tracker)
+    tracker.end("FINISHED")
+    return summary, parent.info.run_id
+
+
+def test_a_data_seed_kept_by_resample_false_is_a_configuration_in_the_sweep_and_compare(
+        store, capsys):
+    # -m seed=0,1,2 data.resample=false data.seed=0,1: the parent grouped by data.seed, and
+    # gradexp compare --aggregate averaged the two data sets into one group "all", n=6 (QA)
+    jobs = [(seed, {"data.seed": str(data_seed), "data.resample": "False"},
+             1.0 + data_seed + seed / 10) for seed in range(3) for data_seed in (0, 1)]
+    summary, parent_id = derived_seed_jobs(store, "kept", "seed,data.seed", jobs)
+    assert [(g.label, g.n) for g in summary.groups] == [("data.seed=0", 3), ("data.seed=1", 3)]
+    assert compare_main(["--tracking-uri", store, "--sweep", parent_id, "--aggregate"]) == 0
+    out = capsys.readouterr().out
+    assert first_cells(out, "│ 3 ") == ["data.seed=0", "data.seed=1"]
+
+
+def test_a_seed_key_the_master_seed_replaced_is_not_grouped_by(store, capsys):
+    # -m seed=0,1,2 trainer.seed=0,1: every job's trainer.seed is derived from its seed, so
+    # trainer.seed=0 and 1 ran the same job; the parent grouped by the derived values, three
+    # "configurations" of n=1 (gradexp.best_group=trainer.seed=2240297063) (QA)
+    from gradexp.seeds import derived_seed
+    from gradexp.tag_keys import BEST_GROUP_TAG
+
+    jobs = [(seed, {"trainer.seed": str(derived_seed(seed, "batches"))}, 1.0 + seed / 10)
+            for seed in range(3) for _ in (0, 1)]
+    summary, parent_id = derived_seed_jobs(store, "replaced", "seed,trainer.seed", jobs)
+    assert [(g.label, g.n) for g in summary.groups] == [("all", 3)]
+    assert MlflowClient(store).get_run(parent_id).data.tags[BEST_GROUP_TAG] == "all"
+    said = ("note: trainer.seed is derived from the master seed in every run (seed= sets it), "
+            "so the values swept were replaced and the runs are not grouped by them")
+    assert any(note.startswith(said) for note in summary.group_notes)
+    assert compare_main(["--tracking-uri", store, "--sweep", parent_id, "--aggregate"]) == 0
+    out = capsys.readouterr().out
+    assert first_cells(out, "│ 3 ") == ["all"]
+    assert said in out.replace("\n", " ")

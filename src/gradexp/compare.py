@@ -485,8 +485,9 @@ def print_table(selection: Selection, sort: str, desc: bool, uri: str) -> None:
     if selection.swept is not None:
         from gradexp.replicates import derived_keys  # model.seed, ... from a swept master seed
 
+        derived = derived_keys(run.data.params for run in selection.runs)
         others = [key for key in params if not is_swept(key, selection.swept)
-                  and key not in derived_keys(selection.swept)]
+                  and key not in derived]
         out.print(f"besides the swept keys ({', '.join(selection.swept) or 'none'}), "
                   + (f"these differ: {', '.join(others)}" if others else "no param differs"),
                   highlight=False, markup=False)
@@ -509,6 +510,7 @@ def print_groups(selection: Selection, metric: str, desc: bool, over: list[str])
     from gradexp.console import console
     from gradexp.replicates import (
         derived_keys,
+        derived_note,
         distinct_runs,
         duplicates_note,
         group_runs,
@@ -522,10 +524,13 @@ def print_groups(selection: Selection, metric: str, desc: bool, over: list[str])
     runs, duplicates = distinct_runs(ended)
     swept = selection.swept if selection.swept is not None else (
         differing_params(runs)[0] if len(runs) > 1 else [])
-    swept = [key for key in swept if key not in derived_keys(swept)]
+    derived = derived_keys(run.data.params for run in runs)
+    swept, replaced = [key for key in swept if key not in derived], swept
     if not any(key in over for key in swept):
         out.print(f"--aggregate: the runs shown do not differ in {', '.join(over)}; "
                   "no replicates to group", highlight=False, markup=False)
+        if derived_note(replaced, derived):
+            out.print(derived_note(replaced, derived), highlight=False, markup=False)
         return
     groups = group_runs([(run.info.run_id, run.data.params, run.data.metrics.get(metric, math.nan))
                          for run in runs], swept, over, "maximize" if desc else "minimize",
@@ -535,8 +540,9 @@ def print_groups(selection: Selection, metric: str, desc: bool, over: list[str])
     out.print(groups_table(groups, metric, "↓" if desc else "↑",
                            f"groups over {', '.join(over)}: mean, "
                            f"{'highest' if desc else 'lowest'} first"))
-    for line in (duplicates_note(duplicates), identical_note(groups, over),
-                 overlap_note(groups)):
+    losses = {run.info.run_id: run.data.metrics.get("final_loss") for run in runs}
+    for line in (duplicates_note(duplicates), identical_note(groups, over, losses),
+                 overlap_note(groups), derived_note(replaced, derived)):
         if line:
             out.print(line, highlight=False, markup=False)
     if selection.more:

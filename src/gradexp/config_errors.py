@@ -192,25 +192,33 @@ KINDS = {float: "a float", int: "an integer", bool: "a boolean", str: "a string"
 def _plain_validation(error: ValidationError) -> str:
     """What the field accepts, from its schema: `must be a float`, `must be one of a, b`."""
     schema = error.object_type
+    rule = None
     if is_dataclass(schema) and error.key is not None:
         words = accepted_words(schema, str(error.key))
         if words:
             return words
         kind = get_type_hints(schema).get(str(error.key))
+        rule = next((item.metadata.get("rule") for item in fields(schema)
+                     if item.name == str(error.key)), None)
     elif get_args(getattr(error, "ref_type", None)):  # an item of a typed list: List[int]
         kind = get_args(error.ref_type)[0]
     else:
         return _first_line(error.msg or str(error))
-    if get_origin(kind) in (Union, UnionType):  # int | None: say int
+    nullable = ""
+    if get_origin(kind) in (Union, UnionType):  # int | None: say int, or null
         options = [a for a in get_args(kind) if a is not type(None)]
+        nullable = ", or null" if len(options) < len(get_args(kind)) else ""
         kind = options[0] if len(options) == 1 else kind
+    if rule is not None and kind in (int, float):  # its range too (seed=abc: [0, 2**32 - 1])
+        return rule.accepted + ("" if "null" in rule.accepted else nullable)
     if isinstance(kind, type) and issubclass(kind, Enum):
         return f"must be one of {', '.join(member.value for member in kind)}"
     if get_origin(kind) is list:
         (item,) = get_args(kind) or (None,)
         return f"must be a list of {KINDS[item][2:].lstrip('n ')}s" if item in KINDS else \
             "must be a list"
-    return f"must be {KINDS[kind]}" if kind in KINDS else _first_line(error.msg or str(error))
+    return f"must be {KINDS[kind]}{nullable}" if kind in KINDS else \
+        _first_line(error.msg or str(error))
 
 
 def target_error(error: BaseException, cfg) -> str | None:

@@ -116,12 +116,14 @@ def print_config(cfg: DictConfig, masked: Mapping[str, Any]) -> None:
     pushed the run's own lines off the screen."""
     from hydra.core.hydra_config import HydraConfig
 
+    from gradexp.run_params import masked_override
+
     chosen = " ".join(f"{group}={masked[group + '.name']}" for group in GROUPS
                       if group + ".name" in masked)
     overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-    # An override is shown with its value as logged: secrets masked, credentials cut out.
-    overrides = [f"{key}={masked[key.lstrip('+~')]}" if key.lstrip("+~") in masked else item
-                 for item in overrides for key in [item.split("=", 1)[0]]]
+    # An override is shown as typed, secrets masked and credentials cut out as the params
+    # show them (its logged value read seed=null back as seed=None, which is refused: QA)
+    overrides = [masked_override(item) for item in overrides]
     changed = f" · overrides: {' '.join(overrides)}" if overrides else ""
     console().print(f"config: {chosen}{changed} (every key: --cfg job)", highlight=False,
                     soft_wrap=True)

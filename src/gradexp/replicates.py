@@ -21,7 +21,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gradexp.seeds import PURPOSES
+from gradexp.seeds import PURPOSES, derived_seed
 
 ERRORBAR_PLOT = "plots/sweep_groups.png"
 SINGLE_NOTE = "n=1: no interval (run more seeds: -m seed=0,1,2,...)"
@@ -182,10 +182,41 @@ def inert_keys_note(runs: Iterable[tuple[Mapping[str, str], tuple[float, float]]
             "orders no batches); for replicates, sweep the master seed= instead")
 
 
-def derived_keys(swept: Sequence[str]) -> set[str]:
-    """Params that follow from a swept master seed (model.seed, ...): not a difference of
-    their own between replicates."""
-    return set(PURPOSES.values()) if "seed" in swept else set()
+def derived_keys(params: Iterable[Mapping[str, str]]) -> set[str]:
+    """The seed keys (model.seed, trainer.seed, data.seed, data.split_seed) a master seed set in
+    these runs: in every run that has the key, its value is the one derived from the run's
+    `seed`. Such a key is no difference of its own between runs. Read from each run's params,
+    not assumed from a swept `seed`: data.resample=false keeps data.seed the person's (QA:
+    `gradexp compare --aggregate` averaged data.seed=0 and 1 together), and `seed=0,1,2
+    trainer.seed=0,1` replaced trainer.seed's values by derived ones, which the parent then
+    grouped by as if they were configurations."""
+    params = list(params)
+    derived = set()
+    for purpose, key in PURPOSES.items():
+        having = [values for values in params if key in values]
+        if having and all(_derived_from_master(values, purpose, key) for values in having):
+            derived.add(key)
+    return derived
+
+
+def _derived_from_master(params: Mapping[str, str], purpose: str, key: str) -> bool:
+    try:
+        return int(params[key]) == derived_seed(int(params["seed"]), purpose)
+    except (KeyError, TypeError, ValueError):  # no master seed (None), or not a number
+        return False
+
+
+def derived_note(swept: Sequence[str], derived: Collection[str]) -> str | None:
+    """One line when a swept key's values were replaced by the master seed's (seed= derives
+    it): the runs are grouped without it. None when no swept key is so."""
+    replaced = [key for key in swept if key in derived]
+    if not replaced:
+        return None
+    keys = ", ".join(replaced)
+    return (f"note: {keys} {'is' if len(replaced) == 1 else 'are'} derived from the master seed "
+            f"in every run (seed= sets {'it' if len(replaced) == 1 else 'them'}), so the values "
+            "swept were replaced and the runs are not grouped by them; to vary it alone, leave "
+            "seed unset")
 
 
 def overlap_note(groups: Sequence[Group]) -> str | None:
@@ -208,18 +239,23 @@ def overlap_note(groups: Sequence[Group]) -> str | None:
     return None
 
 
-def identical_note(groups: Sequence[Group], aggregate_over: Sequence[str]) -> str | None:
-    """One line when some configuration's replicates all gave the same value: what they differ
-    in changes nothing these runs compute (trainer.seed on a full-batch run seeds only the
-    batch order), so their std of 0 and interval of one point say nothing of the noise."""
-    same = [group for group in groups if group.n > 1 and len(set(group.values)) == 1]
+def identical_note(groups: Sequence[Group], aggregate_over: Sequence[str],
+                   final_losses: Mapping[str, float]) -> str | None:
+    """One line when some configuration's replicates all gave the same value and the same final
+    loss (`final_losses`: run id -> final_loss): what they differ in changes nothing these runs
+    compute (trainer.seed on a full-batch run seeds only the batch order), so their std of 0
+    and interval of one point say nothing of the noise. The loss too: an accuracy of 1.0 that
+    every seed reaches is no such sign (QA: it said "seed changes nothing")."""
+    same = [group for group in groups if group.n > 1 and len(set(group.values)) == 1
+            and len({final_losses.get(run_id) for run_id in group.run_ids}) == 1]
     if not same:
         return None
     whose = f"its {same[0].n} replicates" if len(same) == 1 else "each one's replicates"
+    hint = "" if "seed" in aggregate_over else (
+        " (the master seed= varies the weights, dropout, batch order and data too)")
     return (f"{', '.join(group.label for group in same[:3])}{' ...' if len(same) > 3 else ''}: "
-            f"{whose} gave one value; {', '.join(aggregate_over)} changes "
-            "nothing these runs compute (the master seed= varies the weights, dropout, batch "
-            "order and data too)")
+            f"{whose} gave one value and one final loss; {', '.join(aggregate_over)} changes "
+            f"nothing these runs compute{hint}")
 
 
 def number(value: float | None) -> str:

@@ -388,13 +388,16 @@ def summarize_sweep(tracker, best_per: list[str] | None = None,
     summary = SweepSummary(rows, metric, direction, fell_back)
     swept = [key for key in parent_tags.get(SWEPT_TAG, "").split(",") if key]
     differ, _, _ = differing_params(runs) if len(runs) > 1 else ([], [], 0)
-    derived = replicates.derived_keys(swept)  # model.seed, ... follow from a swept master seed
-    summary.also_differ = [key for key in differ if not is_swept(key, swept) and key not in derived]
     params = {run.info.run_id: run.data.params for run in runs}
+    # model.seed, ... that the master seed set in every run: no difference of their own, and a
+    # swept one had its values replaced, so it groups nothing
+    derived = replicates.derived_keys(params.values())
+    summary.also_differ = [key for key in differ if not is_swept(key, swept) and key not in derived]
+    grouped = [key for key in swept if key not in derived]
     record = {"parent_run_id": parent_id, "ranked_by": metric, "direction": direction,
               "children": rows}
     over = ["seed"] if aggregate_over is None else list(aggregate_over)
-    if replicates.aggregates(swept, over):
+    if replicates.aggregates(grouped, over):
         # Every job with a run is in its group: a pruned one (its objective is an early
         # epoch's) and a failed one are counted there, not averaged, so a configuration whose
         # every replicate failed still shows, n=0. A job that failed before its run opened has
@@ -406,22 +409,24 @@ def summarize_sweep(tracker, best_per: list[str] | None = None,
         opened = [row for row in rows if row["run_id"] is not None and row["run_id"] in kept]
         summary.groups = replicates.group_runs(
             [(row["run_id"], params[row["run_id"]], row["objective"]) for row in opened],
-            swept, over, direction,
+            grouped, over, direction,
             pruned={row["run_id"] for row in opened if row["pruned_at_epoch"] is not None},
             failed={row["run_id"] for row in opened if row["status"] != "FINISHED"})
         summary.overlap = replicates.overlap_note(summary.groups)
-        summary.group_notes = [note for note in (replicates.duplicates_note(duplicates),
-                                                 replicates.identical_note(summary.groups, over))
-                               if note]
+        losses = {row["run_id"]: row["final_loss"] for row in opened}
+        summary.group_notes = [note for note in (
+            replicates.duplicates_note(duplicates),
+            replicates.identical_note(summary.groups, over, losses)) if note]
         record["groups"] = [group.record() for group in summary.groups]
         record["groups_note"] = summary.overlap
         record["groups_notes"] = summary.group_notes
     else:  # aggregate_over set to keys not swept: said, as no table of replicates follows
-        summary.group_notes = [note for note in [replicates.unswept_note(swept, over)] if note]
+        summary.group_notes = [note for note in [replicates.unswept_note(grouped, over)]
+                               if note]
     summary.group_notes += [note for note in [replicates.inert_keys_note(  # ones that do nothing
         [(params[row["run_id"]], (row["objective"], row["final_loss"])) for row in rows if
          row["status"] == "FINISHED" and row["run_id"] and row["pruned_at_epoch"] is None],
-        swept, over)] if note]
+        grouped, over), replicates.derived_note(swept, derived)] if note]
     tracker.log_dict(record, SUMMARY_FILE)
     finished = [row for row in rows if row["status"] == "FINISHED"
                 and math.isfinite(row["objective"]) and row["pruned_at_epoch"] is None]

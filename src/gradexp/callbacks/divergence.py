@@ -75,7 +75,10 @@ class Divergence(Callback):
                     f"learning rate may be too high (optimizer.learning_rate={lr}), or the model "
                     f"or the loss gives NaN or inf at the weights training reached ({CAUSES})")
         rose = np.diff(losses) > RISE * np.abs(losses[:-1])
-        if rose.any():  # rising or swinging: the steps overshoot
+        # rising or swinging: the steps overshoot. Or climbing slowly, below RISE an epoch (QA:
+        # ~9% an epoch at a rate just past 2/λmax, to 3e36 over 1000 epochs, was said to be
+        # "still falling", the model blamed)
+        if rose.any() or losses[-1] > losses[0]:
             return (f"the loss or its gradient became NaN or infinite at epoch {bad_epoch}: "
                     f"the learning rate is probably too high (optimizer.learning_rate={lr}); "
                     "try a smaller one")
