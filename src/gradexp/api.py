@@ -15,7 +15,8 @@ is raised here as GradexpError carrying that line (app.job_failure / app.launch_
 mapping). Hydra's global state (GlobalHydra, the Python logging it configures) and the global
 random state a run seeds (Python's, numpy's, Keras' and TensorFlow's: gradexp.seeds) are put
 back after each call, so calls can follow one another in a notebook or a test suite, and a
-caller's own seed goes on as if no run had come between.
+caller's own seed goes on as if no run had come between; within the call, what a run draws
+unseeded starts from fresh entropy, as in a new process (_drawn_afresh).
 """
 
 from __future__ import annotations
@@ -144,6 +145,7 @@ def _launch(overrides: list[str], job: Callable[[Any], Any], launch_dir: str | P
     if launch_dir is not None and not Path(launch_dir).expanduser().is_dir():
         raise GradexpError(f"launch_dir={launch_dir}: no such folder", 2)  # not chdir's trace
     randomness = session_random_state()  # the caller's seeds: a run sets its own (seeds.py)
+    _drawn_afresh()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # as app.main: before TensorFlow loads
     new_launch()  # the person's code may have changed since the last call (user_code)
     quiet_libraries()
@@ -189,6 +191,29 @@ def _launch(overrides: list[str], job: Callable[[Any], Any], launch_dir: str | P
         version.VersionBase.instance().version_base = base  # setbase takes no "unset"
         _restore_logging(handlers, level)
         restore_session_random_state(randomness)
+
+
+def _drawn_afresh() -> None:
+    """What a run draws unseeded starts from fresh entropy, as in a new `python -m gradexp`
+    process: Python's `random` (Keras' unseeded initializers take their seeds from it), numpy's
+    and Keras' global SeedGenerator (made anew from Python's at its next use). The session's
+    state was saved and comes back after the call, untouched (QA: with it put back, every
+    unseeded call drew the same seeds, and two calls of a builder with Keras' default
+    initializers started from the very same weights; two command lines do not). A run that
+    seeds (`seed=`, trainer.deterministic) seeds over this."""
+    import random
+    import sys
+
+    random.seed()
+    if "numpy" in sys.modules:
+        import numpy as np
+
+        np.random.seed()
+    if "keras" in sys.modules:
+        from keras.src.backend.common import global_state
+        from keras.src.random.seed_generator import GLOBAL_SEED_GENERATOR
+
+        global_state.set_global_attribute(GLOBAL_SEED_GENERATOR, None)
 
 
 @contextmanager

@@ -14,6 +14,7 @@ so MLflow params and `gradexp compare` do not call a run `loss=mse` that trained
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 import traceback
@@ -69,29 +70,55 @@ def packages_of(cfg: DictConfig, groups: tuple[str, ...]) -> set[str]:
 
 @contextmanager
 def launch_folders_put_back() -> Iterator[None]:
-    """sys.path as it was, and the modules imported from the launch folders added to it during
-    the block forgotten: a call of the Python API leaves none behind. The next call, from
-    another folder with a my_models.py of its own, imports that one (it ran the first
-    folder's, cached in sys.modules, as `python -m gradexp` from that folder never would)."""
-    path, modules = sys.path[:], set(sys.modules)
+    """sys.path as it was, and the modules the block imported from its launch folders forgotten:
+    a call of the Python API leaves none behind. The next call, from another folder with a
+    my_models.py of its own, imports that one (it ran the first folder's, cached in
+    sys.modules, as `python -m gradexp` from that folder never would); from the same folder, it
+    imports the file as it is now (QA: a module edited on disk between two calls from a
+    notebook, whose folder is on sys.path already, ran as first imported, and a wrong gradient
+    passed its check). Modules the session imported before the block are its own: kept."""
+    global _call_folders
+    path, modules, outer = sys.path[:], set(sys.modules), _call_folders
+    _call_folders = set()
+    importlib.invalidate_caches()  # a module written since the last call is found
     try:
         yield
     finally:
-        added = [Path(entry).resolve() for entry in sys.path if entry and entry not in path]
+        folders = _call_folders | {Path(entry).resolve() for entry in sys.path
+                                   if entry and entry not in path}
+        _call_folders = outer
         sys.path[:] = path
         for name in set(sys.modules) - modules:
             file = getattr(sys.modules.get(name), "__file__", None)
-            if file and any(Path(file).resolve().is_relative_to(folder) for folder in added):
+            if file and any(_from_folder(name, file, folder) for folder in folders):
                 del sys.modules[name]
 
 
 _LAUNCH_FOLDERS: set[Path] = set()  # every folder a launch of this process put on sys.path
+_call_folders: set[Path] = set()  # the launch folders of the running launch_folders_put_back
+
+
+def _from_folder(name: str, file: str, folder: Path) -> bool:
+    """Whether module `name`, loaded from `file`, is the one `folder` on sys.path gives:
+    folder/top.py (or a compiled top.*) or a file of the package folder/top/, `top` being the
+    name's first part. A module of a subfolder (folder/old/my_models.py, imported through
+    another sys.path entry) or of a virtualenv inside the folder is not (QA: a my_models the
+    session imported from a subfolder ran in place of the launch folder's). gradexp, Keras and
+    TensorFlow never are: what they keep must outlive a call."""
+    top = name.split(".")[0]
+    if top in LIBRARY_PACKAGES:
+        return False
+    where = Path(file).resolve()
+    return where.is_relative_to(folder / top) or (
+        where.parent == folder and where.name.split(".")[0] == top)
 
 
 def importable(launch_dir: Path) -> None:
-    """Let `_target_`s name modules in the launch folder (first, as `python -m` has it)."""
+    """Let `_target_`s name modules in the launch folder (first, as `python -m` has it); the
+    modules imported from it are forgotten when the launch ends (launch_folders_put_back)."""
     folder = Path(launch_dir).resolve()
     _LAUNCH_FOLDERS.add(folder)
+    _call_folders.add(folder)
     for entry in sys.path:
         if entry and Path(entry).resolve() == folder:
             return
@@ -177,9 +204,9 @@ def _not_shadowed(key: str, top: str, folder: Path) -> None:
     module = sys.modules.get(top)
     file = getattr(module, "__file__", None)
     own = folder / f"{top}.py" if (folder / f"{top}.py").is_file() else folder / top
-    if file is None or not own.exists() or Path(file).resolve().is_relative_to(folder):
+    if file is None or not own.exists() or _from_folder(top, file, folder):
         return
-    if any(Path(file).resolve().is_relative_to(earlier) for earlier in _LAUNCH_FOLDERS):
+    if any(_from_folder(top, file, earlier) for earlier in _LAUNCH_FOLDERS):
         for name in [name for name in sys.modules if name == top or name.startswith(f"{top}.")]:
             del sys.modules[name]
         return
