@@ -152,8 +152,16 @@ def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
             # Nothing to continue from: the same config again, as a new run (the killed one
             # keeps its points); its recorded config has trainer.resume=null, so its params are
             # the killed run's and sweep.skip_finished finds it once it finishes.
+            name = run.info.run_name
+            if epochs != recorded.trainer.epochs and not recorded.tracking.get("run_name"):
+                # made of its overrides: the one of trainer.epochs says the new number (QA: it
+                # said the old one, its param and its training the new)
+                from gradexp.run_params import renamed
+
+                name = renamed(name, "trainer.epochs", epochs,
+                               HydraConfig.get() if HydraConfig.initialized() else None)
             recorded.trainer.epochs = epochs
-            return Resume(run_id, recorded, folder, restart=True, run_name=run.info.run_name)
+            return Resume(run_id, recorded, folder, restart=True, run_name=name)
         every = recorded.trainer.get("checkpoint_every")
         why = "trainer.checkpoint_every=0: it saved none" if every == 0 else (
             "it ended before its first: trainer.checkpoint_every=null saves about once a minute "

@@ -81,6 +81,34 @@ def masked_dirname(hydra_cfg: DictConfig, only: Iterable[str] | None = None) -> 
     return settings.item_sep.join(lines).replace("=", settings.kv_sep)
 
 
+# Where an override starts in a run name: KEY= (the pieces a list's commas make do not).
+_OVERRIDE_START = re.compile(r"[+~]{0,2}[A-Za-z_][\w.@/-]*=")
+
+
+def renamed(name: str | None, key: str, value: Any, hydra_cfg: DictConfig | None = None) -> str:
+    """A run name masked_dirname made, with `key=value` in place of its override of `key`, or
+    among its overrides in their sorted place when it had none (`defaults`, no overrides,
+    becomes that one): a killed run's restart takes its name, with the trainer.epochs it trains
+    to (QA: it said the old one, beside a param with the new). `hydra_cfg`: the separators."""
+    settings = hydra_cfg.job.config.override_dirname if hydra_cfg is not None else None
+    item_sep = settings.item_sep if settings is not None else ","
+    kv_sep = settings.kv_sep if settings is not None else "="
+    line = f"{key}={value}"
+    items: list[str] = []
+    for piece in ([] if name in (None, "", "defaults") else name.split(item_sep)):
+        if items and not _OVERRIDE_START.match(piece.replace(kv_sep, "=", 1)):
+            items[-1] += item_sep + piece  # a piece of a value: [4,4]
+        else:
+            items.append(piece)
+    keys = [item.split(kv_sep, 1)[0].lstrip("+~") for item in items]
+    if key in keys:
+        at = keys.index(key)
+        items[at] = items[at].split(kv_sep, 1)[0] + kv_sep + str(value)
+    else:
+        items = sorted([*items, line.replace("=", kv_sep)])
+    return item_sep.join(items)
+
+
 def as_recorded(cfg):
     """A copy of the job's config as its run records it: the seeds derived from `seed`
     (gradexp.seeds) and a person's _target_ naming its group (loss.name=my.fn). What

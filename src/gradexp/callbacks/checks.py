@@ -92,9 +92,11 @@ class GradientChecks(Callback):
         for key, value in result.metrics().items():
             run.log_metric(key, value, epoch)
         run.log_artifact("dict", result.to_dict(), f"gradcheck/report_epoch_{epoch:05d}.json")
-        # Heat maps where they help: after training, and whenever a check fails.
-        if run.cfg.gradcheck.plots and result.reports and (epoch == run.cfg.trainer.epochs
-                                                           or not result.passed):
+        # Heat maps where they help: after training, and whenever a check fails. Training
+        # also ends where early stopping stops it (QA: its end check drew none); a check at
+        # that step is the run's last.
+        last = epoch == run.cfg.trainer.epochs or (epoch > 0 and run.stop_training)
+        if run.cfg.gradcheck.plots and result.reports and (last or not result.passed):
             self.log_heatmaps(run, result)
         if not result.passed:
             run.set_tags({GRADCHECK_TAG: "failed"})

@@ -9,11 +9,14 @@ training ended on."""
 
 from __future__ import annotations
 
+import numpy as np
 from omegaconf import DictConfig
 
 from gradexp.callbacks.base import Callback
 from gradexp.callbacks.divergence import kept_part
 from gradexp.run_view import RunView
+
+NAME = "held_out_evaluation"  # its plan in a checkpoint's callbacks' states (gradexp.resume)
 
 
 def print_every(cfg: DictConfig) -> int:
@@ -48,7 +51,21 @@ class HeldOutEvaluation(Callback):
         self.unlogged: tuple[int, dict[str, float]] | None = None  # the last, if thinned out
 
     def on_train_begin(self, run: RunView) -> None:
-        self.logged = logged_eval_epochs(run.cfg)
+        # A resume goes on along the planned evaluations, within the points its earlier
+        # sessions left (an interrupt's spread: QA), as the per-epoch metrics do.
+        from gradexp.callbacks.epoch_history import resumed_plan
+
+        planned = np.array(sorted(logged_eval_epochs(run.cfg)), dtype=np.int64)
+        state = run.resumed.get(NAME)
+        before = None if state is None else np.asarray(state["logged"], dtype=np.int64)
+        kept = resumed_plan(before, run.epoch, planned, run.cfg.tracking.max_points,
+                            np.array(sorted(eval_epochs(run.cfg)), dtype=np.int64))
+        self.keep(run, kept)
+
+    def keep(self, run: RunView, epochs) -> None:
+        """The evaluation epochs logged (or to be), also kept with the next checkpoint."""
+        self.logged = {int(epoch) for epoch in epochs}
+        run.resumable[NAME] = {"logged": np.array(sorted(self.logged), dtype=np.int64)}
 
     def on_stretch_end(self, run: RunView, stretch, logs) -> None:
         # the evaluations before a NaN epoch too (divergence, later, ends the run), none after
@@ -66,16 +83,18 @@ class HeldOutEvaluation(Callback):
         if not made or made[-1] >= run.cfg.trainer.epochs:
             return
         # A run that ended early logged the planned grid's evaluations up to there (2 of 320
-        # for an early stop at epoch 108 of 100,000): those over the ones it made, too.
-        from gradexp.callbacks.epoch_history import kept_epochs
+        # for an early stop at epoch 108 of 100,000): those over the ones it made, too; an
+        # interrupted one within its share of the points (epoch_history.share).
+        from gradexp.callbacks.epoch_history import kept_epochs, share
 
         logged = [step for step in self.logged if step <= made[-1]]  # earlier sessions' too
-        budget = max(run.cfg.tracking.max_points - len(logged) - 1, 1)
+        budget = max(share(run, made[-1], status) - len(logged) - 1, 1)
         more = {made[i - 1] for i in kept_epochs(0, len(made), budget)} - {*logged, made[-1]}
         for key, values in run.evaluations.items():
             for step, value in values:
                 if step in more:
                     run.log_metric(key, value, step)
+        self.keep(run, self.logged | more | {made[-1]})  # what a resume finds logged
 
 
 class FinalEvaluation(Callback):
