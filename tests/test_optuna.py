@@ -391,3 +391,149 @@ def test_the_jobs_checked_hold_every_choice_and_each_end_of_every_interval():
     jobs = candidate_jobs(many.distributions)  # at most MAX_JOBS, spread over the values
     rates = [j["optimizer.learning_rate"] for j in jobs]
     assert len(rates) == MAX_JOBS and rates[0] == 1 and rates[-1] == 199
+
+
+# ------------------------------------------------------------ QA round: the study, its checks
+def _study_of(folder: Path, name: str, choices: tuple, tried: tuple) -> optuna.Study:
+    """A study `name` in the launch folder's journal that searched optimizer=choice(`choices`),
+    with a finished trial of each of `tried`."""
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(folder / "optuna.journal")))
+    study = optuna.create_study(study_name=name, storage=storage)
+    dist = optuna.distributions.CategoricalDistribution(list(choices))
+    for value in tried:
+        study.add_trial(optuna.trial.create_trial(params={"optimizer": value}, value=1.0,
+                                                  distributions={"optimizer": dist}))
+    return study
+
+
+def test_a_named_study_whose_choices_changed_is_refused_before_the_parent_run(tmp_path, capsys):
+    # Optuna raised `CategoricalDistribution does not support dynamic value space` at the first
+    # trial: a traceback, exit 1, an empty KILLED parent and the trial left RUNNING (QA)
+    import gradexp
+    from gradexp.api import GradexpError
+
+    study = _study_of(tmp_path, "mine", ("sgd", "adam"), ("sgd",))
+    store = empty_store(tmp_path)
+    with pytest.raises(GradexpError) as refused:
+        gradexp.sweep("hydra/sweeper=optuna", "hydra.sweeper.study_name=mine",
+                      "optimizer=choice(sgd,adam,rmsprop)", *TINY, f"tracking.uri={store}",
+                      launch_dir=tmp_path)
+    assert refused.value.exit_code == 2 and "Traceback" not in capsys.readouterr().err
+    assert str(refused.value) == (
+        "hydra.sweeper.study_name=mine: its trials searched optimizer=choice(sgd,adam), and this "
+        "search has optimizer=choice(sgd,adam,rmsprop); Optuna cannot change a key's choices or "
+        "kind within a study: name a new study (hydra.sweeper.study_name=NEW) or search "
+        "optimizer as before")
+    from mlflow import MlflowClient
+
+    assert MlflowClient(store).search_runs(["0"]) == []
+    assert [t.state.name for t in study.trials] == ["COMPLETE"]
+
+
+def test_a_trial_optuna_refuses_as_it_is_asked_is_told_failed_not_left_running(tmp_path):
+    from hydra_plugins.gradexp_optuna.optuna_sweeper import _ask
+
+    study = _study_of(tmp_path, "mine", ("sgd", "adam"), ("sgd",))
+    wider = {"optimizer": optuna.distributions.CategoricalDistribution(["sgd", "adam", "sgd2"])}
+    with pytest.raises(ValueError, match="dynamic value space"):
+        _ask(study, wider)
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "FAIL"]
+
+
+@pytest.mark.heavy  # ~4 s: two tiny jobs
+def test_a_grid_study_run_again_runs_only_the_points_it_has_not_tried(tmp_path):
+    # A continued grid study ran one point again n_trials times, in silence (QA)
+    import gradexp
+
+    grid_search = ("hydra/sweeper=optuna", "hydra/sweeper/sampler=grid",
+                   "optimizer=choice(sgd,adam)", *TINY, "trainer.epochs=1")
+    empty_store(tmp_path)
+    gradexp.sweep(*grid_search, "hydra.sweeper.n_trials=1", launch_dir=tmp_path)
+    gradexp.sweep(*grid_search, "hydra.sweeper.n_trials=10", launch_dir=tmp_path)
+    trials = study_in(tmp_path).trials
+    assert sorted(t.params["optimizer"] for t in trials) == ["adam", "sgd"]
+
+
+@pytest.mark.slow
+def test_a_grid_study_that_tried_every_point_runs_nothing_and_says_so(tmp_path):
+    # Its name as the sweep gives it: the study the command line's search continues.
+    search = ("-m", "hydra/sweeper=optuna", "hydra/sweeper/sampler=grid",
+              "hydra.sweeper.study_name=mine", "optimizer=choice(sgd,adam)", *TINY)
+    _study_of(tmp_path, "mine", ("sgd", "adam"), ("sgd", "adam"))
+    store = empty_store(tmp_path)
+    done = run_cli(*search, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    notes = [line for line in done.stderr.splitlines() if line.startswith("note:")]
+    assert notes == ["note: hydra.sweeper.study_name=mine has tried every point of its grid "
+                     "(2): nothing to run; hydra.sweeper.study_name=NEW for a new study"]
+    from mlflow import MlflowClient
+
+    assert MlflowClient(store).search_runs(["0"]) == []  # no empty parent run
+    assert len(study_in(tmp_path).trials) == 2
+
+
+@pytest.mark.parametrize(("overrides", "line"), [
+    (["hydra.sweeper.n_trials=0"], "hydra.sweeper.n_trials=0: the trials this sweep runs must be "
+     "an integer >= 1 (default 20)"),
+    (["hydra.sweeper.n_trials=-1"], "hydra.sweeper.n_trials=-1: the trials this sweep runs must "
+     "be an integer >= 1 (default 20)"),
+    (["hydra.sweeper.storage=notaurl"], "hydra.sweeper.storage=notaurl: not a database URL; "
+     "accepted: a database URL such as sqlite:///optuna.db (in an existing folder) or "
+     "postgresql://user@host/db, or null (optuna.journal beside mlflow.db)"),
+    (["hydra.sweeper.storage=sqlite:///no/such/dir/o.db"],
+     "hydra.sweeper.storage=sqlite:///no/such/dir/o.db: the folder no/such/dir of its database "
+     "file does not exist; accepted: "),
+    (["hydra.sweeper.direction=minimise"], "hydra.sweeper.direction=minimise: minimise is not a "
+     "direction; accepted: minimize, maximize (the default, '${gradexp.direction:}', is "
+     "sweep.objective's own)"),
+    (["hydra.sweeper.direction=[minimize,maximize]"], "hydra.sweeper.direction=[minimize,maximize]"
+     ": a multi-objective search is not supported; the sweeper optimizes one objective"),
+], ids=["n_trials-0", "n_trials--1", "storage-notaurl", "storage-no-folder", "direction-typo",
+        "direction-two"])
+def test_a_sweeper_setting_optuna_cannot_take_is_one_line_before_anything_is_recorded(
+        tmp_path, capsys, overrides, line):
+    """Each of these ran in silence (n_trials=0: an empty parent run) or was a traceback after
+    the parent opened (a storage), or said the direction contradicted the objective (QA)."""
+    said = _refused(tmp_path, capsys, "optimizer.learning_rate=interval(0.01,0.1)", *overrides)
+    assert said.startswith(line)
+
+
+def test_a_sampler_whose_package_is_missing_is_refused_before_the_parent_run(
+        tmp_path, capsys, monkeypatch):
+    # `pip install ".[optuna]"` had no cmaes: its sampler failed at the second trial (QA)
+    import sys
+
+    monkeypatch.setitem(sys.modules, "cmaes", None)  # `import cmaes` raises ImportError
+    said = _refused(tmp_path, capsys, "hydra/sweeper/sampler=cmaes",
+                    "optimizer.learning_rate=interval(0.01,0.1)")
+    assert said.startswith("hydra/sweeper/sampler=cmaes needs the Python package cmaes, which is "
+                           "not installed: pip install cmaes")
+
+
+def test_a_presets_search_fixed_on_the_command_line_has_nothing_to_search(tmp_path):
+    # experiment=lr_search with its one searched key fixed ran n_trials copies of one run (QA)
+    import gradexp
+    from gradexp.api import GradexpError
+
+    store = empty_store(tmp_path)
+    with pytest.raises(GradexpError) as refused:
+        gradexp.sweep("experiment=lr_search", "optimizer.learning_rate=0.1",
+                      "hydra.sweeper.n_trials=2", *TINY, f"tracking.uri={store}",
+                      launch_dir=tmp_path)
+    assert str(refused.value).startswith(
+        "OptunaSweeper has nothing to search: no key is swept (the command line's "
+        "optimizer.learning_rate=0.1 fixes what hydra.sweeper.params searches")
+    _nothing_recorded(store, tmp_path)
+
+
+def test_optunas_warnings_reach_the_console_and_its_info_lines_the_sweeps_log(tmp_path, capsys):
+    from hydra_plugins.gradexp_optuna.optuna_sweeper import _optuna_logs_to
+
+    logger = logging.getLogger("optuna.samplers._grid")
+    with _optuna_logs_to(tmp_path / "optuna.log"):
+        logger.warning("`GridSampler` is re-evaluating a configuration")
+        logger.info("Trial 0 finished")
+    assert capsys.readouterr().err.splitlines() == [
+        "warning: Optuna: `GridSampler` is re-evaluating a configuration"]
+    assert "Trial 0 finished" in (tmp_path / "optuna.log").read_text()

@@ -279,6 +279,17 @@ def test_pruned_replicates_are_left_out_of_their_configurations_mean(tmp_path, c
     (("sweep.pruner=median", "eval.every=10", "trainer.epochs=20",
       "sweep.pruner_startup_trials=1"), 4, None),
     (("sweep.pruner=asha", "eval.every=10", "trainer.epochs=20"), 3, None),
+    # an objective a job does not have at its evaluations (QA: nothing said so)
+    (("sweep.pruner=asha", "eval.every=2", "trainer.epochs=12", "sweep.objective=final_loss"),
+     4, "sweep.objective=final_loss is known only at a run's end, not at its evaluations"),
+    (("sweep.pruner=asha", "eval.every=2", "trainer.epochs=12", "data.n_val=0"), 4,
+     "no run can measure sweep.objective=val/mse (data.n_val=0), so each job reports its "
+     "final_loss"),
+    (("sweep.pruner=median", "eval.every=2", "trainer.epochs=12", "data=sklearn",
+      "data.name=diabetes", "data.test_fraction=0.2", "sweep.objective=test/mse"), 4,
+     "sweep.objective=test/mse is measured only at a run's end"),
+    (("sweep.pruner=asha", "eval.every=2", "trainer.epochs=12", "sweep.objective=train/mse"),
+     4, None),
 ])
 def test_a_pruner_that_can_stop_no_job_is_said_at_the_sweeps_start(overrides, jobs, says):
     # Such a sweep ended with every job FINISHED and nothing said: it read as a sweep whose
@@ -297,9 +308,34 @@ def test_a_pruner_that_can_stop_no_job_is_said_at_the_sweeps_start(overrides, jo
 @pytest.mark.heavy  # 3 short jobs
 def test_the_note_comes_once_on_the_sweeps_console(tmp_path, capsys):
     empty_store(tmp_path)
+    optuna.logging.set_verbosity(optuna.logging.INFO)
     gradexp.sweep(RATES, "sweep.pruner=asha", "trainer.epochs=3", "gradcheck=off",
                   "tracking.log_model=false", launch_dir=tmp_path)
+    # the caller's own studies still say their lines (QA: left at WARNING by the sweep)
+    assert optuna.logging.get_verbosity() == optuna.logging.INFO
     notes = [line for line in capsys.readouterr().err.splitlines() if "will stop no job" in line]
     assert notes == ["note: sweep.pruner=asha will stop no job: no evaluation before the last "
                      "epoch is judged (trainer.epochs=3, eval.every=null (about ten a run, at "
                      "trainer.log_every)): evaluate more often (eval.every) or train longer"]
+
+
+@pytest.mark.heavy  # ~6 s: three short jobs
+def test_a_reused_pruned_run_is_told_pruned_to_the_optuna_study(tmp_path):
+    # sweep.skip_finished under the Optuna sweeper told a reused pruned run's trial COMPLETE,
+    # its early epoch's value a finished trial's (QA)
+    common = ("trainer.epochs=20", "eval.every=10", *TINY, "sweep.pruner=median",
+              "sweep.pruner_startup_trials=1")
+    empty_store(tmp_path)
+    gradexp.sweep(RATES, *common, launch_dir=tmp_path)  # 0.0001 pruned at epoch 10
+    gradexp.sweep("hydra/sweeper=optuna", "hydra/sweeper/sampler=grid",
+                  "optimizer.learning_rate=choice(0.1,0.3,0.0001)", *common,
+                  "sweep.skip_finished=true", launch_dir=tmp_path)
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(tmp_path / JOURNAL_FILE)))
+    (name,) = [s.study_name for s in optuna.get_all_study_summaries(storage)
+               if "-pruning-" not in s.study_name]
+    trials = optuna.load_study(study_name=name, storage=storage).trials
+    states = {t.params["optimizer.learning_rate"]: t.state.name for t in trials}
+    assert states == {0.1: "COMPLETE", 0.3: "COMPLETE", 0.0001: "PRUNED"}
+    (pruned,) = [t for t in trials if t.state.name == "PRUNED"]
+    assert list(pruned.intermediate_values) == [10]

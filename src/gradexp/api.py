@@ -129,6 +129,8 @@ def sweep(*overrides: str, launch_dir: str | Path | None = None) -> list[RunResu
             raise GradexpError(f"{len(failed)} of {len(failed) + len(results)} jobs failed "
                                "(each said why above); the sweep's MLflow parent run ended "
                                "FAILED", code) from None
+        if exit.code in (0, None):  # nothing left to run (a grid study that tried every
+            return results  # point): said in its note, as the command line exits 0
         raise GradexpError(f"the sweep stopped (exit code {exit.code})", code) from None
     return results
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,19 +114,21 @@ def start_study(config: DictConfig) -> None:
 
     from gradexp.metrics import objective
 
-    if pruner_name(config) == "none" or _sweeper(config) == "OptunaSweeper":
-        return  # the Optuna sweeper keeps its own study and writes the file itself
+    if pruner_name(config) == "none":
+        return
     from gradexp.console import note_line
 
-    idle = judges_nothing(config, _grid_size(config))
+    idle = judges_nothing(config, _grid_size(config))  # the Optuna sweeper's too (QA)
     if idle is not None:
         note_line(idle)
-    _quiet_optuna()
+    if _sweeper(config) == "OptunaSweeper":
+        return  # the Optuna sweeper keeps its own study and writes the file itself
     journal = str(store_folder(config) / JOURNAL_FILE)
     storage = open_storage(None, journal)
     name = study_name(config)
-    _set_aside(storage, name)
-    optuna.create_study(study_name=name, storage=storage, direction=objective(config)[1])
+    with _quiet_optuna():
+        _set_aside(storage, name)
+        optuna.create_study(study_name=name, storage=storage, direction=objective(config)[1])
     write_pruning_file(Path(config.hydra.sweep.dir), name, journal=journal)
 
 
@@ -139,7 +142,9 @@ def judges_nothing(cfg: DictConfig, jobs: int | None) -> str | None:
     judged = sorted(e for e in eval_epochs(cfg) if e < epochs)  # the last epoch is not judged
     if name in ("median", "percentile"):
         judged = [e for e in judged if e >= sweep.pruner_warmup_epochs]
-    why = None
+    why = _measured_at_the_end(cfg)
+    if why is not None:
+        return f"sweep.pruner={name} will stop no job: {why}"
     if not judged:
         every = cfg.eval.every or "null (about ten a run, at trainer.log_every)"
         why = (f"no evaluation before the last epoch is judged (trainer.epochs={epochs}, "
@@ -153,6 +158,31 @@ def judges_nothing(cfg: DictConfig, jobs: int | None) -> str | None:
                f"{sweep.pruner_startup_trials} jobs have finished unpruned, and this sweep has "
                f"{jobs}: set sweep.pruner_startup_trials lower, or use asha")
     return None if why is None else f"sweep.pruner={name} will stop no job: {why}"
+
+
+def _measured_at_the_end(cfg: DictConfig) -> str | None:
+    """Why the objective a job reports is never there at an evaluation, if it is not: a job
+    reports its sweep.objective at each held-out evaluation, where only train/ and val/
+    metrics are measured (QA: final_loss, a test/ metric or data.n_val=0 never judged a job,
+    and nothing said so)."""
+    from gradexp.metrics import FALLBACK, missing_split, objective
+
+    try:
+        metric = objective(cfg)[0]
+        missing = missing_split(cfg, metric)
+    except Exception:  # noqa: BLE001 - only a note depends on it; the run's checks name it
+        return None
+    fix = "rank by a train/ or val/ metric (sweep.objective=auto, val/mse, val/accuracy)"
+    if metric == FALLBACK:
+        return f"sweep.objective={metric} is known only at a run's end, not at its " \
+               f"evaluations: {fix}"
+    if missing is not None:
+        return (f"no run can measure sweep.objective={metric} ({missing}), so each job reports "
+                f"its {FALLBACK}, known only at its end: give the runs held-out rows")
+    if metric.partition("/")[0] not in ("train", "val"):
+        return f"sweep.objective={metric} is measured only at a run's end, not at its " \
+               f"evaluations: {fix}"
+    return None
 
 
 def _grid_size(config: DictConfig) -> int | None:
@@ -204,15 +234,25 @@ def _sweeper(config: DictConfig) -> str:
     return str(config.hydra.sweeper._target_).rsplit(".", 1)[-1]
 
 
-def _quiet_optuna() -> None:
-    """Optuna's INFO lines (a study made, a trial pruned) stay off the console; where our
-    Optuna sweeper sends them to the sweep's optuna.log (a file handler), they go on there."""
+@contextmanager
+def _quiet_optuna() -> Iterator[None]:
+    """Optuna's INFO lines (a study made) stay off the console while gradexp makes and opens
+    its studies; then Optuna's verbosity is as it was (QA: a sweep left it at WARNING in the
+    caller's Python session, whose own studies said nothing). Where our Optuna sweeper sends
+    them to the sweep's optuna.log (a file handler), they go on there."""
     import logging
 
     import optuna
 
-    if not any(isinstance(h, logging.FileHandler) for h in logging.getLogger("optuna").handlers):
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if any(isinstance(h, logging.FileHandler) for h in logging.getLogger("optuna").handlers):
+        yield
+        return
+    before = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(before)
 
 
 # ---------------------------------------------------------------- a job's trial
@@ -300,11 +340,11 @@ def open_trial(cfg: DictConfig, hydra_cfg: DictConfig | None = None) -> JobTrial
         return None
     import optuna
 
-    _quiet_optuna()
     where = json.loads(found.read_text())
-    study = optuna.load_study(study_name=where["study"], pruner=build_pruner(cfg),
-                              storage=open_storage(where["storage"], where["journal"]))
-    if where["trials"] is None:  # a grid sweep: the job asks for its trial
-        return JobTrial(study.ask(), owned=True)
+    with _quiet_optuna():
+        study = optuna.load_study(study_name=where["study"], pruner=build_pruner(cfg),
+                                  storage=open_storage(where["storage"], where["journal"]))
+        if where["trials"] is None:  # a grid sweep: the job asks for its trial
+            return JobTrial(study.ask(), owned=True)
     asked = where["trials"].get(str(hydra_cfg.job.num))
     return None if asked is None else JobTrial(optuna.Trial(study, int(asked)), owned=False)

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from gradexp.metrics import objective
 
@@ -30,8 +30,20 @@ def check_sweeper_direction(config: DictConfig) -> None:
     wanted = OmegaConf.select(config, "hydra.sweeper.direction", default=None)
     if wanted is None:
         return  # the basic sweeper runs every job; nothing is optimized
+    # QA: a misspelt direction (minimise) or a list of two was said to contradict the objective
+    if isinstance(wanted, ListConfig | list | tuple):
+        raise ConfigError(
+            f"hydra.sweeper.direction=[{','.join(str(d) for d in wanted)}]: a multi-objective "
+            "search is not supported; the sweeper optimizes one objective, sweep.objective: "
+            "give one direction, minimize or maximize, or leave it to the objective's own "
+            "(the default, '${gradexp.direction:}')")
+    written = str(getattr(wanted, "name", wanted))
+    if written.lower() not in ("minimize", "maximize"):
+        raise ConfigError(
+            f"hydra.sweeper.direction={written}: {written} is not a direction; accepted: "
+            "minimize, maximize (the default, '${gradexp.direction:}', is sweep.objective's own)")
     metric, direction = objective(config)
-    wanted = str(getattr(wanted, "name", wanted)).lower()
+    wanted = written.lower()
     if wanted == sweeper_direction(config):
         return
     missing = missing_split(config, metric)
@@ -71,10 +83,18 @@ def check_search(config: DictConfig) -> None:
     if name == "BasicSweeper":
         return
     if not swept_keys(config):  # each trial the same config: n_trials copies of one run
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        params = list(OmegaConf.select(config, "hydra.sweeper.params", default=None) or {})
+        fixes = [o.input_line for o in OverridesParser.create().parse_overrides(
+            list(config.hydra.overrides.task)) if o.key_or_group in params]
+        why = ("hydra.sweeper.params is empty" if not params else
+               f"the command line's {', '.join(fixes)} fixes what hydra.sweeper.params searches"
+               if fixes else "hydra.sweeper.params holds no search")
         raise ConfigError(
-            f"{name} has nothing to search: no key is swept (hydra.sweeper.params is empty and "
-            "no override is a range): give it one, e.g. "
-            "'optimizer.learning_rate=tag(log, interval(0.0001, 0.5))'")
+            f"{name} has nothing to search: no key is swept ({why} and no override is a "
+            "range): give it one, e.g. 'optimizer.learning_rate=tag(log, interval(0.0001, "
+            "0.5))'")
     over = OmegaConf.select(config, "sweep.aggregate_over", default=None)
     over = ["seed"] if over is None else [str(key) for key in over]
     replicated = [key for key in swept_keys(config) if key.lstrip("+~") in over]
@@ -249,10 +269,21 @@ def check_summary_keys(config: DictConfig, keys: Mapping[str, bool],
 
 
 def swept_keys(config: DictConfig) -> list[str]:
-    """The keys or groups a sweep varies: its comma/range overrides and hydra.sweeper.params."""
+    """The keys or groups a sweep varies: its comma/range overrides and hydra.sweeper.params,
+    less those a plain value on the command line fixes (QA: `experiment=lr_search -m
+    optimizer.learning_rate=0.1` under Optuna ran n_trials copies of one run, its only searched
+    key counted as swept). The last override of a key decides, as Hydra's sweepers read them:
+    hydra.sweeper.params first, then the command line."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
-    keys = {override.key_or_group for override in parsed if override.is_sweep_override()}
-    keys |= set(OmegaConf.select(config, "hydra.sweeper.params", default=None) or {})
-    return sorted(keys)
+    parser = OverridesParser.create()
+    params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
+    try:
+        from_params = parser.parse_overrides([f"{key}={value}" for key, value in params.items()])
+    except Exception:  # noqa: BLE001 - the sweeper's own check names an unreadable search
+        from_params = []
+    swept: dict[str, tuple[str, bool]] = {key.lstrip("+~"): (key, True) for key in params}
+    for override in [*from_params, *parser.parse_overrides(list(config.hydra.overrides.task))]:
+        key = override.key_or_group
+        swept[key.lstrip("+~")] = (key, override.is_sweep_override())
+    return sorted(key for key, is_swept in swept.values() if is_swept)

@@ -11,6 +11,10 @@ check_search_space before the parent run, the study or any trial exists.
   its two ends: every combination of the choices, each with the numeric keys all at their low
   ends and all at their high ends; when that is more than MAX_JOBS jobs, fewer jobs that still
   hold each value once.
+- hydra.sweeper.n_trials is 1 or more, the sampler's own packages are installed (cmaes), and
+  hydra.sweeper.storage is a database Optuna can open (study.check_storage).
+- The study the search continues (study.stored_study), when there is one: it searched the same
+  choices, and a grid study has points left to try (else one note, exit 0, nothing recorded).
 """
 
 from __future__ import annotations
@@ -24,6 +28,15 @@ from omegaconf import DictConfig, OmegaConf
 from gradexp.schema import ConfigError
 
 from .search_space import Space, grid, job_overrides, searched
+from .study import (
+    as_written,
+    changed_key,
+    check_storage,
+    grid_done_line,
+    stored_study,
+    study_label,
+    untried_points,
+)
 
 MAX_JOBS = 32  # jobs composed for the check (a composition is ~0.2-0.4 s, a copy ~15 ms)
 
@@ -33,12 +46,14 @@ def check_search_space(config: DictConfig) -> None:
     first mistake, before anything is recorded."""
     from hydra.core.global_hydra import GlobalHydra
 
+    check_n_trials(config)
+    check_sampler_installed(config)
+    check_storage(OmegaConf.select(config, "hydra.sweeper.storage", default=None))
     loader = GlobalHydra.instance().config_loader() \
         if GlobalHydra.instance().is_initialized() else None
     params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
     space = searched(params, list(config.hydra.overrides.task), loader)
-    sampler = str(OmegaConf.select(config, "hydra.sweeper.sampler._target_", default=""))
-    if sampler.endswith(".GridSampler"):
+    if _is_grid(config):
         grid(space.distributions)  # a continuous interval cannot be listed
     if loader is not None:
         for job in candidate_jobs(space.distributions):
@@ -46,6 +61,76 @@ def check_search_space(config: DictConfig) -> None:
                 check_job(config, loader, list(job_overrides(job, space.fixed)))
             except ConfigError as error:
                 raise ConfigError(_with_its_sweep(str(error), job, space)) from None
+    check_study(config, space)
+
+
+def _is_grid(config: DictConfig) -> bool:
+    sampler = str(OmegaConf.select(config, "hydra.sweeper.sampler._target_", default=""))
+    return sampler.endswith(".GridSampler")
+
+
+def check_n_trials(config: DictConfig) -> None:
+    """QA: n_trials=0 or -1 ran nothing, said nothing, and left an empty parent run."""
+    n_trials = OmegaConf.select(config, "hydra.sweeper.n_trials", default=1)
+    if not isinstance(n_trials, int) or isinstance(n_trials, bool) or n_trials < 1:
+        raise ConfigError(f"hydra.sweeper.n_trials={n_trials}: the trials this sweep runs must be "
+                          "an integer >= 1 (default 20)")
+
+
+# The Python packages a sampler imports only when it samples (QA: `pip install ".[optuna]"` had
+# no cmaes, and hydra/sweeper/sampler=cmaes failed at its second trial, in a traceback).
+SAMPLER_NEEDS = {"CmaEsSampler": ("cmaes",), "GPSampler": ("scipy", "torch")}
+
+
+def check_sampler_installed(config: DictConfig) -> None:
+    """The sampler's own packages are importable, or one line saying which to install."""
+    import importlib
+
+    from .optuna_sweeper import SAMPLERS
+
+    target = str(OmegaConf.select(config, "hydra.sweeper.sampler._target_", default=""))
+    for module in SAMPLER_NEEDS.get(target.rsplit(".", 1)[-1], ()):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            preset = [name for name, node in SAMPLERS.items() if node["_target_"] == target]
+            chosen = (f"hydra/sweeper/sampler={preset[0]}" if preset
+                      else f"hydra.sweeper.sampler._target_={target}")
+            raise ConfigError(f"{chosen} needs the Python package {module}, which is not "
+                              f"installed: pip install {module} (or pip install \".[optuna]\" "
+                              "in gradexp's folder), or choose another sampler: "
+                              "tpe, random, grid, nsgaii") from None
+
+
+def check_study(config: DictConfig, space: Space) -> None:
+    """The study this search continues, when there is one: a searched key whose choices changed
+    is refused (QA: Optuna raised at the first trial, after the parent opened, and left the
+    trial RUNNING); a grid whose every point was tried runs nothing (QA: it ran one point again
+    n_trials times), said in one line, exit 0, before any parent run opens."""
+    from gradexp.console import note_line
+
+    from .optuna_sweeper import default_study_name
+
+    direction = OmegaConf.select(config, "hydra.sweeper.direction", default="minimize")
+    name = OmegaConf.select(config, "hydra.sweeper.study_name", default=None) or \
+        default_study_name(config, space.distributions, space.fixed,
+                           str(getattr(direction, "name", direction)))  # as the sweeper
+    study = stored_study(config, OmegaConf.select(config, "hydra.sweeper.storage", default=None),
+                         str(name))
+    if study is None:
+        return
+    label = study_label(config, str(name))
+    changed = changed_key(study, space.distributions)
+    if changed is not None:
+        key, old, new = changed
+        raise ConfigError(
+            f"{label}: its trials searched {key}={as_written(old)}, and this search has "
+            f"{key}={as_written(new)}; Optuna cannot change a key's choices or kind within a "
+            f"study: name a new study (hydra.sweeper.study_name=NEW) or search {key} as before")
+    if _is_grid(config) and untried_points(study, grid(space.distributions)) == 0:
+        note_line(grid_done_line(label, math.prod(len(v) for v in
+                                                  grid(space.distributions).values())))
+        raise SystemExit(0)  # nothing to run: no parent run opens (gradexp.sweeps)
 
 
 def candidate_jobs(distributions: dict[str, Any]) -> list[dict[str, Any]]:

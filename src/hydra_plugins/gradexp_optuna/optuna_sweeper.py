@@ -5,7 +5,8 @@ joblib, Ray, SLURM, packed, which trains a batch's trials of one shape in one pr
 back: the job's returned objective for a job that finished, FAIL for one that failed or returned
 no finite value (so samplers learn nothing from it). The study is
 stored by default in a journal file beside the MLflow store, named from the experiment and the
-search space, so running the same search again continues it with `n_trials` more. With
+search space, so running the same search again continues it with `n_trials` more (a grid study
+only with the points it has not tried; study.py). With
 sweep.pruner, the study judges its trials with Optuna's pruner and each job reports to its trial
 (gradexp.pruning), telling it PRUNED when stopped."""
 
@@ -16,6 +17,7 @@ import hashlib
 import json
 import logging
 import math
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,15 +30,10 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from gradexp.pruning import (
-    JOURNAL_FILE,
-    build_pruner,
-    pruner_name,
-    store_folder,
-    write_pruning_file,
-)
+from gradexp.pruning import build_pruner, pruner_name, write_pruning_file
 
 from .search_space import grid, job_overrides, searched
+from .study import grid_done_line, open_storage, study_label, untried_points
 
 log = logging.getLogger(__name__)
 
@@ -106,59 +103,83 @@ class OptunaSweeper(Sweeper):
     def _search(self, arguments: list[str], sweep_dir: Path) -> None:
         import optuna
 
-        # A value on the command line fixes a searched key. gradexp.sweeps checked this space
-        # before the sweep's parent run opened (checks.check_search_space).
+        # A value on the command line fixes a searched key. gradexp.sweeps checked this space,
+        # and the study it continues, before the sweep's parent run opened (checks).
         distributions, fixed, _ = searched(self.params, arguments, self.config_loader)
         name = self.study_name or default_study_name(self.config, distributions, fixed,
                                                      self.direction)
-        storage, where = self._storage()
+        storage, where = open_storage(self.config, self.storage)
         before = _trials_so_far(storage, name)
         sampler, n_trials = self._sampler(distributions, before)
-        if isinstance(sampler, optuna.samplers.GridSampler):
-            n_trials = min(n_trials, math.prod(len(v) for v in grid(distributions).values()))
         pruning = pruner_name(self.config) != "none"  # sweep.pruner: jobs report, and stop
         study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
                                     direction=self.direction, load_if_exists=True,
                                     pruner=build_pruner(self.config) if pruning else None)
+        if isinstance(sampler, optuna.samplers.GridSampler):
+            # Only the points the study has not tried (QA: a continued grid study ran one
+            # point again n_trials times, GridSampler warning only into optuna.log).
+            n_trials = min(n_trials, untried_points(study, grid(distributions)))
+            if n_trials == 0:  # the check before the parent run said so, unless it changed since
+                from gradexp.console import note_line
+
+                note_line(grid_done_line(study_label(self.config, name), math.prod(
+                    len(v) for v in grid(distributions).values())))
         log.info(f"Optuna study {name} in {where}: {before} trials so far, {n_trials} to run "
                  f"({self.direction} the objective)")
         while n_trials > 0:
-            batch = [study.ask(distributions) for _ in range(min(self.n_jobs, n_trials))]
-            overrides = [job_overrides(trial.params, fixed) for trial in batch]
-            if pruning:  # each job finds its trial by its job number (gradexp.pruning)
-                write_pruning_file(sweep_dir, name, storage=self.storage or None,
-                                   journal=None if self.storage else where,
-                                   trials={self.job_idx + i: trial._trial_id
-                                           for i, trial in enumerate(batch)})
+            batch: list[Any] = []
             try:
-                returns = self.launcher.launch(overrides, initial_job_idx=self.job_idx)
+                for _ in range(min(self.n_jobs, n_trials)):
+                    batch.append(_ask(study, distributions))
+                self._run_batch(study, batch, fixed, name, where, sweep_dir)
             except BaseException:
-                # Ctrl-C, SIGTERM, a job that stops the sweep: the batch's trials are not left
-                # RUNNING in the study forever (a rerun of the search continues it).
+                # Ctrl-C, SIGTERM, a job that stops the sweep, any error once a trial is asked:
+                # the batch's trials are not left RUNNING in the study forever (a rerun of the
+                # search continues it).
                 for trial in batch:
                     study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
                 raise
-            self.job_idx += len(returns)
-            try:  # a tag is a lead to a run, not the study: its trials are told whatever
-                _tag_trial_runs(self.config, sweep_dir, batch, returns)
-            except Exception as error:  # noqa: BLE001
-                log.warning("the trials' runs could not be tagged (%s)", error)
-            for trial, ret in zip(batch, returns):
-                value = _objective(ret)
-                try:
-                    # A job that a pruner stopped has told its trial PRUNED itself.
-                    if value is None:
-                        study.tell(trial, state=optuna.trial.TrialState.FAIL,
-                                   skip_if_finished=True)
-                    else:
-                        study.tell(trial, value, skip_if_finished=True)
-                except RuntimeError as error:
-                    # A GridSampler that has run its grid calls study.stop(), which only works
-                    # inside study.optimize; the trial is told by then.
-                    if "Study.stop" not in str(error):
-                        raise
             n_trials -= len(batch)
         self._save_results(study, where, sweep_dir)
+
+    def _run_batch(self, study: Any, batch: list, fixed: dict[str, str], name: str, where: str,
+                   sweep_dir: Path) -> None:
+        """Launch a batch of asked trials as Hydra jobs and tell the study how each ended."""
+        import optuna
+
+        overrides = [job_overrides(trial.params, fixed) for trial in batch]
+        if pruner_name(self.config) != "none":  # each job finds its trial by its job number
+            write_pruning_file(sweep_dir, name, storage=self.storage or None,
+                               journal=None if self.storage else where,
+                               trials={self.job_idx + i: trial._trial_id
+                                       for i, trial in enumerate(batch)})
+        returns = self.launcher.launch(overrides, initial_job_idx=self.job_idx)
+        first, self.job_idx = self.job_idx, self.job_idx + len(returns)
+        try:  # a tag is a lead to a run, not the study: its trials are told whatever
+            _tag_trial_runs(self.config, sweep_dir, batch, returns)
+        except Exception as error:  # noqa: BLE001
+            log.warning("the trials' runs could not be tagged (%s)", error)
+        pruned = _reused_pruned_runs(self.config, sweep_dir, range(first, self.job_idx))
+        for number, (trial, ret) in enumerate(zip(batch, returns), start=first):
+            value = _objective(ret)
+            try:
+                # A job that a pruner stopped has told its trial PRUNED itself; a pruned run
+                # that sweep.skip_finished reused is told so here, at the epoch it stopped
+                # (QA: it was told COMPLETE, its early epoch's value a finished trial's).
+                if value is None:
+                    study.tell(trial, state=optuna.trial.TrialState.FAIL,
+                               skip_if_finished=True)
+                elif number in pruned:
+                    trial.report(value, pruned[number])
+                    study.tell(trial, state=optuna.trial.TrialState.PRUNED,
+                               skip_if_finished=True)
+                else:
+                    study.tell(trial, value, skip_if_finished=True)
+            except RuntimeError as error:
+                # A GridSampler that has run its grid calls study.stop(), which only works
+                # inside study.optimize; the trial is told by then.
+                if "Study.stop" not in str(error):
+                    raise
 
     def _sampler(self, distributions: dict[str, Any], before: int) -> tuple[Any, int]:
         """The sampler, its seed moved on by the trials a continued study already has."""
@@ -171,16 +192,6 @@ class OptunaSweeper(Sweeper):
         if build.func is optuna.samplers.GridSampler:
             return build.func(grid(distributions), **keywords), self.n_trials
         return build.func(*build.args, **keywords), self.n_trials
-
-    def _storage(self) -> tuple[Any, str]:
-        """(the storage Optuna opens, how to name it in one line)."""
-        if self.storage:
-            return self.storage, str(self.storage)
-        from optuna.storages import JournalStorage
-        from optuna.storages.journal import JournalFileBackend
-
-        path = store_folder(self.config) / JOURNAL_FILE
-        return JournalStorage(JournalFileBackend(str(path))), str(path)
 
     def _save_results(self, study: Any, where: str, sweep_dir: Path) -> None:
         results: dict[str, Any] = {"name": "optuna", "study_name": study.study_name,
@@ -195,6 +206,51 @@ class OptunaSweeper(Sweeper):
             log.info(f"Best parameters: {best.params}")
             log.info(f"Best value: {best.value} (trial {best.number} of the study)")
         OmegaConf.save(OmegaConf.create(results), sweep_dir / RESULTS_FILE)
+
+
+def _ask(study: Any, distributions: dict[str, Any]) -> Any:
+    """study.ask(distributions), and a trial Optuna made before it raised (a search space the
+    study refuses, a sampler that cannot sample) told FAIL, not left RUNNING (QA). Optuna makes
+    the trial before it samples and gives no handle to it then: it is the RUNNING trial that
+    was not there before the ask."""
+    import optuna
+
+    running = optuna.trial.TrialState.RUNNING
+    before = {trial.number for trial in study.get_trials(deepcopy=False, states=(running,))}
+    try:
+        return study.ask(distributions)
+    except BaseException:
+        for trial in study.get_trials(deepcopy=False, states=(running,)):
+            if trial.number not in before:
+                study.tell(trial.number, state=optuna.trial.TrialState.FAIL,
+                           skip_if_finished=True)
+        raise
+
+
+def _reused_pruned_runs(config: DictConfig, sweep_dir: Path, numbers: Any) -> dict[int, int]:
+    """Job number -> the epoch its run was pruned at, for each of the jobs `numbers` whose run
+    sweep.skip_finished reused (the parent's tag gradexp.reused.<job number>) and a pruner had
+    stopped (its tag gradexp.pruned_at_epoch)."""
+    from gradexp.sweeps import parent_run_file
+
+    parent_file = parent_run_file(sweep_dir)
+    if not OmegaConf.select(config, "sweep.skip_finished", default=False) \
+            or not parent_file.is_file():
+        return {}
+    from gradexp.mlflow_store import open_client, read_run
+    from gradexp.tag_keys import PRUNED_TAG, REUSED_TAG
+    from gradexp.tracking_uri import resolve_uri
+
+    client = open_client(resolve_uri(config.tracking.uri, Path.cwd()))
+    tags = read_run(client, parent_file.read_text().strip()).data.tags
+    pruned = {}
+    for number in numbers:
+        reused = tags.get(f"{REUSED_TAG}{number}")
+        if reused is not None:
+            epoch = read_run(client, reused).data.tags.get(PRUNED_TAG)
+            if epoch is not None:
+                pruned[number] = int(epoch)
+    return pruned
 
 
 def _trials_so_far(storage: Any, name: str) -> int:
@@ -282,11 +338,18 @@ def _optuna_logs_to(path: Path) -> Iterator[None]:
     logger.propagate = False
     to_file = logging.FileHandler(path)
     logger.addHandler(to_file)
+    # Its warnings (GridSampler re-evaluating a point, a value it ignores) reach the console too
+    # (QA: they went only into optuna.log).
+    to_console = logging.StreamHandler(sys.stderr)
+    to_console.setLevel(logging.WARNING)
+    to_console.setFormatter(logging.Formatter("warning: Optuna: %(message)s"))
+    logger.addHandler(to_console)
     logger.setLevel(logging.INFO)
     try:
         yield
     finally:
         logger.removeHandler(to_file)
+        logger.removeHandler(to_console)
         to_file.close()
         logger.handlers[:] = handlers  # Optuna's default handler among them, if it was
         logger.propagate, logger.level = propagate, level
