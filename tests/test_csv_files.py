@@ -50,6 +50,18 @@ def test_class_labels_are_trimmed_as_the_header_and_numbers_are(tmp_path):
         "column 'label' line 3 is empty (every row needs a class label)")
 
 
+def test_true_false_cells_written_after_a_comma_and_space_are_a_boolean_column(tmp_path):
+    # QA: "x, flag, y" files: ' False' was refused ("column 'flag' line 2 is not a number"),
+    # though cells are read trimmed (' 5' is 5) and True/False columns train as 1 and 0
+    rows = "".join(f"{i}, {'True' if i % 2 else 'False'}, {i / 2}\n" for i in range(6))
+    (tmp_path / "flags.csv").write_text("x, flag, y\n" + rows)
+    table = read_csv(str(tmp_path / "flags.csv"), "y")
+    assert table.x[:, 1].tolist() == [0.0, 1.0, 0.0, 1.0, 0.0, 1.0]
+    assert table.boolean_features == ["flag"]
+    (tmp_path / "mixed.csv").write_text("x, flag, y\n1, True, 1\n2, maybe, 2\n")
+    assert refusal(tmp_path / "mixed.csv", "y").startswith("column 'flag' line 2 is not a number")
+
+
 @pytest.mark.heavy  # a run, for what it records: 11.6 s under load, TensorFlow's import included
 def test_a_run_on_labels_written_with_spaces_records_their_classes_once(tmp_path, store, client):
     (tmp_path / "labels.csv").write_text(LABELS)

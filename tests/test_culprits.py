@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -411,16 +412,18 @@ def square_mean(scale):
 
 @keras.saving.register_keras_serializable("own_losses")
 class Penalty(keras.layers.Layer):
-    def __init__(self, scale=1.0, **kwargs):
+    def __init__(self, scale=1.0, cast32=False, **kwargs):
         super().__init__(**kwargs)
-        self.scale = scale
+        self.scale, self.cast32 = scale, cast32
 
     def call(self, x):
-        self.add_loss(0.5 * square_mean(self.scale)(x))
+        penalty = 0.5 * square_mean(self.scale)(x)
+        # cast32: in float32, as mixed-precision code casts it so that fit can sum model.losses
+        self.add_loss(tf.cast(penalty, "float32") if self.cast32 else penalty)
         return x
 
     def get_config(self):
-        return {**super().get_config(), "scale": self.scale}
+        return {**super().get_config(), "scale": self.scale, "cast32": self.cast32}
 
 
 @keras.saving.register_keras_serializable("own_losses")
@@ -435,13 +438,13 @@ class Reg(keras.regularizers.Regularizer):
         return {"scale": self.scale}
 
 
-def build(n_features, n_outputs, where="add_loss", scale=1.3):
+def build(n_features, n_outputs, where="add_loss", scale=1.3, cast32=False):
     inputs = keras.Input((n_features,))
     kwargs = {f"{where}_regularizer": Reg(scale)} if where != "add_loss" else {}
     h = keras.layers.Dense(8, activation="tanh", name="hidden")(inputs)
     h = keras.layers.Dense(8, activation="tanh", name="mid", **kwargs)(h)
     if where == "add_loss":
-        h = Penalty(scale, name="penalty")(h)
+        h = Penalty(scale, cast32, name="penalty")(h)
     return keras.Model(inputs, keras.layers.Dense(n_outputs, name="out")(h))
 '''
 
@@ -480,6 +483,32 @@ def test_a_run_says_which_layers_own_losses_are_wrong(own_losses, tmp_path):
     assert MlflowClient(store).get_run(result.run_id).data.tags[
         "gradexp.gradcheck.culprits"] == "penalty"
     assert "  wrong layer: penalty, its own losses checked alone in float64" in out.getvalue()
+
+
+@pytest.mark.heavy  # ~5 s
+def test_a_penalty_cast_to_float32_passes_when_right_and_is_named_when_wrong(own_losses,
+                                                                              tmp_path):
+    # QA: a correct model whose add_loss penalty is cast to float32 failed the run's float64
+    # check at 4,842x, "no layer is wrong alone ... e.g. in the loss": float32 rounding measured
+    # at float64's steps
+    import keras
+
+    from gradexp.gradcheck import check_model
+
+    store = conftest.empty_store(tmp_path)
+    result = run(store, tmp_path, "model=custom", "model._target_=own_losses.build",
+                 "+model.kwargs.scale=1.0", "+model.kwargs.cast32=true")
+    assert result.gradcheck_passed is True
+    wrong = run(store, tmp_path, "model=custom", "model._target_=own_losses.build",
+                "+model.kwargs.cast32=true")  # its gradient 30% too large
+    assert wrong.gradcheck_passed is False
+    assert MlflowClient(store).get_run(wrong.run_id).data.tags[
+        "gradexp.gradcheck.culprits"] == "penalty"
+    x = x_rows()
+    report = check_model(own_losses.build(3, 1, scale=1.0, cast32=True), x, np.sin(x[:, :1]),
+                         loss=keras.losses.MeanSquaredError())
+    assert report.passed, str(report)
+    assert re.search(r"lower precision inside \(penalty(_\d+)?/Cast\)", " ".join(report.notes))
 
 
 def test_a_check_of_a_nan_loss_says_there_is_no_gradient_to_judge(tmp_path, monkeypatch):

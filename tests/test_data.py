@@ -395,6 +395,14 @@ def named_dict():                         # Keras' named inputs, as arrays
     x = _x()
     return {"a": x[:, 0], "b": x[:, 1]}, np.zeros(20)
 
+def inputs_list():                        # Keras' multi-input form: a list of arrays
+    x = _x()
+    return [x[:, :1], x], np.zeros(20)
+
+def inputs_list_1d():                     # ... of one feature each
+    x = _x()
+    return [x[:, 0], x[:, 1]], np.zeros(20)
+
 def repeated_names():                     # two columns named a
     import pandas as pd
     return pd.DataFrame(_x(), columns=["a", "a"]), np.zeros(20)
@@ -456,6 +464,13 @@ LOADER_MISTAKES = [
     # ... 3.9 KB of the dict's repr, and advice for text columns
     ("named_dict", "the features x are a dict (a, b); give a pandas DataFrame, one column per "
      "name (pd.DataFrame(x)), or a tf.data.Dataset of (dict, y)"),
+    # QA (2026-12-06) before: a numpy broadcasting traceback, exit 1; "x has 2 rows but y has 20"
+    ("inputs_list", "the features x are a list of 2 arrays (shapes (20, 1), (20, 2): Keras' "
+     "form for a model of several inputs); gradexp feeds a model one array of rows x features: "
+     "give np.column_stack(x) (a DataFrame to keep names) and slice it inside the model"),
+    ("inputs_list_1d", "the features x are a list of 2 arrays (shapes (20,), (20,): Keras' "
+     "form for a model of several inputs); gradexp feeds a model one array of rows x features: "
+     "give np.column_stack(x) (a DataFrame to keep names) and slice it inside the model"),
     # ... trained; the logged model's predict could not take the frame back
     ("repeated_names", "x has 2 columns named 'a'; give each column its own name"),
     # ... four classes '1', '1.0', '2', '2.0' and a val/accuracy on classes never trained

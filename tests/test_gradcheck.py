@@ -652,6 +652,32 @@ def test_a_float64_function_computing_in_float32_inside_is_judged_as_float32(met
     assert plain.passed and "float32 numbers" not in str(plain)
 
 
+@pytest.mark.parametrize("method", ["jacobian", "probe"])
+@pytest.mark.parametrize("factor", [1.0, 1.05, 1.01])
+def test_a_float32_part_summed_into_a_float64_function_is_judged_as_float32(method, factor):
+    # QA: a model whose add_loss penalty is cast to float32 (as mixed-precision code writes it,
+    # so that fit can sum model.losses) failed the run's float64 check at 4,842x, blamed on the
+    # loss: its values are float64 sums, not float32 numbers, so only how its errors shrink at
+    # float32's steps tells rounding from a wrong gradient. 1.05x and 1% off still fail
+    # (float32's tolerances see 1%); a float64 function 1% off fails in float64 as before.
+    x = np.random.default_rng(1).uniform(-1, 1, 12)
+
+    def penalty32(z):
+        return tf.cast(tf.cast(0.1 * tf.reduce_sum(tf.sin(z) ** 2), tf.float32), tf.float64)
+
+    def f(z):
+        return tf.reduce_sum(tf.tanh(z) * z) + penalty32(z)
+
+    report = check_gradients(_scaled_backward(f, factor), [x], method=method)
+    assert report.passed == (factor == 1.0), str(report)
+    if factor == 1.0:
+        assert "casts float64 values to lower precision inside" in str(report)
+        assert report.dtype_used == "float32"
+    plain = check_gradients(_scaled_backward(lambda z: tf.reduce_sum(tf.tanh(z) * z), factor),
+                            [x], method=method)
+    assert plain.passed == (factor == 1.0) and "lower precision" not in str(plain)
+
+
 def test_a_function_not_finite_around_the_point_says_so_rather_than_blame_the_backward():
     # QA: pow of x < 0 by a fractional y is NaN at every step: the jacobian named an element
     # that agreed and blamed "how the backward uses its upstream gradient"; the probe said

@@ -209,7 +209,8 @@ def _plain_validation(error: ValidationError) -> str:
         options = [a for a in get_args(kind) if a is not type(None)]
         nullable = ", or null" if len(options) < len(get_args(kind)) else ""
         kind = options[0] if len(options) == 1 else kind
-    if rule is not None and kind in (int, float):  # its range too (seed=abc: [0, 2**32 - 1])
+    # its range too (seed=abc: [0, 2**32 - 1]), a list's example (data.features=abc)
+    if rule is not None and (kind in (int, float) or get_origin(kind) is list):
         return rule.accepted + ("" if "null" in rule.accepted else nullable)
     if isinstance(kind, type) and issubclass(kind, Enum):
         return f"must be one of {', '.join(member.value for member in kind)}"

@@ -80,7 +80,8 @@ def read_csv(path: str, target: str, task: str = "regression",
         y = _numbers(table, target, where, lines,
                      " (class labels? data.task=classification)")[:, None]
     integers = [name for name in chosen if pa.types.is_integer(table.column(name).type)]
-    booleans = [name for name in chosen if pa.types.is_boolean(table.column(name).type)]
+    booleans = [name for name in chosen if pa.types.is_boolean(table.column(name).type)
+                or _spaced_booleans(table.column(name))]
     return CsvTable(x, y, chosen, integers, notes, booleans)
 
 
@@ -376,6 +377,8 @@ def _numbers(table, name: str, where: str, lines: FileLines, hint: str = "") -> 
     kind = column.type
     if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
         cells = column.to_pylist()
+    elif _spaced_booleans(column):  # ', True' cells: pyarrow reads them as text (QA)
+        cells = [None if cell is None else BOOLEANS[cell.strip()] for cell in column.to_pylist()]
     else:  # text (pyarrow found a cell that is not a number) or dates: say which cell
         cells = [None if cell is None else str(cell) for cell in column.to_pylist()]
     values = np.empty(len(cells), dtype=np.float64)
@@ -387,6 +390,21 @@ def _numbers(table, name: str, where: str, lines: FileLines, hint: str = "") -> 
                               f"{_not_a_number(cell, hint, table)}") from None
     refuse_non_finite(values, where, lambda index: f"column '{name}' line {lines.of_row(index[0])}")
     return values
+
+
+# pyarrow's spellings of a boolean cell; a column of them written after ', ' is text to it
+BOOLEANS = {"true": 1.0, "True": 1.0, "TRUE": 1.0, "false": 0.0, "False": 0.0, "FALSE": 0.0}
+
+
+def _spaced_booleans(column) -> bool:
+    """A text column whose cells, trimmed, are all true or false (`x, True, 3`): a boolean
+    column as the docs read cells (trimmed), which pyarrow reads as text."""
+    import pyarrow as pa
+
+    if not pa.types.is_string(column.type):
+        return False
+    cells = [cell.strip() for cell in column.to_pylist() if cell is not None]
+    return bool(cells) and all(cell in BOOLEANS for cell in cells)
 
 
 # The cells pandas.read_csv (and so most tools that wrote or read the file) takes for a missing

@@ -289,10 +289,13 @@ def _array_parts(loaded: Any, where: str) -> list[tuple[np.ndarray, np.ndarray, 
     given (a classification's labels may be text), the features' names of a DataFrame's x."""
     pairs = isinstance(loaded, tuple | list) and len(loaded) == 2
     if pairs and all(isinstance(part, tuple | list) and len(part) == 2 for part in loaded):
+        for (x, y), x_name in zip(loaded, ("x", "x_val")):
+            _refuse_inputs_list(x, y, where, x_name)
         return [(_features(x, where, x_name), _targets(y), _names(x))
                 for (x, y), x_name in zip(loaded, ("x", "x_val"))]
     if pairs:
         x, y = loaded
+        _refuse_inputs_list(x, y, where, "x")
         return [(_features(x, where, "x"), _targets(y), _names(x))]
     if isinstance(loaded, tuple | list) and len(loaded) == 4:  # train_test_split's order
         raise ConfigError(f"{where}: returned 4 items (train_test_split's x_train, x_val, "
@@ -300,6 +303,24 @@ def _array_parts(loaded: Any, where: str) -> list[tuple[np.ndarray, np.ndarray, 
     raise ConfigError(f"{where}: returned a {type(loaded).__name__}; a data loader returns "
                       "(x, y) arrays, ((x, y), (x_val, y_val)), a tf.data.Dataset of (x, y) "
                       "(or two: training, validation) or a gradexp.data.Dataset")
+
+
+def _refuse_inputs_list(x: Any, y: Any, where: str, name: str) -> None:
+    """Keras' multi-input form, a list of arrays ([a, b]: one a model input), in one line: it
+    was a numpy broadcasting traceback, or "x has 2 rows but y has 96" (QA). A list of rows
+    (lists, or 1-D arrays as many as y's rows) stays rows."""
+    if not isinstance(x, list | tuple) or not x or not all(hasattr(p, "shape") for p in x):
+        return
+    shapes = [tuple(np.shape(part)) for part in x]
+    rows = len(y) if hasattr(y, "__len__") else None
+    if all(len(shape) >= 2 for shape in shapes) or (
+            rows is not None and len(x) != rows and all(shape[:1] == (rows,) for shape in shapes)):
+        raise ConfigError(
+            f"{where}: the features {name} are a list of {len(x)} arrays (shapes "
+            f"{', '.join(map(str, shapes))}: Keras' form for a model of several inputs); "
+            f"gradexp feeds a model one array of rows x features: give "
+            f"np.column_stack({name}) (a DataFrame to keep names) and slice it inside "
+            "the model")
 
 
 def _features(x, where: str, name: str) -> np.ndarray:
