@@ -72,6 +72,11 @@ def bool_labels():                       # numpy bools, as a comparison gives th
 def own_splits():
     x = np.linspace(0, 10, 30)
     return (x[:20], 3 * x[:20]), (x[20:], 3 * x[20:])
+
+
+def image_list():                        # a list of images, one a row (review)
+    rng = np.random.default_rng(0)
+    return [rng.normal(size=(4, 4)) for _ in range(30)], rng.normal(size=30)
 '''
 
 
@@ -79,6 +84,13 @@ def own_splits():
 def launch(tmp_path):
     (tmp_path / "my_loaders.py").write_text(LOADERS)
     return tmp_path
+
+
+def test_a_list_of_images_one_a_row_is_rows_not_several_inputs(launch):
+    # review: the refusal of Keras' several-inputs form ([a, b]) took a list of 30 images for
+    # 30 inputs; a list as long as y is rows
+    data = loaded(launch, "image_list")
+    assert data.x.shape[1] == 16 and data.raw_shape == (4, 4)
 
 
 def loaded(launch, target: str, *overrides: str):

@@ -146,3 +146,7 @@ def test_a_loss_climbing_slowly_to_overflow_is_blamed_on_the_learning_rate():
         "probably too high (optimizer.learning_rate=0.8); try a smaller one")
     divergence.losses = 1.0 / 1.09 ** np.arange(10)  # falling: the model's or the loss's NaN
     assert "while the loss was still falling" in divergence.why(run, 1125)
+    # review: a converged loss wobbling by 0.02% (0.5012 ... 0.5013) is level, not rising
+    divergence.losses = 0.5012 + 1e-4 * np.array([0, 1, 0, 1, 0, 1, 0, 1, 0, 1])
+    said = divergence.why(run, 1125)
+    assert "while the loss was level (0.5012 at epoch 1115" in said and "too high" not in said

@@ -678,6 +678,25 @@ def test_a_float32_part_summed_into_a_float64_function_is_judged_as_float32(meth
     assert plain.passed == (factor == 1.0) and "lower precision" not in str(plain)
 
 
+@pytest.mark.parametrize("method", ["jacobian", "probe"])
+def test_a_cast_that_only_guards_or_decides_leaves_the_float64_verdict(method):
+    # review: any float64->float32 Cast in f's graph made a 0.2% wrong backward pass at
+    # float32's tolerances, though the cast fed only an assert or a condition
+    x = np.random.default_rng(1).uniform(-1, 1, 12)
+
+    def guarded(z):
+        tf.debugging.assert_all_finite(tf.cast(z, tf.float32), "finite")
+        return tf.reduce_sum(tf.tanh(z) * z)
+
+    def decided(z):
+        small = tf.cast(tf.reduce_max(tf.cast(z, tf.float32)) < 10.0, tf.float64)
+        return tf.reduce_sum(tf.tanh(z) * z) * small
+
+    for f in (guarded, decided):
+        report = check_gradients(_scaled_backward(f, 1.002), [x], method=method)
+        assert not report.passed and report.dtype_used == "float64", str(report)
+
+
 def test_a_function_not_finite_around_the_point_says_so_rather_than_blame_the_backward():
     # QA: pow of x < 0 by a fractional y is NaN at every step: the jacobian named an element
     # that agreed and blamed "how the backward uses its upstream gradient"; the probe said

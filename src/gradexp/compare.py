@@ -525,7 +525,9 @@ def print_groups(selection: Selection, metric: str, desc: bool, over: list[str])
     swept = selection.swept if selection.swept is not None else (
         differing_params(runs)[0] if len(runs) > 1 else [])
     derived = derived_keys(run.data.params for run in runs)
-    swept, replaced = [key for key in swept if key not in derived], swept
+    # the note only of keys a sweep swept (review: compare's differing seeds are not swept)
+    replaced = selection.swept or []
+    swept = [key for key in swept if key not in derived]
     if not any(key in over for key in swept):
         out.print(f"--aggregate: the runs shown do not differ in {', '.join(over)}; "
                   "no replicates to group", highlight=False, markup=False)

@@ -378,7 +378,8 @@ def _numbers(table, name: str, where: str, lines: FileLines, hint: str = "") -> 
     if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
         cells = column.to_pylist()
     elif _spaced_booleans(column):  # ', True' cells: pyarrow reads them as text (QA)
-        cells = [None if cell is None else BOOLEANS[cell.strip()] for cell in column.to_pylist()]
+        cells = [None if cell is None else BOOLEANS.get(cell.strip(), cell)
+                 for cell in column.to_pylist()]
     else:  # text (pyarrow found a cell that is not a number) or dates: say which cell
         cells = [None if cell is None else str(cell) for cell in column.to_pylist()]
     values = np.empty(len(cells), dtype=np.float64)
@@ -404,6 +405,8 @@ def _spaced_booleans(column) -> bool:
     if not pa.types.is_string(column.type):
         return False
     cells = [cell.strip() for cell in column.to_pylist() if cell is not None]
+    # an empty or missing cell among them is said as such by _numbers, not as ' True' (review)
+    cells = [cell for cell in cells if cell and cell not in MISSING_MARKERS]
     return bool(cells) and all(cell in BOOLEANS for cell in cells)
 
 

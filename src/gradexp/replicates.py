@@ -215,8 +215,8 @@ def derived_note(swept: Sequence[str], derived: Collection[str]) -> str | None:
     keys = ", ".join(replaced)
     return (f"note: {keys} {'is' if len(replaced) == 1 else 'are'} derived from the master seed "
             f"in every run (seed= sets {'it' if len(replaced) == 1 else 'them'}), so the values "
-            "swept were replaced and the runs are not grouped by them; to vary it alone, leave "
-            "seed unset")
+            f"swept were replaced and the runs are not grouped by them; to vary "
+            f"{'it' if len(replaced) == 1 else 'them'} alone, leave seed unset")
 
 
 def overlap_note(groups: Sequence[Group]) -> str | None:

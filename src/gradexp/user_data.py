@@ -307,14 +307,13 @@ def _array_parts(loaded: Any, where: str) -> list[tuple[np.ndarray, np.ndarray, 
 
 def _refuse_inputs_list(x: Any, y: Any, where: str, name: str) -> None:
     """Keras' multi-input form, a list of arrays ([a, b]: one a model input), in one line: it
-    was a numpy broadcasting traceback, or "x has 2 rows but y has 96" (QA). A list of rows
-    (lists, or 1-D arrays as many as y's rows) stays rows."""
+    was a numpy broadcasting traceback, or "x has 2 rows but y has 96" (QA). A list as long as
+    y is rows (a list of images is one image a row: review), whatever each item's shape."""
     if not isinstance(x, list | tuple) or not x or not all(hasattr(p, "shape") for p in x):
         return
     shapes = [tuple(np.shape(part)) for part in x]
     rows = len(y) if hasattr(y, "__len__") else None
-    if all(len(shape) >= 2 for shape in shapes) or (
-            rows is not None and len(x) != rows and all(shape[:1] == (rows,) for shape in shapes)):
+    if rows is not None and len(x) != rows and all(shape[:1] == (rows,) for shape in shapes):
         raise ConfigError(
             f"{where}: the features {name} are a list of {len(x)} arrays (shapes "
             f"{', '.join(map(str, shapes))}: Keras' form for a model of several inputs); "

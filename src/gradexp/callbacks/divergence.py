@@ -78,13 +78,14 @@ class Divergence(Callback):
         # rising or swinging: the steps overshoot. Or climbing slowly, below RISE an epoch (QA:
         # ~9% an epoch at a rate just past 2/λmax, to 3e36 over 1000 epochs, was said to be
         # "still falling", the model blamed)
-        if rose.any() or losses[-1] > losses[0]:
+        if rose.any() or losses[-1] - losses[0] > RISE * abs(losses[0]):
             return (f"the loss or its gradient became NaN or infinite at epoch {bad_epoch}: "
                     f"the learning rate is probably too high (optimizer.learning_rate={lr}); "
                     "try a smaller one")
         first = bad_epoch - len(losses)
+        trend = "still falling" if losses[-1] < losses[0] else "level"  # a plateau (review)
         return (f"the loss or its gradient became NaN or infinite at epoch {bad_epoch} while "
-                f"the loss was still falling ({losses[0]:.4g} at epoch {first}, "
+                f"the loss was {trend} ({losses[0]:.4g} at epoch {first}, "
                 f"{losses[-1]:.4g} at epoch {bad_epoch - 1}), so probably not because of the "
                 f"learning rate (optimizer.learning_rate={lr}): the model or the loss gives NaN "
                 f"or inf at the weights training reached ({CAUSES})")

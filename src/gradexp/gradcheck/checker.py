@@ -309,16 +309,20 @@ def _rounded_like_float32(target: _Target, opts: _Options, entries: list, notes:
     return _reverse_entries(target, opts)
 
 
-# Where float64 values lose digits: a Cast from float64 to these
-_LOWER = {"DT_FLOAT": "float32", "DT_HALF": "float16", "DT_BFLOAT16": "bfloat16"}
+# Ops past which a value no longer carries a derivative: comparisons (booleans) and a tensor's
+# shape. A cast feeding only them (a range guard, a condition) rounds nothing f computes.
+_NOT_DIFFERENTIABLE = frozenset({"Less", "LessEqual", "Greater", "GreaterEqual", "Equal",
+                                 "NotEqual", "Shape", "ShapeN", "Size", "Rank", "IsFinite",
+                                 "IsNan", "IsInf", "Assert"})
 
 
 def _casts_down(target: _Target) -> list[str]:
-    """The Cast ops of f's graph (nested functions included) that take float64 values to a
-    lower precision, by name (`functional/penalty/Cast`, the layer in it); [] when there are
-    none or f does not trace (numpy inside: its float64 verdict stands)."""
+    """The Cast ops of f's graph that take float64 values to a lower precision on a path of
+    data to its output (nested functions included), by name (`functional/penalty/Cast`: the
+    layer in it); [] when there are none, or f does not trace (numpy inside: its float64 verdict
+    stands). A cast only a guard or a condition reads (an assert, a tf.cond's predicate) is
+    not on such a path (review: one made a 0.2% wrong backward pass)."""
     import tensorflow as tf
-    from tensorflow.core.framework import types_pb2
 
     target.evaluations += 1  # f's Python body runs in the trace: counted as a call of f
     try:
@@ -326,12 +330,43 @@ def _casts_down(target: _Target) -> list[str]:
     except Exception:  # noqa: BLE001 - a function that does not trace says nothing here
         return []
     definition = graph.as_graph_def()
-    nodes = [*definition.node, *(node for function in definition.library.function
-                                 for node in function.node_def)]
-    double = types_pb2.DT_DOUBLE
-    lower = {getattr(types_pb2, name) for name in _LOWER}
-    return sorted({node.name for node in nodes if node.op == "Cast"
-                   and node.attr["SrcT"].type == double and node.attr["DstT"].type in lower})
+    functions = {function.signature.name: function for function in definition.library.function}
+    found: set[str] = set()
+
+    def search(nodes, outputs: list[str], seen_functions: set[str]) -> None:
+        by_name = {node.name: node for node in nodes}
+        stack, seen = list(outputs), set()
+        while stack:
+            node = by_name.get(stack.pop())
+            if node is None or node.name in seen or node.op in _NOT_DIFFERENTIABLE:
+                continue
+            seen.add(node.name)
+            if node.op == "Cast" and node.attr["SrcT"].type == tf.float64.as_datatype_enum \
+                    and node.attr["DstT"].type in _LOWER:
+                found.add(node.name)
+            for called in _called(node, functions):
+                if called not in seen_functions:
+                    body = functions[called]
+                    search(body.node_def, [ret.split(":")[0] for ret in body.ret.values()],
+                           seen_functions | {called})
+            stack += [name.split(":")[0] for name in node.input if not name.startswith("^")]
+
+    search(definition.node, [tensor.op.name for tensor in graph.outputs], set())
+    return sorted(found)
+
+
+# Where float64 values lose digits: a Cast from float64 to these (TensorFlow's DataType enum)
+_LOWER = frozenset({1, 19, 14})  # float32, float16, bfloat16
+
+
+def _called(node, functions: dict) -> list[str]:
+    """The library functions a node calls: by its op (a function called directly), or named in
+    its attributes (PartitionedCall's f, If's branches, While's cond and body)."""
+    names = [node.op] if node.op in functions else []
+    for value in node.attr.values():
+        if value.func.name in functions:
+            names.append(value.func.name)
+    return names
 
 
 def _judge_noisy_probes_exactly(target: _Target, opts: _Options, rng: np.random.Generator,
