@@ -36,6 +36,7 @@ BAD_INPUTS = [
     # null is accepted (QA: the config line echoed seed=null as seed=None, refused so)
     (["optimizer.learning_rate=abc"], 2, "optimizer.learning_rate=abc: must be a number > 0"),
     (["seed=abc"], 2, "seed=abc: must be an integer in [0, 4294967295], or null"),
+    (["seed=-1"], 2, "seed=-1: must be an integer in [0, 4294967295], or null"),
     (["data=csv", "data.path=x.csv", "data.target=y", "data.features=abc"], 2,
      "data.features=abc: must be a list of column names, e.g. [area,rooms]"),  # "of strings"
     (["trainer.epochs=1.5"], 2, "trainer.epochs=1.5: must be an integer"),

@@ -68,7 +68,8 @@ def check_seeds(cfg: DictConfig) -> None:
         if (name == "seed" or name.endswith("_seed")) and value is not None and (
                 isinstance(value, bool) or not isinstance(value, int)
                 or not 0 <= value <= SEED_MAX):
-            raise ConfigError(f"{key}={value}: must be an integer in [0, {SEED_MAX}]")
+            null = ", or null" if key == "seed" else ""  # the master seed's default: unset
+            raise ConfigError(f"{key}={value}: must be an integer in [0, {SEED_MAX}]{null}")
 
 
 def check_finite(cfg: DictConfig) -> None:
