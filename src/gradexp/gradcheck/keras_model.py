@@ -33,7 +33,8 @@ def check_model(model: Any, x: Any, y: Any = None, *, loss: Callable[[Any, Any],
     probes, seed, order, ...). Returns a GradCheckReport whose entries are named by the
     variables' paths without the model's prefix (`dense0/kernel`). Raises ValueError when the
     loss is random at a fixed point in the mode checked, whatever layers are held (no verdict
-    is possible: finite differences would measure noise). The tf.random.Generator states the
+    is possible: finite differences would measure noise), and, before any work, for a model
+    of several inputs or outputs (a dict or list of them). The tf.random.Generator states the
     model's layers hold are as before (random_layers.generator_states_kept)."""
     from gradexp.random_layers import generator_states_kept
 
@@ -46,13 +47,14 @@ def _check_model(model: Any, x: Any, y: Any, *, loss: Callable[[Any, Any], Any] 
     import numpy as np
     import tensorflow as tf
 
-    from gradexp.check_notes import RANDOM_NOTE, UNCHECKED_NOTE, held_note
+    from gradexp.check_notes import RANDOM_NOTE, UNCHECKED_NOTE, half_precision_note, held_note
     from gradexp.gradcheck.checker import check_gradients
-    from gradexp.models import Model
+    from gradexp.models import Model, half_precision_layers
     from gradexp.random_layers import held_in_inference, held_names, random_layers
 
     if mode not in MODES:
         raise ValueError(f"mode={mode!r}: expected one of {', '.join(MODES)}")
+    _one_input_one_output(model, x, y)
     x = np.asarray(x)
     wrapped = Model(model, int(x.shape[-1]))
     notes: list[str] = []
@@ -95,10 +97,57 @@ def _check_model(model: Any, x: Any, y: Any, *, loss: Callable[[Any, Any], Any] 
         report = check_gradients(of_params(training), params, names=wrapped.names,
                                  **{"compile": False, **options})
         report.notes[:0] = notes
+        half = half_precision_layers(model)  # as a run's check says (run_checks)
+        if half:
+            report.notes.append(half_precision_note(half, report.dtype_used))
         if not report.passed:  # the random layers held in the layers' own checks too
             _name_culprits(report, model, x[:CULPRIT_ROWS], training, dtype, wrapped.names,
                            options)
     return report
+
+
+def _one_input_one_output(model: Any, x: Any, y: Any) -> None:
+    """Raise ValueError, before any work, for several inputs or outputs (a dict or list of
+    arrays, a functional model of several Inputs or outputs): the float64 twin takes one
+    keras.Input of rows x features, and they met IndexError, numpy's "inhomogeneous shape" or
+    "'list' object has no attribute 'dtype'" inside (QA)."""
+    def parts(value: Any) -> int:  # Keras' multi-input convention: a dict or list of arrays
+        if isinstance(value, dict):
+            return len(value)
+        if isinstance(value, (list, tuple)) and value and all(
+                len(getattr(v, "shape", ())) >= 2 for v in value):
+            return len(value)
+        return 1
+
+    try:
+        n_inputs, n_outputs = len(model.inputs or []), len(model.outputs or [])
+    except (AttributeError, ValueError):
+        n_inputs = n_outputs = 0
+    if not n_outputs and parts(x) == 1:  # a subclassed model: what its call returns, on a row
+        import keras
+        import numpy as np
+        import tensorflow as tf
+
+        try:
+            with keras.StatelessScope():  # changes nothing
+                n_outputs = len(tf.nest.flatten(model(np.asarray(x)[:1])))
+        except Exception:  # noqa: BLE001 - not on one row: the check itself will say
+            return
+    found = [f"x as a {type(x).__name__} of {parts(x)} arrays" if parts(x) > 1 else "",
+             f"a model of {n_inputs} inputs" if n_inputs > 1 else "",
+             f"y as a {type(y).__name__} of {parts(y)} arrays" if parts(y) > 1 else "",
+             f"a model of {n_outputs} outputs" if n_outputs > 1 else ""]
+    if any(found):
+        raise ValueError(_one_only(" and ".join(f for f in found if f)))
+
+
+def _one_only(found: str) -> str:
+    """The one-line refusal of several inputs or outputs, with how to check such a model."""
+    return (f"check_model takes a model of one input and one output tensor (x: one array of "
+            f"rows x features, y: one array), got {found}; wrap it: one Input of the "
+            f"concatenated features, split inside (i = keras.Input((n_a + n_b,)); "
+            f"keras.Model(i, model([i[:, :n_a], i[:, n_a:]]))), and check each output's loss "
+            f"with keras.Model(model.input, model.outputs[k])")
 
 
 def _name_culprits(report: Any, model: Any, x: Any, training: bool, dtype: str,
