@@ -315,3 +315,24 @@ def _run_outside_the_checkout(tmp_path_factory):
     os.chdir(tmp_path_factory.mktemp("launch"))
     yield
     os.chdir(before)
+
+
+# A builder of y = w x + b with fixed weights, for tests that tell which file of a module ran
+FIXED_LINE = '''
+import keras
+
+def build(n_features, n_outputs):
+    # y = {w}x + {b} (trained at a learning rate of 1e-9): the final loss says which ran
+    x = keras.Input((n_features,))
+    line = keras.layers.Dense(n_outputs, kernel_initializer=keras.initializers.Constant({w}),
+                              bias_initializer=keras.initializers.Constant({b}))
+    return keras.Model(x, line(x))
+'''
+
+
+def shadowed_line(module: str, where) -> str:
+    """The line refusing a `module` the session imported from `where`, not the launch folder."""
+    return (f"model._target_={module}.build: {module} is already imported in this session from "
+            f"{where}, and Python would run that one, not the launch folder's {module}.py "
+            f"(which `python -m gradexp` there runs): del sys.modules['{module}'] first, or "
+            f"launch from {where}")

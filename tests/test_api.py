@@ -20,7 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from mlflow import MlflowClient
 
 import gradexp
-from conftest import CONF, run_cli, user_modules
+from conftest import CONF, FIXED_LINE, run_cli, shadowed_line, user_modules
 from gradexp import shared_programs, trainer
 
 QUICK = ("trainer.epochs=3", "gradcheck=off", "tracking.log_model=false")
@@ -457,18 +457,6 @@ def test_a_caller_seeded_as_the_run_was_draws_as_if_no_run_had_come_between():
     assert got + draws(2) == expected
 
 
-FIXED_LINE = '''
-import keras
-
-def build(n_features, n_outputs):
-    # y = {w}x + {b} (trained at a learning rate of 1e-9): the final loss says which ran
-    x = keras.Input((n_features,))
-    line = keras.layers.Dense(n_outputs, kernel_initializer=keras.initializers.Constant({w}),
-                              bias_initializer=keras.initializers.Constant({b}))
-    return keras.Model(x, line(x))
-'''
-
-
 def test_a_call_from_another_folder_runs_that_folders_module_of_the_same_name(tmp_path):
     # The second call ran the first folder's fixed_line.py, cached in sys.modules, and the
     # first folder stayed on sys.path: a person's two projects in one notebook mixed up.
@@ -538,11 +526,7 @@ def test_a_module_the_session_imported_from_elsewhere_is_not_run_for_the_launch_
                         *QUICK, launch_dir=project)
     finally:
         sys.modules.pop("fixed_line", None)
-    assert refused.value.line == (
-        f"model._target_=fixed_line.build: fixed_line is already imported in this session from "
-        f"{notebook}, and Python would run that one, not the launch folder's fixed_line.py "
-        f"(which `python -m gradexp` there runs): del sys.modules['fixed_line'] first, or "
-        f"launch from {notebook}")
+    assert refused.value.line == shadowed_line("fixed_line", notebook)
     assert refused.value.exit_code == 2
 
 

@@ -11,18 +11,9 @@ import sys
 import pytest
 
 import gradexp
-from conftest import user_modules
+from conftest import FIXED_LINE, shadowed_line, user_modules
 
-LINE = '''
-import keras
-
-def build(n_features, n_outputs):
-    # y = {w}x + {b} (trained at a learning rate of 1e-9): the final loss says which ran
-    x = keras.Input((n_features,))
-    line = keras.layers.Dense(n_outputs, kernel_initializer=keras.initializers.Constant({w}),
-                              bias_initializer=keras.initializers.Constant({b}))
-    return keras.Model(x, line(x))
-'''
+LINE = FIXED_LINE
 UNSEEDED = '''
 import keras
 
@@ -72,11 +63,7 @@ def test_a_module_the_session_imported_from_a_subfolder_is_refused(tmp_path, sto
         with pytest.raises(gradexp.GradexpError) as refused:
             gradexp.run(f"tracking.uri={store}", "model._target_=my_models.build", *FROZEN,
                         launch_dir=tmp_path)
-    assert refused.value.line == (
-        f"model._target_=my_models.build: my_models is already imported in this session from "
-        f"{old}, and Python would run that one, not the launch folder's my_models.py "
-        f"(which `python -m gradexp` there runs): del sys.modules['my_models'] first, or "
-        f"launch from {old}")
+    assert refused.value.line == shadowed_line("my_models", old)
     assert refused.value.exit_code == 2
 
 
