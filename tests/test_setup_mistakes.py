@@ -692,7 +692,7 @@ def test_code_that_runs_only_eagerly_trains_with_trainer_compile_false(launch, c
 
 
 def test_which_modules_load_tensorflow_is_read_from_their_source(launch):
-    from gradexp.setup_checks import loads_tensorflow
+    from gradexp.user_code import loads_tensorflow
 
     (launch / "tf_models.py").write_text("import numpy as np\nfrom tensorflow import keras\n")
     sys.path.insert(0, str(launch))

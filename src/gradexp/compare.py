@@ -507,44 +507,36 @@ def print_groups(selection: Selection, metric: str, desc: bool, over: list[str])
     keys, else every differing param; a master seed's derived seeds aside), as the sweep's parent
     groups its replicates (gradexp.replicates): pruned and failed replicates counted, not
     averaged; a job run more than once counted once (its newest run)."""
+    from gradexp import replicates
     from gradexp.console import console
-    from gradexp.replicates import (
-        derived_keys,
-        derived_note,
-        distinct_runs,
-        duplicates_note,
-        group_runs,
-        groups_table,
-        identical_note,
-        overlap_note,
-    )
 
     out = console()
     ended = [run for run in selection.runs if run.info.status != "RUNNING"]  # still training
-    runs, duplicates = distinct_runs(ended)
+    runs, duplicates = replicates.distinct_runs(ended)
     swept = selection.swept if selection.swept is not None else (
         differing_params(runs)[0] if len(runs) > 1 else [])
-    derived = derived_keys(run.data.params for run in runs)
-    # the note only of keys a sweep swept (review: compare's differing seeds are not swept)
-    replaced = selection.swept or []
+    derived = replicates.derived_keys(run.data.params for run in runs)
+    # said of the keys a sweep swept only (review: compare's differing seeds were not swept)
+    replaced = replicates.derived_note(selection.swept or [], derived)
     swept = [key for key in swept if key not in derived]
     if not any(key in over for key in swept):
-        out.print(f"--aggregate: the runs shown do not differ in {', '.join(over)}; "
-                  "no replicates to group", highlight=False, markup=False)
-        if derived_note(replaced, derived):
-            out.print(derived_note(replaced, derived), highlight=False, markup=False)
+        for line in (f"--aggregate: the runs shown do not differ in {', '.join(over)}; no "
+                     "replicates to group", replaced):
+            if line:
+                out.print(line, highlight=False, markup=False)
         return
-    groups = group_runs([(run.info.run_id, run.data.params, run.data.metrics.get(metric, math.nan))
-                         for run in runs], swept, over, "maximize" if desc else "minimize",
-                        pruned={run.info.run_id for run in runs if PRUNED_TAG in run.data.tags},
-                        failed={run.info.run_id for run in runs
-                                if run.info.status != "FINISHED"})
-    out.print(groups_table(groups, metric, "↓" if desc else "↑",
-                           f"groups over {', '.join(over)}: mean, "
-                           f"{'highest' if desc else 'lowest'} first"))
+    groups = replicates.group_runs(
+        [(run.info.run_id, run.data.params, run.data.metrics.get(metric, math.nan))
+         for run in runs], swept, over, "maximize" if desc else "minimize",
+        pruned={run.info.run_id for run in runs if PRUNED_TAG in run.data.tags},
+        failed={run.info.run_id for run in runs if run.info.status != "FINISHED"})
+    out.print(replicates.groups_table(groups, metric, "↓" if desc else "↑",
+                                      f"groups over {', '.join(over)}: mean, "
+                                      f"{'highest' if desc else 'lowest'} first"))
     losses = {run.info.run_id: run.data.metrics.get("final_loss") for run in runs}
-    for line in (duplicates_note(duplicates), identical_note(groups, over, losses),
-                 overlap_note(groups), derived_note(replaced, derived)):
+    for line in (replicates.duplicates_note(duplicates),
+                 replicates.identical_note(groups, over, losses),
+                 replicates.overlap_note(groups), replaced):
         if line:
             out.print(line, highlight=False, markup=False)
     if selection.more:

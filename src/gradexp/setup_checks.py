@@ -15,11 +15,9 @@ the run go on. Nothing here is silent.
 from __future__ import annotations
 
 import collections
-import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -566,40 +564,3 @@ def _refuse_custom_gradient(where: str, error: BaseException) -> None:
     refused = custom_gradient_refusal(where, error)
     if refused is not None:
         raise refused from None
-
-
-TENSORFLOW_IMPORT = re.compile(r"^\s*(?:import|from)\s+(?:tensorflow|keras|tf_keras)\b",
-                               re.MULTILINE)
-
-
-def before_importing(key: str, module_name: str) -> None:
-    """A person's module that imports TensorFlow takes seconds to load the first time: say what
-    is loading, in one line, and load TensorFlow first, quietly (gradexp.tensorflow_import), so
-    its start-up chatter does not follow the line."""
-    if "tensorflow" in sys.modules or not loads_tensorflow(module_name):
-        return
-    from gradexp.console import note_line
-    from gradexp.tensorflow_import import import_tensorflow
-
-    note_line(f"importing {module_name} ({key}), which loads TensorFlow: a few seconds")
-    import_tensorflow()
-
-
-def loads_tensorflow(module_name: str) -> bool:
-    """Whether a top-level module of the person's (a .py file, not yet imported) imports
-    TensorFlow or Keras, from its source: nothing is imported to know."""
-    import importlib.util
-
-    if module_name in sys.modules or "." in module_name:
-        return False
-    try:
-        spec = importlib.util.find_spec(module_name)
-    except (ImportError, ValueError):
-        return False
-    origin = getattr(spec, "origin", None) or ""
-    if not origin.endswith(".py") or "site-packages" in origin or "dist-packages" in origin:
-        return False  # an installed package, an extension, a built-in: not the person's file
-    try:
-        return bool(TENSORFLOW_IMPORT.search(Path(origin).read_text(errors="replace")))
-    except OSError:
-        return False

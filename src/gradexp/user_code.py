@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 import sys
 import traceback
 from collections.abc import Callable, Iterator
@@ -135,8 +136,6 @@ def locate(key: str, path: str) -> Any:
         raise ConfigError(f"{key}={path}: not a dotted path such as mymodule.my_function")
     if len(parts) == 1:
         raise ConfigError(f"{key}={path}: name the module too, e.g. {key}=mymodule.{path}")
-    from gradexp.setup_checks import before_importing
-
     before_importing(key, parts[0])  # a module of yours that loads TensorFlow says so
     hydra_log = logging.getLogger("hydra.utils")
     level = hydra_log.level
@@ -289,3 +288,41 @@ def with_autograph(function: Callable[..., Any]) -> Callable[..., Any]:
             raise metadata.to_exception(error) from None
 
     return traced
+
+
+# A person's module that imports TensorFlow or Keras at its top level (from its source)
+TENSORFLOW_IMPORT = re.compile(r"^\s*(?:import|from)\s+(?:tensorflow|keras|tf_keras)\b",
+                               re.MULTILINE)
+
+
+def before_importing(key: str, module_name: str) -> None:
+    """A person's module that imports TensorFlow takes seconds to load the first time: say what
+    is loading, in one line, and load TensorFlow first, quietly (gradexp.tensorflow_import), so
+    its start-up chatter does not follow the line."""
+    if "tensorflow" in sys.modules or not loads_tensorflow(module_name):
+        return
+    from gradexp.console import note_line
+    from gradexp.tensorflow_import import import_tensorflow
+
+    note_line(f"importing {module_name} ({key}), which loads TensorFlow: a few seconds")
+    import_tensorflow()
+
+
+def loads_tensorflow(module_name: str) -> bool:
+    """Whether a top-level module of the person's (a .py file, not yet imported) imports
+    TensorFlow or Keras, from its source: nothing is imported to know."""
+    import importlib.util
+
+    if module_name in sys.modules or "." in module_name:
+        return False
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        return False
+    origin = getattr(spec, "origin", None) or ""
+    if not origin.endswith(".py") or "site-packages" in origin or "dist-packages" in origin:
+        return False  # an installed package, an extension, a built-in: not the person's file
+    try:
+        return bool(TENSORFLOW_IMPORT.search(Path(origin).read_text(errors="replace")))
+    except OSError:
+        return False
