@@ -159,7 +159,11 @@ class OptunaSweeper(Sweeper):
             _tag_trial_runs(self.config, sweep_dir, batch, returns)
         except Exception as error:  # noqa: BLE001
             log.warning("the trials' runs could not be tagged (%s)", error)
-        pruned = _reused_pruned_runs(self.config, sweep_dir, range(first, self.job_idx))
+        try:  # which reused runs were pruned: read from MLflow, a lead as the tags are
+            pruned = _reused_pruned_runs(self.config, sweep_dir, range(first, self.job_idx))
+        except Exception as error:  # noqa: BLE001 - the jobs ran: their trials are told anyway
+            log.warning("the reused runs could not be read (%s)", error)
+            pruned = {}
         for number, (trial, ret) in enumerate(zip(batch, returns), start=first):
             value = _objective(ret)
             try:
