@@ -212,9 +212,11 @@ def _drawn_afresh() -> None:
 
         np.random.seed()
     if "keras" in sys.modules:
-        from keras.src.backend.common import global_state
-        from keras.src.random.seed_generator import GLOBAL_SEED_GENERATOR
-
+        try:  # Keras' private module: a release that moves it leaves its generator as it was
+            from keras.src.backend.common import global_state
+            from keras.src.random.seed_generator import GLOBAL_SEED_GENERATOR
+        except ImportError:
+            return
         global_state.set_global_attribute(GLOBAL_SEED_GENERATOR, None)
 
 
