@@ -84,3 +84,23 @@ def held_note(layers: tuple[str, ...]) -> str:
             f"which a numerical derivative cannot hold fixed: checked with "
             f"{'it' if len(layers) == 1 else 'them'} in inference mode, every other layer in "
             "training mode")
+
+
+
+def assigning_note(layers: tuple[str, ...], variables: tuple[str, ...],
+                   classes: tuple[type, ...]) -> str:
+    """What a training-mode check did with layers that assign their own trainable variables
+    while they compute (gradexp.assigning_layers): what training differentiates there is
+    their inference-mode computation, at the value assigned."""
+    def listed(names: tuple[str, ...]) -> str:
+        return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+
+    one = len(layers) == 1
+    whose = " or ".join(("Keras' " if c.__module__.split(".")[0] == "keras" else "your ")
+                        + c.__name__ for c in classes)
+    named = f"layer {layers[0]} assigns its" if one else f"layers {listed(layers)} assign their"
+    return (f"{named} own trainable variable{'s' * (len(variables) > 1)} {listed(variables)} "
+            f"while {'it computes' if one else 'they compute'} in training mode (as {whose} "
+            f"does), so training applies the gradient of {'its' if one else 'their'} "
+            f"inference-mode computation: checked with {'it' if one else 'them'} in inference "
+            "mode, every other layer in training mode")

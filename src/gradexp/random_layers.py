@@ -36,13 +36,17 @@ def held_in_inference(model: Model, classes: Sequence[type]) -> Iterator[None]:
     the model is called in, and the layers it calls with it (Keras' call context says False
     inside it, and what it said after it returns, so its later siblings keep their mode);
     `model.held` names the classes meanwhile, so that functions traced in the block are kept
-    apart from the others."""
+    apart from the others. Nested, the blocks add up: layers that assign their own variables
+    (gradexp.assigning_layers) stay held while the random ones are searched for inside."""
+    held = model.held
     patched = []
     for cls in dict.fromkeys(classes):
+        if cls in held:  # held by an enclosing block already
+            continue
         own = cls.__dict__.get("call")
         cls.call = _in_inference(cls.call)
         patched.append((cls, own))
-    held, model.held = model.held, tuple(classes)
+    model.held = tuple(dict.fromkeys((*held, *classes)))
     try:
         yield
     finally:

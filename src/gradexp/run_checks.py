@@ -11,6 +11,9 @@ Randomness a layer draws outside Keras' seed generators (raw `tf.random` ops) ca
 fixed: the loss then differs between two evaluations at one point, and the layers drawing it
 are held in inference mode, the others checked in training mode (gradexp.random_layers), or the
 whole check is made in inference mode if no layer's inference mode removes it; a note says so.
+A layer that assigns its own trainable variables while it computes in training mode (Keras'
+SpectralNormalization) is held in inference mode too: a training step differentiates its
+inference-mode computation at the value assigned (gradexp.assigning_layers); a note says so.
 `gradcheck.mode=inference` checks the inference computation (no dropout, batch norm on its
 moving statistics); `both` checks both.
 Probes of the variables are one joint probe set over all of them (gradcheck/joint.py), on all
@@ -37,9 +40,11 @@ from omegaconf import DictConfig
 from tensorflow.python.eager import context  # per-thread options of function calls
 
 from gradexp import shared_programs
+from gradexp.assigning_layers import assigning_layers, assigning_names
 from gradexp.check_notes import (
     RANDOM_NOTE,
     UNCHECKED_NOTE,
+    assigning_note,
     half_precision_note,
     held_note,
     unchecked_inputs,
@@ -149,13 +154,15 @@ def disconnected_variables(cfg: DictConfig, model: Model, loss_cfg: DictConfig,
     more forward and backward pass, which a run spends at its first check only, and a sweep's
     jobs that share the checked loss (gradexp.shared_programs) once: which variables reach the
     loss is the model's and loss's structure, not its weights' values."""
-    losses = _losses(cfg.dtype, model, loss_cfg, data, row_limit(cfg, model))
-    if losses.disconnected is None:
-        params = [tf.constant(v.numpy(), losses.dtype) for v in model.params]
-        positions = [str(index) for index in range(len(params))]
-        with generator_states_kept(model.network):  # a training-mode pass (review)
-            losses.disconnected = [int(index) for index in unconnected_names(
-                losses.of_params.function, params, positions)]
+    # the training-mode loss as the check holds it (a layer assigning its own variables)
+    with held_in_inference(model, assigning_layers(model, data.x)):
+        losses = _losses(cfg.dtype, model, loss_cfg, data, row_limit(cfg, model))
+        if losses.disconnected is None:
+            params = [tf.constant(v.numpy(), losses.dtype) for v in model.params]
+            positions = [str(index) for index in range(len(params))]
+            with generator_states_kept(model.network):  # a training-mode pass (review)
+                losses.disconnected = [int(index) for index in unconnected_names(
+                    losses.of_params.function, params, positions)]
     return [model.names[index] for index in losses.disconnected]
 
 
@@ -164,7 +171,18 @@ def _check(cfg: DictConfig, model: Model, loss_cfg: DictConfig, data: Dataset, e
     """The checks in one mode. In training mode, if the loss is random at a fixed point
     (randomness Keras' seeds do not hold), the layers drawing it are held in inference mode,
     or, if no layer's inference mode makes it repeat, the whole model (with a note); random in
-    inference mode too, nothing is checked (CheckResult.unchecked says why)."""
+    inference mode too, nothing is checked (CheckResult.unchecked says why). Layers that assign
+    their own trainable variables in training mode are held in inference mode first
+    (gradexp.assigning_layers: what training differentiates there), with a note of their own."""
+    assigning = [c for c in assigning_layers(model, data.x) if c not in model.held] \
+        if training else []
+    if assigning:  # the held random layers, if any, found inside with them held
+        with held_in_inference(model, assigning):
+            result = _check(cfg, model, loss_cfg, data, epoch, eager, True)
+        if not result.unchecked:
+            result.notes.insert(0, assigning_note(*assigning_names(model), tuple(assigning)))
+        result.held = tuple(dict.fromkeys((*assigning, *result.held)))  # the culprit search's
+        return result
     args = (cfg.dtype, model, loss_cfg, data, row_limit(cfg, model), None)
     losses = _losses(*args, trial=eager, training=training)
     if losses.random is None:

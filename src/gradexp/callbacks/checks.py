@@ -139,7 +139,8 @@ def failure_lines(result) -> list[str]:
 
         for verdict in result.culprits:
             entry = verdict.worst
-            what = "model" if verdict.container and "/" not in verdict.name else "layer"
+            # a Keras wrapper (SpectralNormalization, Bidirectional) holds layers but is one
+            what = "model" if verdict.model else "layer"
             # A layer whose first order passed alone is blamed for its second derivatives.
             checked = ("its second derivatives checked alone" if verdict.report is not None
                        and verdict.report.order == 2 else "its own losses checked alone"

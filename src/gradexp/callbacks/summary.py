@@ -33,8 +33,9 @@ def verdict(run: RunView) -> str | None:
              f"epoch{'s' if len(failed) > 1 else ''} {', '.join(map(str, failed))}")
             + f" ({count} check{'s' if count > 1 else ''}"
             + ("" if error is None else f"; worst at epoch {worst.epoch}: {error[1].describe()}")
-            + (f"; wrong layer: {', '.join(v.name for v in worst.culprits)}"
-               if worst.culprits else "")
+            # "model" only for a keras.Model, as the check's warning says (QA: a wrapper layer)
+            + "".join(f"; wrong {'model' if v.model else 'layer'}: {v.name}"
+                      for v in worst.culprits)
             + (f"; in {worst.mode} mode, see its warning" if worst.mode != checked_mode(run)
                else "") + ")")
 

@@ -52,7 +52,9 @@ class LayerVerdict:
     ``name`` is the layer's path in the model ("encoder", "block/softplus" for a layer inside
     the nested model "block"); ``call`` which of its calls in the forward pass (0: the first);
     ``variables`` the names of its own trainable variables, as the run's check names them;
-    ``report`` the check (None when it could not be checked: ``note`` says why).
+    ``report`` the check (None when it could not be checked: ``note`` says why); ``model``
+    whether it is a keras.Model (a container may be a layer: SpectralNormalization,
+    Bidirectional, a custom block, which the console called "model" (QA)).
     """
 
     name: str
@@ -63,6 +65,7 @@ class LayerVerdict:
     variables: list[str] = field(default_factory=list)
     report: GradCheckReport | None = None
     note: str = ""
+    model: bool = False
 
     @property
     def worst(self) -> GradCheckEntry | None:
@@ -73,7 +76,8 @@ class LayerVerdict:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "call": self.call, "passed": self.passed,
                 "container": self.container, "dtype": self.dtype, "variables": self.variables,
-                "note": self.note, "report": self.report.to_dict() if self.report else None}
+                "model": self.model, "note": self.note,
+                "report": self.report.to_dict() if self.report else None}
 
 
 def find_culprits(network: Any, x: Any, training: bool = True, *, dtype: str = "float64",
@@ -113,7 +117,8 @@ def check_layers(network: Any, x: Any, training: bool = True, *, dtype: str = "f
             except Exception as error:  # noqa: BLE001 - a layer that cannot run alone
                 verdict = LayerVerdict(paths[layer] or layer.name, index, True, bool(inside),
                                        _dtype_of(layer), note=f"not checked: it raised "
-                                       f"{type(error).__name__} when called alone")
+                                       f"{type(error).__name__} when called alone",
+                                       model=_is_model(layer))
             verdicts.append(verdict)
             if not verdict.passed:
                 failed.add(id(layer))
@@ -232,7 +237,8 @@ def _check_call(layer: Any, path: str, index: int, args: Any, kwargs: Any, state
     name = path or layer.name
     own = list(layer.trainable_variables)
     verdict = LayerVerdict(name, index, True, container, _dtype_of(layer),
-                           [variable_names.get(id(v), v.path) for v in own])
+                           [variable_names.get(id(v), v.path) for v in own],
+                           model=_is_model(layer))
     flat = tf.nest.flatten((args, kwargs))
     checked = [k for k in _inputs_checked(args, kwargs) if _is_float_tensor(flat[k])]
     if not checked and not own:
@@ -273,6 +279,13 @@ def _check_call(layer: Any, path: str, index: int, args: Any, kwargs: Any, state
             verdict.report, verdict.note = second, "its second derivatives are wrong"
     verdict.passed = verdict.report.passed
     return verdict
+
+
+def _is_model(layer: Any) -> bool:
+    """A keras.Model (Sequential, functional, subclassed), not a layer holding layers."""
+    import keras
+
+    return isinstance(layer, keras.Model)
 
 
 def _inputs_checked(args: Any, kwargs: dict) -> list[int]:

@@ -11,7 +11,9 @@ model is never changed: in training mode every evaluation draws the dropout mask
 seed state gives now, and batch norm uses the batch's statistics without moving its own. A
 model whose training-mode output is random at a fixed point (raw `tf.random` in a layer) has the
 layers drawing it held in inference mode (gradexp.random_layers), or, if that does not make it
-repeat, is checked in inference mode as a whole; the report's notes say which. When the check
+repeat, is checked in inference mode as a whole; a layer assigning its own trainable variables
+in training mode (Keras' SpectralNormalization) is held in inference mode, the computation whose
+gradient training applies (gradexp.assigning_layers); the report's notes say which. When the check
 fails, the layers whose own backward is wrong are searched for as a run does (culprits.py, each
 layer checked alone on at most CULPRIT_ROWS of x) and named in ``report.culprits``. The same
 rules as a run's checks (src/gradexp/run_checks.py), for a notebook.
@@ -47,7 +49,14 @@ def _check_model(model: Any, x: Any, y: Any, *, loss: Callable[[Any, Any], Any] 
     import numpy as np
     import tensorflow as tf
 
-    from gradexp.check_notes import RANDOM_NOTE, UNCHECKED_NOTE, half_precision_note, held_note
+    from gradexp.assigning_layers import assigning_layers, assigning_names
+    from gradexp.check_notes import (
+        RANDOM_NOTE,
+        UNCHECKED_NOTE,
+        assigning_note,
+        half_precision_note,
+        held_note,
+    )
     from gradexp.gradcheck.checker import check_gradients
     from gradexp.models import Model, half_precision_layers
     from gradexp.random_layers import held_in_inference, held_names, random_layers
@@ -83,16 +92,24 @@ def _check_model(model: Any, x: Any, y: Any, *, loss: Callable[[Any, Any], Any] 
             first, second = (of_params(training)(*params).numpy() for _ in range(2))
         return np.array_equal(first, second, equal_nan=True)
 
-    held: list[type] = []
-    if training and not repeats(held, True):
-        held = random_layers(wrapped, params, inputs) or []
-        if held and repeats(held, True):
-            notes.append(held_note(held_names(wrapped, held)))
-        else:
-            training, held = False, []
-            notes.append(RANDOM_NOTE)
-    if not training and not repeats(held, False):  # a run says "not checked" (no verdict)
-        raise ValueError(UNCHECKED_NOTE)
+    # Layers assigning their own trainable variables (Keras' SpectralNormalization) held in
+    # inference mode, what training differentiates there (gradexp.assigning_layers), with the
+    # random layers, if any, found and held besides them.
+    assigning = assigning_layers(wrapped, x) if training else ()
+    if assigning:
+        notes.append(assigning_note(*assigning_names(wrapped), assigning))
+    held: list[type] = list(assigning)
+    with held_in_inference(wrapped, assigning):
+        if training and not repeats([], True):
+            random = random_layers(wrapped, params, inputs) or []
+            if random and repeats(random, True):
+                notes.append(held_note(held_names(wrapped, random)))
+                held += random
+            else:
+                training = False
+                notes.append(RANDOM_NOTE)
+        if not training and not repeats([], False):  # a run says "not checked" (no verdict)
+            raise ValueError(UNCHECKED_NOTE)
     with held_in_inference(wrapped, held):  # the evaluations are eager: held while they run
         report = check_gradients(of_params(training), params, names=wrapped.names,
                                  **{"compile": False, **options})
