@@ -57,8 +57,16 @@ def _check_rules(node: DictConfig, prefix: str) -> None:
         if rule is None or value is None:
             continue
         if isinstance(value, bool) or not rule.test(value):
-            shown = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
-            raise ConfigError(f"{prefix}{item.name}={shown}: {rule.accepted}")
+            raise ConfigError(f"{prefix}{item.name}={_shown(value)}: {rule.accepted}")
+
+
+def _shown(value: Any) -> str:
+    """A value as given: a list[float]'s whole numbers as typed ([3, 1], not OmegaConf's
+    [3.0, 1.0])."""
+    if not OmegaConf.is_list(value):
+        return str(value)
+    return str([int(item) if isinstance(item, float) and item.is_integer() else item
+                for item in OmegaConf.to_container(value)])
 
 
 def check_seeds(cfg: DictConfig) -> None:

@@ -69,7 +69,9 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
             restart_of, run_name, resume = resume.run_id, resume.run_name or run_name, None
     derived = derive_seeds(cfg)  # seed=N: model.seed, trainer.seed, data's seed (gradexp.seeds)
     given = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-    label_by_target(cfg)  # loss.name=mylosses.pseudo_huber, not the name of the option it replaced
+    # loss.name=mylosses.pseudo_huber, not the name of the option it replaced; the optimizer's
+    # below, once its build check has named the option its arguments came from (optimizer=sgd)
+    label_by_target(cfg, ("data", "model", "loss"))
     data = load_data(cfg.data, launch_dir, independent_outputs(cfg.loss))
     recorded = data_record(data, cfg.trainer.batch_size)  # rows, standardized, batches, labels
     check_objective(cfg, data.task)
@@ -77,6 +79,7 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
     # before the model checks below start TensorFlow's runtime (mirrored's CPU replicas)
     check_device(getattr(cfg.device.name, "value", cfg.device.name), cfg.device.cpu_replicas)
     check_user_code(cfg, launch_dir, data)  # a bad _target_ ends here, before any MLflow run
+    label_by_target(cfg)  # optimizer.name=keras.optimizers.AdamW too (QA), before it is shown
     if show_config and not quiet:
         console.print_config(cfg, config_params(cfg))
     for note in [] if quiet else [*recorded.notes, replaced_seeds_note(cfg, derived, given)]:
@@ -187,7 +190,16 @@ class Loop:
                     stretch = next(stretches, None)
                     if stretch is None:
                         break
-                    self.emit_with_checks("on_stretch_end", stretch, {})
+                    try:
+                        self.emit_with_checks("on_stretch_end", stretch, {})
+                    except Diverged:
+                        # The run ends at the last epoch it recorded, before the NaN one: the
+                        # compiled call trained on past it (QA: on_train_end saw run.epoch 16,
+                        # history.parquet and MLflow ended at epoch 6, the NaN at 7)
+                        bad = stretch.first_nonfinite_epoch()
+                        if bad is not None:
+                            run.trainer.epoch = bad - 1
+                        raise
                     run.say_untrained(run.trainer.untrained)  # known once its step traced
             self.end("FINISHED")
 

@@ -49,11 +49,17 @@ def _last_steps(boundaries: list[float], steps_per_epoch: int) -> list[int]:
 
 
 def build_optimizer(cfg: DictConfig, steps_per_epoch: int, epochs: int) -> Any:
-    """The Keras optimizer `optimizer._target_` names, its learning rate a schedule if asked."""
+    """The Keras optimizer `optimizer._target_` names, its learning rate a schedule if asked.
+    `name` is gradexp's label for the run (the option, or a replaced `_target_`: user_code's
+    label_by_target), as it is for the loss, never an argument: passed on, a person's own
+    function refused it ("unexpected keyword argument 'name'", QA), and Keras' own optimizers
+    would be named after a dotted path. They keep their own default names, which a checkpoint
+    does not depend on (its optimizer state is restored by position, not by name)."""
     from gradexp.user_code import instantiate
 
     options = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     options.pop("schedule", None)
     options.pop("learning_rate")
+    options.pop("name", None)
     return instantiate("optimizer._target_", options,
                        learning_rate=learning_rate(cfg, steps_per_epoch, epochs))

@@ -20,7 +20,9 @@ from typing import Any
 from omegaconf import MISSING
 
 from gradexp.schema_fields import (  # noqa: F401  (re-exported: gradexp.schema.setting, ...)
+    BOUNDARIES,
     COLUMNS,
+    FACTORS,
     MOMENTUM,
     NAME,
     NON_NEGATIVE,
@@ -330,9 +332,10 @@ class Schedule:
                                   "every decay_epochs", positive("a number of epochs"))
     decay_rate: float = setting(0.5, "exponential: the factor per decay_epochs", positive())
     boundaries: list[float] = setting([50.0], "piecewise: epochs after which the rate changes "
-                                      "(b: epochs 1..b at the old rate, b+1 on at the next)")
+                                      "(b: epochs 1..b at the old rate, b+1 on at the next)",
+                                      BOUNDARIES)
     factors: list[float] = setting([1.0, 0.1], "piecewise: learning_rate times these, one more "
-                                   "than boundaries (checked before the run)")
+                                   "than boundaries (checked before the run)", FACTORS)
 
 
 @dataclass

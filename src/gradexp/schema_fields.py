@@ -53,6 +53,14 @@ COLUMNS = Rule(lambda v: len(v) > 0,
                "must be a list of column names, e.g. [area,rooms], or null for every other column")
 WIDTHS = Rule(lambda v: all(_is_int(w) and w >= 1 for w in v),
               "must be a list of integers >= 1, e.g. [32,32]")
+# A piecewise schedule's boundaries and factors: Keras took [3,1] (adding up the overlapping
+# stretches: a rate nobody asked for), [-1] (the first stretch never trained) and a factor of -1
+# (gradient ascent: the loss grew, silently), and failed on [] inside the run (QA).
+BOUNDARIES = Rule(lambda v: len(v) > 0 and all(b > 0 for b in v)
+                  and all(a < b for a, b in zip(list(v), list(v)[1:])),
+                  "must be one or more epochs > 0 in increasing order, e.g. [50,80]")
+FACTORS = Rule(lambda v: len(v) > 0 and all(f > 0 for f in v),
+               "must be one or more numbers > 0, e.g. [1,0.1,0.01]")
 
 
 def setting(default: Any, doc: str, rule: Rule | None = None, *, accepted: str = "") -> Any:

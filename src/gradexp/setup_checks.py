@@ -62,10 +62,14 @@ def warning_line(message: str) -> None:
 
 def check_config(cfg: DictConfig) -> None:
     """What the config alone shows: a `_target_` set on a group option that does not read it,
-    a piecewise schedule whose factors do not match its boundaries."""
+    a piecewise schedule whose factors do not match its boundaries, a built-in callback
+    removed while its job is on (gradexp.callbacks.check_jobs_kept)."""
+    from gradexp.callbacks import check_jobs_kept
+
     for group in BUILT_BY_OPTION:
         check_target_is_read(cfg, group)
     check_piecewise(cfg)
+    check_jobs_kept(cfg)
 
 
 def check_piecewise(cfg: DictConfig) -> None:

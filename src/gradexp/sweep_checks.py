@@ -161,6 +161,7 @@ def checked_job(config: DictConfig, loader: Any, overrides: list[str]) -> DictCo
     it before TensorFlow loads; its config as the job's task sees it. A ConfigError (one line)
     for a mistake. The basic sweeper's every job, and each value an Optuna search may choose
     (hydra_plugins.gradexp_optuna.checks)."""
+    from gradexp.callbacks import check_jobs_kept
     from gradexp.config_checks import check_ranges
     from gradexp.config_errors import USER_ERRORS, one_line
     from gradexp.metrics import check_monitor, check_objective, task_of
@@ -178,6 +179,7 @@ def checked_job(config: DictConfig, loader: Any, overrides: list[str]) -> DictCo
     check_ranges(job_cfg)
     check_modules_exist(job_cfg, Path.cwd())
     check_config(job_cfg)
+    check_jobs_kept(job_cfg, sweep=True)  # its pruner and objective read held-out metrics
     if task_is_the_configs(job_cfg):
         check_objective(job_cfg, task_of(job_cfg.data))
         # the monitor's name, before any data loads: whether val/ has rows is the job's

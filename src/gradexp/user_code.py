@@ -9,7 +9,7 @@ folder, and the `gradexp` script and in-process runs do not). `locate` imports a
 turning every way the import can fail into one line naming the key and the path, so a typo ends
 before an MLflow run exists. `label_by_target` sets a group's `name` to the user's `_target_`,
 so MLflow params and `gradexp compare` do not call a run `loss=mse` that trained with
-`mylosses.pseudo_huber`.
+`mylosses.pseudo_huber` (or `optimizer=adam` one that trained with keras.optimizers.AdamW).
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ from omegaconf import DictConfig, OmegaConf
 from gradexp.config_checks import NO_OPTION, shipped_target
 from gradexp.schema import ConfigError
 
-LABELLED_GROUPS = ("data", "model", "loss")
+# optimizer too (QA: optimizer._target_=keras.optimizers.AdamW on optimizer=adam was recorded
+# as optimizer.name=adam); its `name` is the label only, never an argument (build_optimizer)
+LABELLED_GROUPS = ("data", "model", "loss", "optimizer")
 # The groups whose code the traced training, evaluation and check programs run.
 TRACED_GROUPS = ("model", "loss", "optimizer", "eval")
 # Code that cannot change while a process runs (a person's own can: `user_code_launch`).

@@ -27,7 +27,8 @@ from omegaconf import DictConfig, OmegaConf
 from gradexp.callbacks.base import Callback
 from gradexp.schema import ConfigError
 
-__all__ = ["AFTER_YOURS", "BEFORE_YOURS", "Callback", "build_callbacks", "check_callbacks"]
+__all__ = ["AFTER_YOURS", "BEFORE_YOURS", "Callback", "build_callbacks", "check_callbacks",
+           "check_jobs_kept"]
 
 # divergence after the callbacks that record a stretch (each keeps the epochs before a NaN)
 # and before those that would work on its NaN weights (gradient checks, checkpoints)
@@ -61,6 +62,58 @@ def ordered(cfg: DictConfig) -> Iterator[tuple[str, Any]]:
     for name in [*BEFORE_YOURS, *yours, *AFTER_YOURS]:
         if name in entries:
             yield name, entries[name]
+
+
+def check_jobs_kept(cfg: DictConfig, sweep: bool | None = None) -> None:
+    """A built-in callback that does a job the config turns on elsewhere is not removed
+    (~callbacks.NAME, callbacks.NAME=null): one line naming both keys, before the run opens.
+    QA: callbacks.early_stopping=null with trainer.early_stopping.enabled=true trained every
+    epoch, ~callbacks.held_out_evaluation left early stopping nothing to decide on, and
+    ~callbacks.checkpoints with trainer.checkpoint_every=2 wrote none (a resume started over),
+    silently, while the run's params said each job was on. `sweep`: whether `cfg` is a sweep's
+    job (its pruner and objective then count); None: as Hydra runs it (multirun)."""
+    kept = {name for name, _ in ordered(cfg)}
+    for turned_on, needed, turn_off in _jobs_on(cfg, _in_sweep() if sweep is None else sweep):
+        for name in needed:
+            if name not in kept:
+                raise ConfigError(f"{turned_on}, but callbacks.{name} is removed: put it back, "
+                                  f"or {turn_off}")
+
+
+def _jobs_on(cfg: DictConfig, sweep: bool) -> Iterator[tuple[str, tuple[str, ...], str]]:
+    """(the key that turns a job on, the callbacks doing it, how to turn it off) of each job
+    this config turns on. held_out_evaluation records the train/ and val/ metrics that early
+    stopping, a sweep's pruner and its objective read."""
+    stopping = OmegaConf.select(cfg, "trainer.early_stopping.enabled", default=False)
+    if stopping:
+        yield ("trainer.early_stopping.enabled=true", ("early_stopping", "held_out_evaluation"),
+               "set trainer.early_stopping.enabled=false")
+    every = OmegaConf.select(cfg, "trainer.checkpoint_every", default=None)
+    tracking = OmegaConf.select(cfg, "tracking.name", default="none")
+    if every and str(getattr(tracking, "value", tracking)) != "none":  # tracking=none: no run
+        yield (f"trainer.checkpoint_every={every}", ("checkpoints",),  # to resume, none saved
+               "set trainer.checkpoint_every=0")
+    if OmegaConf.select(cfg, "gradcheck.enabled", default=False):
+        yield "gradcheck.enabled=true", ("gradient_checks",), "use gradcheck=off"
+    if not sweep:
+        return  # a single run has no pruner, and ranks against nothing
+    pruner = OmegaConf.select(cfg, "sweep.pruner", default="none")
+    pruner = str(getattr(pruner, "value", pruner))
+    if pruner != "none":
+        yield (f"sweep.pruner={pruner}", ("pruning", "held_out_evaluation"),
+               "set sweep.pruner=none")
+    chosen = str(OmegaConf.select(cfg, "sweep.objective", default="final_loss"))
+    if chosen == "auto" or chosen.split("/")[0] in ("train", "val"):
+        yield (f"sweep.objective={chosen} (a held-out metric the sweep ranks its jobs by)",
+               ("held_out_evaluation",), "set sweep.objective=final_loss")
+
+
+def _in_sweep() -> bool:
+    """Whether this config is a sweep's job (Hydra's multirun)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def check_callbacks(cfg: DictConfig) -> None:
