@@ -167,3 +167,21 @@ def test_a_diverged_runs_callbacks_end_at_the_last_epoch_it_recorded(store, clie
     # was 16: the end of the compiled call the NaN epoch was in
     assert json.loads(told.read_text()) == {"epoch": failed_at - 1, "status": "FAILED"}
     assert last_logged == failed_at - 1
+
+
+def test_a_keras_loss_options_constructor_arguments_are_taken_with_plus():
+    # QA: `loss=categorical_crossentropy +loss.label_smoothing=0.1` was refused ("gradexp would
+    # not read it") though build_loss passes every key to the class, and the same class reached
+    # by loss._target_ took it. A key the constructor lacks is still refused, listing what is.
+    from gradexp.config_checks import check_known_keys
+    from gradexp.losses import build_loss
+
+    cfg = conftest.compose_config("loss=categorical_crossentropy", "+loss.label_smoothing=0.1")
+    check_known_keys(cfg)
+    assert build_loss(cfg.loss).label_smoothing == pytest.approx(0.1)
+    typo = conftest.compose_config("loss=huber", "+loss.labl_smoothing=0.1")
+    with pytest.raises(ConfigError) as error:
+        check_known_keys(typo)
+    assert str(error.value).startswith("loss.labl_smoothing=0.1: no such key, gradexp would not "
+                                       "read it (loss=huber accepts: _target_, name, delta, "
+                                       "reduction")

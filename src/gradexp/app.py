@@ -144,7 +144,11 @@ def launch_failure(error: BaseException, overrides: Sequence[str] = ()) -> Failu
     """What the command line says for an error before (or around) the jobs: a config Hydra
     cannot compose from `overrides` (an unknown key, a missing option); None for anything else."""
     if isinstance(error, USER_ERRORS):
-        return Failure(one_line(error, overrides), EXIT_BAD_INPUT, sweep_goes_on=False)
+        from gradexp.resume import refusal_of_overrides
+
+        # a resume's overrides judged against the run's recorded config, not the default (QA)
+        line = refusal_of_overrides(list(overrides), Path.cwd()) or one_line(error, overrides)
+        return Failure(line, EXIT_BAD_INPUT, sweep_goes_on=False)
     return None
 
 

@@ -219,8 +219,33 @@ def check_known_keys(cfg: DictConfig) -> None:
         if group not in trusted and not OmegaConf.is_missing(cfg, group) \
                 and isinstance(cfg[group], DictConfig):
             found = _undeclared(cfg[group], f"{group}.")
+            if found and group == "loss":  # +loss.label_smoothing: Keras' constructor reads it
+                found = _not_constructor_arguments(cfg[group], found[1])
             if found:
                 _refuse(cfg, *found)
+
+
+def _not_constructor_arguments(node: DictConfig, accepted: list[str]
+                               ) -> tuple[str, list[str]] | None:
+    """The first key of a shipped loss option that neither its schema nor its class's
+    constructor takes, and the keys both take; None if every key is taken. build_loss passes
+    every key but the labels to the class, so `loss=categorical_crossentropy
+    +loss.label_smoothing=0.1` trains as Keras' own argument says (QA: it was refused, "gradexp
+    would not read it", though the same class reached by `_target_` took it). Only on this path
+    is the class imported (TensorFlow loads): a config without such a key pays nothing."""
+    import inspect
+
+    from gradexp.losses import LABELS
+    from gradexp.user_code import locate
+
+    target = locate("loss._target_", str(node["_target_"]))
+    parameters = inspect.signature(target.__init__).parameters if inspect.isclass(target) \
+        else {}
+    takes = [name for name, p in parameters.items() if name not in ("self", "dtype", *LABELS)
+             and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    accepted = [*accepted, *(name for name in takes if name not in accepted)]
+    extra = [key for key in node if key not in accepted]
+    return (f"loss.{extra[0]}", accepted) if extra else None
 
 
 def _undeclared(node: DictConfig, prefix: str) -> tuple[str, list[str]] | None:

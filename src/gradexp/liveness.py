@@ -88,6 +88,20 @@ def why_dead(run, stale_after_minutes: float, now: float | None = None) -> str |
     return None
 
 
+def still_running(run, stale_after_minutes: float, now: float | None = None) -> str | None:
+    """Where a RUNNING run of ours still runs, as "process PID on HOST (its heartbeat is N s
+    old)"; None when it is not RUNNING, is dead (why_dead), or has no heartbeat to judge it by.
+    A resume of it would have two processes write one run (QA: steps 3-10 twice)."""
+    tags = run.data.tags
+    beat = _heartbeat_seconds(tags)
+    if run.info.status != "RUNNING" or beat is None or \
+            why_dead(run, stale_after_minutes, now) is not None:
+        return None
+    age = max(0.0, (time.time() if now is None else now) - beat)
+    return (f"process {tags.get(PID_TAG, '?')} on {tags.get(HOST_TAG, '?')} "
+            f"(its heartbeat is {age:.0f} s old)")
+
+
 def _last_sign(run) -> float:
     """The newest sign of life of a run: its heartbeat or its end, in seconds since the epoch."""
     beat = _heartbeat_seconds(run.data.tags) or 0.0

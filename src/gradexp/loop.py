@@ -79,6 +79,8 @@ def run_experiment(cfg: DictConfig, *, run_name: str = "defaults", launch_dir: P
     # before the model checks below start TensorFlow's runtime (mirrored's CPU replicas)
     check_device(getattr(cfg.device.name, "value", cfg.device.name), cfg.device.cpu_replicas)
     check_user_code(cfg, launch_dir, data)  # a bad _target_ ends here, before any MLflow run
+    if resume is not None:  # a builder edited since the run: refused before it reopens (QA)
+        resume.check_builder(data.n_features, data.n_outputs)
     label_by_target(cfg)  # optimizer.name=keras.optimizers.AdamW too (QA), before it is shown
     if show_config and not quiet:
         console.print_config(cfg, config_params(cfg))

@@ -9,8 +9,11 @@ without a word. The checkpoint (model, its layers' seed generators such as dropo
 state, epoch, shuffling generator: gradexp.trainer.Trainer.checkpoint) is in
 checkpoints/RUN_ID/ in the launch folder; metrics already recorded are not written twice
 (gradexp.mlflow_store). A run KILLED before its first checkpoint (kill -9: gradexp.liveness
-marks it) starts again from epoch 0 as a new run, tagged gradexp.restart_of=RUN_ID; one KILLED
-with its checkpoint at its last epoch trains nothing more and only records its end.
+marks it) starts again from epoch 0 as a new run, tagged gradexp.restart_of=RUN_ID, once: a
+second resume of it points at that restart; one KILLED with its checkpoint at its last epoch
+trains nothing more and only records its end. Refused in one line, the run untouched: a run
+still RUNNING in a live process (gradexp.liveness), a raised trainer.epochs under a schedule
+that spans the run's epochs, and a checkpoint whose variables the model built now does not fit.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from gradexp.schema import ConfigError
-from gradexp.tag_keys import STOPPED_EARLY_TAG
+from gradexp.tag_keys import HOST_TAG, RESTART_OF_TAG, STOPPED_EARLY_TAG
 
 CHECKPOINTS = "checkpoints"
 
@@ -50,9 +53,120 @@ class Resume:
         saved with it (save_states), {} for none."""
         import tensorflow as tf
 
+        # QA: a builder edited since the run (Dense(16) -> Dense(32)) ended in TensorFlow's
+        # traceback ("Shapes (1, 32) and (1, 16) are incompatible"), naming no variable.
+        self.check_model(trainer.model.network)
         trainer.checkpoint().restore(tf.train.latest_checkpoint(str(self.folder))).expect_partial()
         trainer.epoch = int(trainer.epoch_variable.numpy())
         return load_states(self.folder, trainer.epoch)
+
+    def check_model(self, network) -> None:
+        """ConfigError (one line) when the checkpoint's model variables do not fit `network`,
+        the model built now: a shape that differs, a variable only one side has."""
+        if self.checkpoint is None:
+            return
+        misfits = model_misfits(self.checkpoint, network)
+        if misfits:
+            target = str(self.cfg.model.get("_target_", ""))
+            where = f"model={self.cfg.model.get('name')}" if target.startswith("gradexp.") \
+                else "model._target_"
+            more = f"; {len(misfits) - 1} more" if len(misfits) > 1 else ""
+            raise ConfigError(
+                f"trainer.resume={self.run_id}: the checkpoint's variables do not fit the model "
+                f"{where} builds now ({misfits[0]}{more}); put the model back as the run had "
+                "it, or start a new run")
+
+    def check_builder(self, n_features: int, n_outputs: int) -> None:
+        """check_model on a model built now only to be checked (Keras' layer names kept), for
+        the run loop to call before the run reopens: refused there, it stays as it was."""
+        from gradexp.models import build_model
+        from gradexp.setup_checks import keras_names_kept
+
+        if self.checkpoint is None:
+            return
+        with keras_names_kept():
+            self.check_model(build_model(self.cfg.model, n_features, n_outputs).network)
+
+
+def _shape(shape) -> str:
+    return str(tuple(int(n) for n in shape))
+
+
+def saved_model_variables(checkpoint: str) -> dict[str, tuple[str, str]]:
+    """The model's variables in a checkpoint (Trainer.checkpoint's `model`), read from its
+    object graph without building anything: object path -> (the variable's name, its shape).
+    {} when it has no such graph (the restore then says what it finds)."""
+    import tensorflow as tf
+    from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+    try:
+        reader = tf.train.load_checkpoint(checkpoint)
+        graph = trackable_object_graph_pb2.TrackableObjectGraph()
+        graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    except Exception:  # noqa: BLE001 - an unreadable graph: nothing to compare
+        return {}
+    shapes = reader.get_variable_to_shape_map()
+    found: dict[str, tuple[str, str]] = {}
+    roots = [child.node_id for child in graph.nodes[0].children if child.local_name == "model"]
+    seen = set(roots)
+
+    def walk(node: int, path: list[str]) -> None:
+        for attribute in graph.nodes[node].attributes:
+            if attribute.name == "VARIABLE_VALUE" and attribute.checkpoint_key in shapes:
+                found["/".join(path)] = (attribute.full_name,
+                                         _shape(shapes[attribute.checkpoint_key]))
+        for child in graph.nodes[node].children:
+            if child.node_id not in seen:
+                seen.add(child.node_id)
+                walk(child.node_id, [*path, child.local_name])
+
+    for root in roots:
+        walk(root, [])
+    return found
+
+
+def built_model_variables(network) -> dict[str, tuple[str, str]]:
+    """The same for a built network: the object paths a checkpoint of it would have."""
+    import keras
+    import tensorflow as tf
+
+    view = tf.train.TrackableView(network)
+    found: dict[str, tuple[str, str]] = {}
+    seen = {id(network)}
+
+    def walk(node, path: list[str]) -> None:
+        for name, child in view.children(node).items():
+            if id(child) in seen:
+                continue
+            seen.add(id(child))
+            if isinstance(child, (tf.Variable, keras.Variable)):
+                found["/".join([*path, name])] = (getattr(child, "path", child.name),
+                                                  _shape(child.shape))
+            else:
+                walk(child, [*path, name])
+
+    walk(network, [])
+    return found
+
+
+def model_misfits(checkpoint: str, network) -> list[str]:
+    """Each variable of `network` the checkpoint cannot restore as it is, in words:
+    "hidden/kernel: (1, 16) saved, (1, 32) built". Matched by object path, as TensorFlow's
+    restore matches them (a layer added shifts the later ones)."""
+    saved = saved_model_variables(checkpoint)
+    if not saved:
+        return []
+    built = built_model_variables(network)
+    misfits = []
+    for path in [*built, *(path for path in saved if path not in built)]:
+        was, now = saved.get(path), built.get(path)
+        if was is not None and now is not None and was[1] == now[1]:
+            continue
+        name = (now or was)[0]
+        old = "none saved" if was is None else f"{was[1]} saved" + (
+            f" as {was[0]}" if now is not None and was[0] != name else "")
+        misfits.append(f"{name}: {old}, {'none built' if now is None else now[1] + ' built'}")
+    return misfits
 
 
 def _states_file(folder: Path, epoch: int) -> Path:
@@ -124,6 +238,7 @@ def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
         run = read_run(client, run_id)
     except Exception:  # noqa: BLE001 - MLflow raises its own kinds for a missing run
         raise ConfigError(f"{key}: no such run in {uri}") from None
+    refuse_if_running(key, run, cfg.tracking.stale_after)
     stopped = run.data.tags.get(STOPPED_EARLY_TAG)
     # QA: it trained on from the best epoch's weights to 2050. (A run interrupted as it
     # stopped ends KILLED, tagged: it resumes, to stop again at once.)
@@ -149,6 +264,11 @@ def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
         else recorded.trainer.epochs
     if latest is None:
         if _killed(client, run, cfg.tracking.stale_after):
+            # QA: each resume of it made another restart (same name, same restart_of tag)
+            again = restarted_as(client, run)
+            if again is not None:
+                raise ConfigError(f"{key}: run {run_id} was already restarted as {again}; "
+                                  f"resume that: trainer.resume={again}")
             # Nothing to continue from: the same config again, as a new run (the killed one
             # keeps its points); its recorded config has trainer.resume=null, so its params are
             # the killed run's and sweep.skip_finished finds it once it finishes.
@@ -177,6 +297,16 @@ def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
         raise ConfigError(f"{key}: its checkpoint is at epoch {done} of {epochs}; raise "
                           f"trainer.epochs above {done} to train on")
     raised = epochs > recorded.trainer.epochs
+    schedule = str(OmegaConf.select(recorded, "optimizer.schedule.name", default="none"))
+    if raised and schedule in SPANS_THE_RUN:
+        # QA: rebuilt over the new total, cosine's rate jumped back up 20x after the old end,
+        # and the epochs already trained followed a schedule the run no longer describes.
+        raise ConfigError(
+            f"{key}: cannot raise trainer.epochs to {epochs} (recorded: "
+            f"{recorded.trainer.epochs}) with optimizer.schedule.name={schedule}, which decays "
+            f"over the run's trainer.epochs: stretched, its learning rate would jump back up "
+            f"after epoch {done}; for a longer schedule start a new run with "
+            f"trainer.epochs={epochs} (a constant rate, exponential or piecewise can train on)")
     recorded.trainer.epochs = epochs
     # As recorded but for the epochs: trainer.resume stays null there (a restart of this run
     # would otherwise record it as a param).
@@ -188,6 +318,46 @@ def prepare_resume(cfg: DictConfig, launch_dir: Path) -> Resume:
     return Resume(run_id, recorded, folder, latest,
                   earlier_checks=sum(1 for check in checks if check.step <= done),
                   raised_config=raised_config)
+
+
+# The schedules built over the run's trainer.epochs (gradexp.schedules.learning_rate): a
+# resume cannot raise the epochs under them. exponential and piecewise count epochs from the
+# start, whatever the total.
+SPANS_THE_RUN = ("cosine", "warmup_cosine")
+
+
+def refuse_if_running(key: str, run, stale_after: float) -> None:
+    """ConfigError (one line) for a run still RUNNING in a live process (gradexp.liveness):
+    resumed, two processes wrote one run (QA: steps 3-10 twice, both saving checkpoints). A
+    RUNNING run that is dead (its process gone, its heartbeat stale elsewhere) resumes."""
+    import socket
+
+    from gradexp.liveness import still_running
+
+    where = still_running(run, stale_after)
+    if where is None:
+        return
+    elsewhere = run.data.tags.get(HOST_TAG) != socket.gethostname()
+    raise ConfigError(
+        f"{key}: the run is still RUNNING in {where}; wait for it, or stop it first"
+        + (f" (from another host it counts as dead once its heartbeat is "
+           f"tracking.stale_after={stale_after:g} minutes old)" if elsewhere else ""))
+
+
+def restarted_as(client, run) -> str | None:
+    """The run a restart of `run` (killed before its first checkpoint) became, following
+    restarts of restarts to the newest; None if it was never restarted."""
+    from gradexp.mlflow_store import find_runs
+
+    found, seen = None, {run.info.run_id}
+    while True:
+        restarts = find_runs(client, [run.info.experiment_id],
+                             f"tags.`{RESTART_OF_TAG}` = '{found or run.info.run_id}'",
+                             order_by=["attributes.start_time DESC"], max_results=1)
+        if not restarts or restarts[0].info.run_id in seen:
+            return found
+        found = restarts[0].info.run_id
+        seen.add(found)
 
 
 # What a resume reads from the command line rather than from the run's record: the run, the
@@ -232,13 +402,91 @@ def check_overrides(key: str, cfg: DictConfig, recorded: DictConfig,
             shown = now if now is _ABSENT else masked_value(name, now)
             if shown != now:  # the override as the params show it
                 override = f"{override.split('=', 1)[0]}={shown}"
-            was = "nothing" if then is _ABSENT else masked_value(name, then)
+            was = "nothing" if then is _ABSENT else as_typed(masked_value(name, then))
             changes.append(f"{override} (recorded: {was})")
     if changes:
-        raise ConfigError(f"{key}: a resume continues the run as it was recorded, so it cannot "
-                          f"change {', '.join(changes)}; beside trainer.resume it takes only a "
-                          "larger trainer.epochs (to train on) and tracking.uri; for other "
-                          "values start a new run")
+        raise ConfigError(_cannot_change(key, changes))
+
+
+def _cannot_change(key: str, changes: list[str]) -> str:
+    return (f"{key}: a resume continues the run as it was recorded, so it cannot change "
+            f"{', '.join(changes)}; beside trainer.resume it takes only a larger trainer.epochs "
+            "(to train on) and tracking.uri; for other values start a new run")
+
+
+def as_typed(value) -> str:
+    """A config value as a person types it in an override: null, true, [16, 16], {a: 1}
+    (QA: "seed=3 (recorded: None)")."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(as_typed(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {as_typed(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def refusal_of_overrides(overrides: list[str], launch_dir: Path) -> str | None:
+    """The resume's own line for a command line `trainer.resume=ID ...` that Hydra could not
+    compose, judged against the run's recorded config instead of the default one: QA, for an
+    mlp run `model.dropout=0.2` said "model=linear has no key dropout", `~callbacks.killer`
+    "Could not delete ... does not exist". For the command line's composition errors
+    (gradexp.app.launch_failure); None where Hydra's own line stands: no resume, a sweep, a
+    run or config.yaml not found, a key the recorded config lacks either (a typo)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if not any(override.lstrip("+").startswith("trainer.resume=") for override in overrides):
+        return None  # every other composition error: nothing more to load
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except Exception:  # noqa: BLE001 - Hydra's parse error is its own line
+        return None
+    given = {o.key_or_group: o for o in parsed}
+    resume = given.get("trainer.resume")
+    if resume is None or resume.value() is None or any(o.is_sweep_override() for o in parsed):
+        return None
+    from gradexp.mlflow_store import download_artifact, open_client
+    from gradexp.run_params import masked_override, masked_value
+    from gradexp.tracking_uri import resolve_uri
+
+    run_id = str(resume.value())
+    uri = given["tracking.uri"].value() if "tracking.uri" in given else None
+    try:
+        client = open_client(resolve_uri(uri, launch_dir))
+        recorded = OmegaConf.create(Path(download_artifact(client, run_id, "config.yaml"))
+                                    .read_text())
+    except Exception:  # noqa: BLE001 - no such run, no store: prepare_resume's to say
+        return None
+    changes, restated = [], []
+    for override in parsed:
+        name = override.key_or_group
+        if name in TAKEN or name.startswith(("sweep.", "hydra.")):
+            continue
+        then = _compared(recorded, name)
+        if override.is_delete():
+            if then is not _ABSENT:
+                changes.append(f"{override.input_line} (recorded: "
+                               f"{as_typed(masked_value(name, then))})")
+            continue
+        if then is _ABSENT and not (override.is_add() or override.is_force_add()):
+            return None  # unknown to the run too: Hydra's line (did you mean ...) stands
+        now = override.value()
+        if now == then:
+            restated.append(masked_override(override.input_line))
+        else:
+            was = "nothing" if then is _ABSENT else as_typed(masked_value(name, then))
+            shown = as_typed(masked_value(name, now))
+            changes.append(f"{override.input_line.split('=', 1)[0]}={shown} (recorded: {was})")
+    if changes:
+        return _cannot_change(f"trainer.resume={run_id}", changes)
+    if restated:
+        return (f"trainer.resume={run_id}: {', '.join(restated)} restate"
+                f"{'s' if len(restated) == 1 else ''} what the run recorded; leave "
+                f"{'it' if len(restated) == 1 else 'them'} out (a resume runs the recorded "
+                "config, but the command line is first composed on the default one)")
+    return None
 
 
 _ABSENT = object()
