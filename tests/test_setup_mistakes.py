@@ -66,6 +66,11 @@ def image_cnn(n_features, n_outputs):
     flat = keras.layers.Flatten()(keras.layers.Conv2D(2, 3)(inputs))
     return keras.Model(inputs, keras.layers.Dense(n_outputs)(flat))
 
+def stateful_rnn(n_features, n_outputs):
+    inputs = keras.Input((n_features,), batch_size=4)  # a stateful RNN needs a fixed batch
+    hidden = keras.layers.LSTM(2, stateful=True)(keras.layers.Reshape((n_features, 1))(inputs))
+    return keras.Model(inputs, keras.layers.Dense(n_outputs)(hidden))
+
 def three_outputs(n_features, n_outputs):
     inputs = keras.Input((n_features,))
     return keras.Model(inputs, keras.layers.Dense(3)(inputs))
@@ -310,6 +315,12 @@ MISTAKES = [
      "model._target_=wrong_models.ends_in_softmax: its output comes out of a softmax or sigmoid "
      "(probabilities), but loss.from_logits=true reads it as logits and applies another: set "
      "loss.from_logits=false"),
+    # a fixed batch (a stateful RNN): "does not take ...'s rows of 64 features", though they fit
+    (["model=custom", "model._target_=wrong_models.stateful_rnn"],
+     "model._target_=wrong_models.stateful_rnn: its input has a fixed batch size of 4 "
+     "(batch_size= or batch_shape=, as a stateful RNN needs), but gradexp calls a model on "
+     "batches of trainer.batch_size rows and checks it on other row counts: build "
+     "keras.Input((n_features,)) with no batch size (stateful RNNs are not supported)"),
     (["model=custom", "model._target_=wrong_models.three_outputs"],
      "model._target_=wrong_models.three_outputs: returns outputs of shape (2, 3) for 2 rows, but "
      "data=linear has 1 target column"),

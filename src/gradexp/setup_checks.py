@@ -396,6 +396,12 @@ def _check_built(cfg: DictConfig, data: Any, where: str, model: Any) -> None:
             f"tensor of (rows, {data.n_features}) (a dict of named features joined into its "
             "columns): build one keras.Input((n_features,)) and slice it inside where layers "
             "take parts apart")
+    if len(declared) == 1 and declared[0] and declared[0][0] is not None:  # QA: a stateful RNN
+        raise ConfigError(  # was "does not take ...'s rows of 64 features", though they fit
+            f"{where}: its input has a fixed batch size of {declared[0][0]} (batch_size= or "
+            "batch_shape=, as a stateful RNN needs), but gradexp calls a model on batches of "
+            "trainer.batch_size rows and checks it on other row counts: build "
+            "keras.Input((n_features,)) with no batch size (stateful RNNs are not supported)")
     if len(declared) == 1 and len(declared[0]) > 2:  # images, sequences: gradexp feeds flat rows
         row = declared[0][1:]
         given = getattr(data, "raw_shape", None)
