@@ -167,6 +167,9 @@ def _probe_one(entry: GradCheckEntry, target: _Target, i: int, vs: list[np.ndarr
     # kinks inside; more rounding noise, which the tolerance then accounts for).
     shrink = 1 / 64 if _EPS[entry.precision] < 1e-10 else 1 / 8
     kinks: list[int] = []
+    # Each probe as measured before the kink retries: judged along the step there too when
+    # that is tighter (_judge_along_the_step; QA: a relu at exact-0 pre-activations).
+    measured = list(results)
     retries = [0] * len(results)
     rms = _rms(results)
     while True:  # re-judged after each round
@@ -192,14 +195,15 @@ def _probe_one(entry: GradCheckEntry, target: _Target, i: int, vs: list[np.ndarr
         if not todo:
             break
         ratio, noise = _judge(results, entry)
+    steps = ", ".join(f"{results[k].step:.1e}" for k in sorted(set(kinks)))
     along, unrepeatable, at_the_point = _judge_along_the_step(target, i, x, x64, directions,
-                                                              vs, results, ratio)
+                                                              vs, results, ratio, entry,
+                                                              measured)
     if along:
         ratio, noise = _judge(results, entry)
     _along_notes(entry, "probe(s)", len(along), unrepeatable, bool(np.all(ratio[along] <= 1)),
                  at_the_point)
     if kinks:
-        steps = ", ".join(f"{results[k].step:.1e}" for k in sorted(set(kinks)))
         entry.notes.append(
             f"{len(set(kinks))} probe(s) crossed a kink (the analytical gradient jumps within the "
             "step, e.g. relu at 0), where finite differences are wrong; repeated with smaller "
@@ -451,8 +455,8 @@ def _crosses_kink(target: _Target, i: int, x: np.ndarray, x64: np.ndarray, u: np
 
 def _judge_along_the_step(target: _Target, i: int, x: np.ndarray, x64: np.ndarray,
                           directions: list[np.ndarray], vs: list[np.ndarray],
-                          results: list[_Probe], ratio: np.ndarray
-                          ) -> tuple[list[int], int, int]:
+                          results: list[_Probe], ratio: np.ndarray, entry: GradCheckEntry,
+                          measured: list[_Probe]) -> tuple[list[int], int, int]:
     """The probes still failing at their smallest step, judged against the mean of the
     analytical directional derivative over the step, which the central difference measures
     exactly, kinks or not (entries._along_the_step); the gap to the coarser rule goes into the
@@ -467,11 +471,19 @@ def _judge_along_the_step(target: _Target, i: int, x: np.ndarray, x64: np.ndarra
     (entries._wrong_at_the_point: wrong at the point itself, no kink). Costs
     entries._ALONG_THE_STEP + 5 backward passes a probe that would otherwise fail. Updates
     ``results`` in place; returns the probes it judged so, and how many it left for an
-    unrepeatable backward and for one wrong at the point."""
+    unrepeatable backward and for one wrong at the point.
+
+    A kink at the point fails at every step, so the kink retries shrink its step to where the
+    outputs' rounding is a large share of it (QA: a correct Conv2D(relu) on digits, its zero
+    patches and zero bias exact 0s, judged at 3.6e-13 with 17% noise; the check then fell back
+    to its exact Jacobian, which cannot settle a kink in 51,200 outputs, and named the layer).
+    Where its noise so exceeds the probe's nominal tolerance, the probe is judged along its
+    step as measured before those retries (``measured``) too, and the tighter judgement kept:
+    either is exact for its own central difference."""
     judged, unrepeatable, at_the_point = [], 0, 0
+    rms = _rms(results)
     for k in np.flatnonzero(~(ratio <= 1)):
         probe, u, v = results[k], directions[k], vs[k]
-        h = probe.step
         cotangent = v.reshape(target.out0.shape)
         norm = float(np.linalg.norm(u) * np.linalg.norm(v)) or 1.0
         if not np.isfinite(probe.analytical - probe.numerical):
@@ -480,20 +492,39 @@ def _judge_along_the_step(target: _Target, i: int, x: np.ndarray, x64: np.ndarra
                 <= 0.1 * abs(probe.analytical - probe.numerical):
             unrepeatable += 1
             continue
-        # The step as realised in the input's dtype, as _step_h's analytical uses it.
-        low = (x64 - h * u).astype(x.dtype).reshape(-1).astype(np.float64)
-        step = (x64 + h * u).astype(x.dtype).reshape(-1).astype(np.float64) - low
-        along = _along_the_step(target, i, low, step, cotangent)
-        if along is None:
-            continue
-        if _wrong_at_the_point(target, i, step, cotangent, along[0]):
+        along = _along(target, i, x, x64, u, cotangent, norm, probe)
+        if along == "wrong":
             at_the_point += 1
             continue
-        scale = 2 * h * norm
-        results[k] = _Probe(along[0] / scale, probe.numerical,
-                            max(probe.fd_error, along[1] / scale), probe.rounding, h)
+        if along is None:
+            continue
+        earlier = measured[k]
+        if (earlier.step != probe.step and np.isfinite(earlier.numerical)
+                and _noise(along) > entry.atol + entry.rtol * max(abs(along.numerical), rms)):
+            wider = _along(target, i, x, x64, u, cotangent, norm, earlier)
+            if isinstance(wider, _Probe) and _noise(wider) < _noise(along):
+                along = wider
+        results[k] = along
         judged.append(int(k))
     return judged, unrepeatable, at_the_point
+
+
+def _along(target: _Target, i: int, x: np.ndarray, x64: np.ndarray, u: np.ndarray,
+           cotangent: np.ndarray, norm: float, probe: _Probe) -> _Probe | str | None:
+    """`probe` judged against the mean of the analytical gradient along its step; "wrong"
+    when the backward is wrong at the point itself, None when a value there is not finite."""
+    h = probe.step
+    # The step as realised in the input's dtype, as _step_h's analytical uses it.
+    low = (x64 - h * u).astype(x.dtype).reshape(-1).astype(np.float64)
+    step = (x64 + h * u).astype(x.dtype).reshape(-1).astype(np.float64) - low
+    along = _along_the_step(target, i, low, step, cotangent)
+    if along is None:
+        return None
+    if _wrong_at_the_point(target, i, step, cotangent, along[0]):
+        return "wrong"
+    scale = 2 * h * norm
+    return _Probe(along[0] / scale, probe.numerical, max(probe.fd_error, along[1] / scale),
+                  probe.rounding, h)
 
 
 def _draw(stream: list[int], size: int) -> np.ndarray:
