@@ -11,7 +11,8 @@ from gradexp import tag_keys
 PACKAGE = Path(gradexp.__file__).resolve().parent
 # `gradexp.` strings that are no tag keys: the objective's resolver, module paths, the API's name.
 NOT_TAGS = {"gradexp.direction", "gradexp.", "gradexp.sweep(...)"}
-RESOLVER_OR_MODULE = ("metrics.py", "setup_checks.py", "api.py", "run_params.py", "seeds.py")
+RESOLVER_OR_MODULE = ("metrics.py", "setup_checks.py", "api.py", "run_params.py", "seeds.py",
+                      "resume.py")
 
 
 def spelled_tag_keys() -> dict[str, set[str]]:
