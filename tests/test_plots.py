@@ -30,7 +30,7 @@ def test_the_legend_sits_beside_the_curves_and_is_never_clipped(jobs):
 
 
 @pytest.mark.parametrize("names", [False, True])
-@pytest.mark.parametrize("classes", [2, 3, 10, 16])
+@pytest.mark.parametrize("classes", [2, 3, 10, 16, 200])
 def test_every_label_of_a_confusion_matrix_is_inside_the_picture(classes, names):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.text import Text
@@ -67,6 +67,23 @@ def test_a_confusion_matrix_names_its_classes(labels, ticks):
     axes = confusion_matrix(np.eye(3, dtype=int), "val", labels=labels).axes[0]
     assert [tick.get_text() for tick in axes.get_xticklabels()] == ticks
     assert [tick.get_text() for tick in axes.get_yticklabels()] == ticks
+
+
+def test_a_matrix_of_many_classes_names_every_kth_and_leaves_counts_to_the_colours():
+    """200 classes (a real-valued target read as labels): 40,000 count texts and 200 overlapping
+    ticks took ~30 s to draw, unreadable; now the colours say the counts, and every 7th class
+    (at most 30 an axis) is named at its own column."""
+    from matplotlib.text import Text
+
+    from gradexp.plots import confusion_matrix
+
+    labels = [f"c{index}" for index in range(200)]
+    axes = confusion_matrix(np.eye(200, dtype=int), "val", labels=labels).axes[0]
+    named = [(tick, text.get_text()) for tick, text in zip(axes.get_xticks(),
+                                                             axes.get_xticklabels())]
+    assert named == [(i, f"c{i}") for i in range(0, 200, 7)]
+    assert [t.get_text() for t in axes.get_yticklabels()] == [f"c{i}" for i in range(0, 200, 7)]
+    assert not [text for text in axes.findobj(Text) if text.get_text() in ("0", "1")]
 
 
 def test_a_class_label_with_dollar_signs_is_drawn_as_written():

@@ -231,6 +231,9 @@ def _cut(text: str, most: int = LABEL_CHARS) -> str:
     return f"{text[:head]}\N{HORIZONTAL ELLIPSIS}{text[head - most + 1:]}"
 
 
+READABLE = 30  # classes a confusion matrix names one by one, with each cell's count
+
+
 def confusion_matrix(counts: np.ndarray, title: str, labels: Sequence | None = None):
     """Rows: the true class; columns: the predicted class; each cell its count. The ticks name
     the classes by `labels` (one per column; None: their column numbers)."""
@@ -253,15 +256,19 @@ def confusion_matrix(counts: np.ndarray, title: str, labels: Sequence | None = N
                            bottom=(0.6 + lower) / height, top=1 - 0.4 / height)
     axes = figure.subplots()
     image = axes.imshow(counts, cmap="Blues")
-    for (row, column), count in np.ndenumerate(counts):
-        light = count > counts.max() / 2
-        axes.text(column, row, str(count), ha="center", va="center", fontsize=9,
-                  color="white" if light else "black")
+    # Past READABLE classes a cell is too small for its count and the ticks overlap: the colours
+    # say the counts, and every k-th class is named (a 200-class matrix drew 40,000 texts, ~30 s)
+    if n <= READABLE:
+        for (row, column), count in np.ndenumerate(counts):
+            light = count > counts.max() / 2
+            axes.text(column, row, str(count), ha="center", va="center", fontsize=9,
+                      color="white" if light else "black")
+    shown = range(0, n, -(-n // READABLE))
     # `\$`: a label such as `$10-$20` is text; two bare `$` would make it math text (TeX).
-    drawn = [text.replace("$", r"\$") for text in ticks]
-    axes.set_xticks(range(n), drawn, rotation=45 if slant else 0,
+    drawn = [ticks[i].replace("$", r"\$") for i in shown]
+    axes.set_xticks(shown, drawn, rotation=45 if slant else 0,
                     ha="right" if slant else "center", rotation_mode="anchor")
-    axes.set_yticks(range(n), drawn)
+    axes.set_yticks(shown, drawn)
     axes.set_xlabel("predicted class")
     axes.set_ylabel("true class")
     accuracy = np.trace(counts) / max(counts.sum(), 1)
