@@ -55,6 +55,32 @@ def test_a_piecewise_schedule_trains_only_at_rates_it_was_given(store, client, b
                    f"optimizer.schedule.factors={factors}") == line
 
 
+@pytest.mark.parametrize(("boundaries", "after"), [
+    # a full batch is one step an epoch: Keras was given steps [-1, -1] and trained at 0.001
+    # (the last factor) from the first step
+    ("[0.2,0.4]", "[0, 0]"),
+    ("[1,1.4]", "[1, 1]"),  # the second stretch never trained
+])
+def test_piecewise_boundaries_that_share_a_step_are_refused(store, client, boundaries, after):
+    line = refused(store, client, PIECEWISE, f"optimizer.schedule.boundaries={boundaries}",
+                   "optimizer.schedule.factors=[1,0.1,0.01]", "gradcheck=off")
+    given = boundaries.replace(",", ", ")
+    assert line == (f"optimizer.schedule.boundaries={given}: an epoch is 1 step here, so these "
+                    f"change the rate after steps {after}; each must be after at least one step "
+                    "and after the one before (boundaries at least 1 epoch apart here)")
+
+
+def test_fractional_piecewise_boundaries_train_on_mini_batches(store, client, tmp_path):
+    """The same boundaries are distinct steps with mini-batches: the rate changes mid-epoch."""
+    result = run(store, PIECEWISE, "optimizer.schedule.boundaries=[0.2,0.4]",
+                 "optimizer.schedule.factors=[1,0.1,0.01]", "trainer.batch_size=10",
+                 "trainer.epochs=2", tmp_path=tmp_path)
+    rates = [m.value for m in sorted(client.get_metric_history(result.run_id, "lr"),
+                                     key=lambda m: m.step)]
+    # both changes within the first epoch (an epoch's lr is its first step's)
+    assert rates == pytest.approx([0.1, 0.001])
+
+
 # ---------------------------------------------------------------- B: callbacks removed
 ES = "trainer.early_stopping.enabled=true"
 

@@ -48,6 +48,27 @@ def _last_steps(boundaries: list[float], steps_per_epoch: int) -> list[int]:
     return [int(round(epochs * steps_per_epoch)) - 1 for epochs in boundaries]
 
 
+def check_boundary_steps(schedule: DictConfig, steps_per_epoch: int) -> None:
+    """A piecewise schedule's boundaries must land on distinct steps after the first: with one
+    step an epoch (a full batch), boundaries=[0.2,0.4] both fell before step 1, so Keras was
+    given [-1, -1] and the run trained at the last factor from its first step while its params
+    said otherwise. Refused in one line, before the run."""
+    if getattr(schedule.name, "value", schedule.name) != "piecewise":
+        return
+    steps = _last_steps(list(schedule.boundaries), steps_per_epoch)
+    if steps and (steps[0] < 0 or any(b <= a for a, b in zip(steps, steps[1:]))):
+        from gradexp.schema import ConfigError
+
+        given = ", ".join(f"{b:g}" for b in schedule.boundaries)
+        after = [step + 1 for step in steps]
+        raise ConfigError(
+            f"optimizer.schedule.boundaries=[{given}]: an epoch is {steps_per_epoch} "
+            f"step{'s' * (steps_per_epoch != 1)} here, so these change the rate after steps "
+            f"{after}; each must be after at least one step and after the one before "
+            f"(boundaries at least {1 / steps_per_epoch:g} "
+            f"epoch{'s' * (steps_per_epoch != 1)} apart here)")
+
+
 def build_optimizer(cfg: DictConfig, steps_per_epoch: int, epochs: int) -> Any:
     """The Keras optimizer `optimizer._target_` names, its learning rate a schedule if asked.
     `name` is gradexp's label for the run (the option, or a replaced `_target_`: user_code's
