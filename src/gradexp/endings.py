@@ -25,6 +25,30 @@ class GradientCheckFailed(RunFailed):
     """A gradient check failed and `gradcheck.on_fail=fail`."""
 
 
+class NoGradient(RunFailed):
+    """The model computes an op TensorFlow has no gradient for: it cannot train."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+def no_gradient(error: BaseException, cfg) -> NoGradient | None:
+    """A model computing an op TensorFlow has no gradient for (tf.image.resize(method="area"),
+    tf.linalg.lu) cannot train: one line naming the op and the model, for the console and the
+    run's status reason, not the 35-frame traceback of the first training step or check (QA).
+    None for any other error."""
+    text = str(error).strip()
+    eager = re.fullmatch(r"gradient registry has no entry for: (\S+)", text)
+    traced = re.match(r"No gradient defined for operation ?'([^']+)' \(op type: (\w+)\)", text)
+    if not isinstance(error, LookupError) or not (eager or traced):
+        return None
+    target = cfg.model.get("_target_") if cfg is not None else None
+    model = f"model._target_={target}" if target else "the model"
+    op = eager.group(1) if eager else f"{traced.group(2)} (at {traced.group(1)})"
+    return NoGradient(f"{model}: TensorFlow has no gradient for the op {op} it computes, so it "
+                      "cannot train; compute that step with ops that have one, or give it one "
+                      "(tf.custom_gradient, tf.RegisterGradient)")
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, handled like Ctrl-C: the run ends KILLED, exit code 143."""
 

@@ -27,7 +27,14 @@ from gradexp.callbacks import build_callbacks, check_callbacks
 from gradexp.config_checks import check_ranges
 from gradexp.data import data_record, load_data
 from gradexp.devices import check_device
-from gradexp.endings import Diverged, GradientCheckFailed, RunFailed, Terminated, status_of
+from gradexp.endings import (
+    Diverged,
+    GradientCheckFailed,
+    RunFailed,
+    Terminated,
+    no_gradient,
+    status_of,
+)
 from gradexp.interrupts import interrupts_deferred, sigterm_as_interrupt
 from gradexp.losses import independent_outputs, outputs_are_logits
 from gradexp.metrics import check_monitor, check_objective, metric_specs, objective
@@ -168,9 +175,12 @@ class Loop:
                 self.emit("on_run_begin")
                 self.train()
             except BaseException as error:
+                failure = no_gradient(error, self.run.cfg)  # one line, recorded as its reason
                 # Also when the end had begun: an interrupt between two callbacks' ends
                 # would leave the later ones (the recorder: the run RUNNING) never told.
-                self.end(*status_of(error))
+                self.end(*status_of(failure or error))
+                if failure is not None:
+                    raise failure from error
                 raise
         return self.run.result()
 

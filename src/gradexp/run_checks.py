@@ -460,8 +460,18 @@ def _losses(requested: str, model: Model, loss_cfg: DictConfig, data: Dataset,
             except TypeError:  # a model that cannot be rebuilt: the check's failure says so
                 pass
         if dtype in model._twins:  # rebuilt: does it compute what the model does?
-            differs = twin_note(model, data, values or read_values(model.params), dtype,
-                                training)
+            try:
+                differs = twin_note(model, data, values or read_values(model.params), dtype,
+                                    training)
+            except Exception:  # noqa: BLE001 - an untried dtype the twin cannot run in
+                if trial:
+                    raise
+                # (QA: tf.image.resize(antialias=True) has a float32-only gradient kernel:
+                # the run ended in a traceback) the trial says which part and checks in the
+                # dtype the model trains in
+                dtype, note = evaluation_dtype(requested, model, loss_cfg, data, values,
+                                               training)
+                differs = None
             if differs is not None:
                 dtype, note = own_dtype(model), differs
         rows = checked_rows(len(data.x), max_rows)
