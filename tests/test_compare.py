@@ -287,8 +287,8 @@ def test_legend_labels_round_long_numbers(names, labels):
 @pytest.mark.parametrize(("args", "says"), [
     (("--experiment", "nope"), "--experiment nope: no such experiment; existing: Default, "
                                "gradexp, lr_search"),
-    (("--sweep", "deadbeef"), "--sweep deadbeef: no sweep with that id in experiment lr_search; "
-                              "its sweeps, newest first: "),
+    (("--sweep", "deadbeef"), "--sweep deadbeef: no sweep with that id in any experiment; the "
+                              "store's sweeps, newest first: "),
     (("--experiment", "gradexp", "--sweep", "latest"),
      "--sweep latest: no sweep with that id in experiment gradexp; its sweeps, newest first: "
      "(none)"),

@@ -6,8 +6,9 @@
     gradexp compare --sweep 1a2b3c4d --by grad_norm --desc --plot curves.png
     gradexp compare --sweep latest --aggregate   each configuration's mean over its seeds
 
-Runs are ranked best first by their sweep objective (the `gradexp.objective` tag each run carries,
-e.g. val/mse, the same yardstick whatever the training loss), or by --by METRIC. Only the params
+Runs are ranked best first by their sweep objective (a sweep's: its parent's `gradexp.objective`
+tag; else the one the runs carry, e.g. val/mse, the same yardstick whatever the training loss),
+or by --by METRIC (gradexp.compare_ranking). Only the params
 that differ between the runs shown become columns; the ones they share are counted, not listed.
 Reads the store (sqlite file or MLflow server); its one write marks KILLED the RUNNING runs whose
 process died (gradexp.liveness), so the table shows what really happened to them.
@@ -16,15 +17,13 @@ process died (gradexp.liveness), so the table shows what really happened to them
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gradexp.compare_selection import DEFAULT_SORT, BadInput, Selection
 from gradexp.compared_data import different_data
-from gradexp.metrics import direction_of
 from gradexp.param_differences import differing_params, is_swept
 from gradexp.tag_keys import (
     DIRECTION_TAG,
@@ -39,29 +38,10 @@ from gradexp.tag_keys import (
 )
 
 DEFAULT_EXPERIMENT = "gradexp"
-DEFAULT_SORT = "final_loss"
 DEFAULT_LIMIT = 50
 SHORT = 8  # characters of a run id shown; --sweep accepts such a prefix
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 NEWEST_FIRST = ["attributes.start_time DESC"]
-
-
-class BadInput(Exception):
-    """A value the person typed that names nothing in the store; the message is one line."""
-
-
-@dataclass
-class Selection:
-    """The runs to show, in order, and what they are."""
-
-    title: str
-    experiment_id: str
-    runs: list = field(default_factory=list)  # mlflow.entities.Run
-    in_sweep: bool = False
-    more: bool = False  # --limit left some out
-    hint: str | None = None
-    swept: list[str] | None = None  # a sweep's swept keys or groups (its gradexp.swept tag)
-    reused: set[str] = field(default_factory=set)  # ids of the earlier runs a sweep reused
 
 
 # ---------------------------------------------------------------- command line
@@ -83,7 +63,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "the store, e.g. lr_search after a preset's sweep)")
     parser.add_argument("--sweep", metavar="RUN_ID",
                         help="only the child runs of this sweep: its parent run id, a prefix of "
-                             f"it (the tables show {SHORT} characters), or 'latest'")
+                             f"it (the tables show {SHORT} characters; looked for in every "
+                             "experiment, or in --experiment's), or 'latest'")
     parser.add_argument("--by", "--sort", dest="sort", metavar="METRIC",
                         help="rank by this metric, best first (largest for accuracy, r2 and the "
                              "like, smallest otherwise); default: the runs' sweep objective, "
@@ -104,8 +85,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`gradexp compare ...`: 0 when the table was shown, 2 when an argument names nothing."""
-    from gradexp.console import error_line
+    """`gradexp compare ...`: 0 when the table was shown, 2 when an argument names nothing or
+    there is no run to show."""
+    from gradexp.console import console, error_line
 
     try:
         args = parse_args(argv)
@@ -116,11 +98,16 @@ def main(argv: list[str] | None = None) -> int:
         client, uri = open_store(args.tracking_uri)
         mark_dead(client)
         selection = select(client, args)
-        metric = args.sort or shared_objective(selection.runs) or DEFAULT_SORT
-        desc = args.desc or ranks_largest_first(selection.runs, metric)
+        from gradexp.compare_ranking import ranking, sort_runs
+
+        metric, desc, note = ranking(selection, args.sort, args.desc)
         sort_runs(selection.runs, metric, desc, asked=bool(args.sort))
         if args.aggregate:
+            from gradexp.compare_groups import check_aggregate, print_groups
+
             check_aggregate(selection, args.aggregate.split(","))
+        if note:
+            console().print(note, highlight=False, markup=False)
         print_table(selection, metric, desc, uri)
         if args.aggregate:
             print_groups(selection, metric, desc, args.aggregate.split(","))
@@ -213,7 +200,8 @@ def select(client, args: argparse.Namespace) -> Selection:
     from gradexp.mlflow_store import find_runs
 
     experiment = None
-    if not (args.sweep and len(args.sweep) == 32):  # a full id names its own experiment
+    # a full id names its own experiment; a prefix is looked for in every experiment
+    if args.experiment or not args.sweep or args.sweep == "latest":
         experiment = (find_experiment(client, args.experiment) if args.experiment
                       else newest_runs_experiment(client))
     if args.sweep:
@@ -223,11 +211,18 @@ def select(client, args: argparse.Namespace) -> Selection:
                          order_by=NEWEST_FIRST, max_results=args.limit + 1)
         reused = reused_runs(client, parent, {run.info.run_id for run in runs})
         runs = [*runs, *reused]
+        if not runs:
+            raise BadInput(f"--sweep {args.sweep}: sweep {parent.info.run_id[:SHORT]} "
+                           f"({sweep_label(parent)}) has no runs yet: none of its jobs has "
+                           "opened one")
         swept = parent.data.tags.get(SWEPT_TAG)
+        objective = parent.data.tags.get(OBJECTIVE_TAG)
         return Selection(f"sweep {parent.info.run_id[:SHORT]}: {sweep_label(parent)}",
                          parent.info.experiment_id, runs[:args.limit], in_sweep=True,
                          more=len(runs) > args.limit,
                          swept=None if swept is None else [k for k in swept.split(",") if k],
+                         objective=None if objective is None else (
+                             objective, parent.data.tags.get(DIRECTION_TAG, "")),
                          reused={run.info.run_id for run in reused})
     runs, token = [], None
     while len(runs) <= args.limit:  # sweep parents only hold the summary: skip them
@@ -237,6 +232,11 @@ def select(client, args: argparse.Namespace) -> Selection:
         token = page.token
         if not token:
             break
+    if not runs:  # no table to show: exit 2, as for a store without runs (QA: this was 0)
+        raise BadInput(f"--experiment {experiment.name}: no runs yet in that experiment: record "
+                       f"one with python -m gradexp tracking.experiment={experiment.name}"
+                       if args.experiment else "the store has no runs yet: record one with "
+                       "python -m gradexp first")
     latest = newest_sweeps(client, experiment.experiment_id, 1)
     named = f" --experiment {experiment.name}" if args.experiment else ""
     hint = (f"one sweep's runs only: gradexp compare{named} --sweep "
@@ -300,8 +300,10 @@ def find_sweep(client, ref: str, experiment, experiment_arg: str | None):
                 raise BadInput(f"--sweep {ref}: that run is not a sweep (no child runs)"
                                + (f"; it is a job of sweep {own}" if own else ""))
             return parent
-        experiment = experiment or (find_experiment(client, experiment_arg) if experiment_arg
-                                    else newest_runs_experiment(client))
+    if ref != "latest" and not experiment_arg:
+        return sweep_in_store(client, ref)
+    experiment = experiment or (find_experiment(client, experiment_arg) if experiment_arg
+                                else newest_runs_experiment(client))
     sweeps = newest_sweeps(client, experiment.experiment_id, 1000)
     if ref == "latest" and sweeps:
         return sweeps[0]
@@ -315,54 +317,41 @@ def find_sweep(client, ref: str, experiment, experiment_arg: str | None):
                    f"its sweeps, newest first: {known or '(none)'}")
 
 
+def sweep_in_store(client, ref: str):
+    """The sweep whose parent run id starts with `ref`, in any experiment of the store: the
+    tables show 8 characters of an id, and `--sweep` took them from the newest run's experiment
+    only (QA: after a run in another experiment, an id the sweep's own table had just shown was
+    "no sweep with that id")."""
+    from gradexp.mlflow_store import experiments, find_runs
+
+    names = {e.experiment_id: e.name for e in experiments(client)}
+    sweeps, token = [], None
+    while names:  # sweep parents, newest first, a page at a time
+        page = find_runs(client, list(names), f"tags.`{SWEEP_TAG}` = 'true'",
+                         order_by=NEWEST_FIRST, page_token=token)
+        sweeps += page
+        token = page.token
+        if not token:
+            break
+    matches = [run for run in sweeps if run.info.run_id.startswith(ref.lower())]
+    if len(ref) >= 4 and len(matches) == 1:
+        return matches[0]
+
+    def named(run, width: int) -> str:
+        return (f"{run.info.run_id[:width]} ({sweep_label(run)}) in experiment "
+                f"{names[run.info.experiment_id]}")
+
+    if matches:  # several, or one by fewer than 4 characters
+        raise BadInput(f"--sweep {ref}: matches {len(matches)} sweep"
+                       f"{'s' if len(matches) > 1 else ''}, give more characters"
+                       f"{' (4 or more)' if len(ref) < 4 else ''}: "
+                       + ", ".join(named(run, 12) for run in matches[:5]))
+    raise BadInput(f"--sweep {ref}: no sweep with that id in any experiment; the store's "
+                   "sweeps, newest first: "
+                   f"{', '.join(named(run, SHORT) for run in sweeps[:5]) or '(none)'}")
+
+
 # ---------------------------------------------------------------- what is shown
-def shared_objective(runs: list) -> str | None:
-    """The sweep objective the runs were recorded with (tag gradexp.objective), if they share
-    one and any run has it."""
-    objectives = {run.data.tags.get(OBJECTIVE_TAG) for run in runs}
-    if len(objectives) == 1:
-        name = objectives.pop()
-        if name and any(name in run.data.metrics for run in runs):
-            return name
-    return None
-
-
-def ranks_largest_first(runs: list, metric: str) -> bool:
-    """Whether `metric` is best when largest: the direction the runs recorded for it (tag
-    gradexp.direction beside gradexp.objective; sweep.direction=maximize on val/fit) when they
-    agree, else a guess from its name (accuracy, r2: largest; errors, losses: smallest)."""
-    if metric == DEFAULT_SORT:
-        return False
-    recorded = {run.data.tags.get(DIRECTION_TAG) for run in runs
-                if run.data.tags.get(OBJECTIVE_TAG) == metric}
-    if len(recorded) == 1 and (direction := recorded.pop()) in ("minimize", "maximize"):
-        return direction == "maximize"
-    return direction_of(metric) == "maximize"
-
-
-def sort_runs(runs: list, name: str, desc: bool, asked: bool = True) -> None:
-    """In place, by metric `name` (runs without it last, ties stay newest first), the runs that
-    trained to the end first, as the sweep's own table ranks them: a pruned run's value is an
-    early epoch's, and a FAILED (diverged), KILLED or RUNNING run's the last one it logged, so
-    they rank after the FINISHED ones. A metric that was asked for (--by) and that no run has is
-    an error; a default one keeps newest first."""
-    available = sorted({key for run in runs for key in run.data.metrics})
-    if name not in available:
-        if asked and runs:
-            raise BadInput(f"--by {name}: no run shown has that metric; available: "
-                           f"{', '.join(available) or '(none)'}")
-        return
-
-    def key(run) -> tuple[int, int, float]:
-        value = run.data.metrics.get(name, math.nan)
-        if math.isnan(value):
-            return (1, 0, 0.0)
-        ended = (0 if run.info.status == "FINISHED" else 2) + (PRUNED_TAG in run.data.tags)
-        return (0, ended, -value if desc else value)
-
-    runs.sort(key=key)
-
-
 def verdict(run) -> str:
     return check_verdict(run) or "-"
 
@@ -467,10 +456,6 @@ def print_table(selection: Selection, sort: str, desc: bool, uri: str) -> None:
     out = console()
     if not out.is_terminal and "COLUMNS" not in os.environ:
         out.width = 200  # into a file or pipe: no terminal to fit, so keep rows whole
-    if not selection.runs:
-        out.print(f"{selection.title}: no runs yet ({redact_uri(uri)})", highlight=False,
-                  markup=False)
-        return
     params, implied, same = differing_params(selection.runs)
     cols = columns(selection, params, sort, desc)
     count = f"newest {len(selection.runs)} runs (--limit N for more)" if selection.more else (
@@ -500,68 +485,6 @@ def print_table(selection: Selection, sort: str, desc: bool, uri: str) -> None:
              f"mlflow ui --backend-store-uri {redact_uri(uri)}, then ")
     out.print(f"in the MLflow UI: {where}{runs_view_link(uri, selection.experiment_id)}",
               highlight=False, markup=False)
-
-
-def print_groups(selection: Selection, metric: str, desc: bool, over: list[str]) -> None:
-    """--aggregate: the runs grouped by what they differ in besides `over` (a sweep's swept
-    keys, else every differing param; a master seed's derived seeds aside), as the sweep's parent
-    groups its replicates (gradexp.replicates): pruned and failed replicates counted, not
-    averaged; a job run more than once counted once (its newest run)."""
-    from gradexp import replicates
-    from gradexp.console import console
-
-    out = console()
-    ended = [run for run in selection.runs if run.info.status != "RUNNING"]  # still training
-    runs, duplicates = replicates.distinct_runs(ended)
-    swept = selection.swept if selection.swept is not None else (
-        differing_params(runs)[0] if len(runs) > 1 else [])
-    derived = replicates.derived_keys(run.data.params for run in runs)
-    # said of the keys a sweep swept only (review: compare's differing seeds were not swept)
-    replaced = replicates.derived_note(selection.swept or [], derived)
-    swept = [key for key in swept if key not in derived]
-    if not any(key in over for key in swept):
-        for line in (f"--aggregate: the runs shown do not differ in {', '.join(over)}; no "
-                     "replicates to group", replaced):
-            if line:
-                out.print(line, highlight=False, markup=False)
-        return
-    groups = replicates.group_runs(
-        [(run.info.run_id, run.data.params, run.data.metrics.get(metric, math.nan))
-         for run in runs], swept, over, "maximize" if desc else "minimize",
-        pruned={run.info.run_id for run in runs if PRUNED_TAG in run.data.tags},
-        failed={run.info.run_id for run in runs if run.info.status != "FINISHED"})
-    out.print(replicates.groups_table(groups, metric, "↓" if desc else "↑",
-                                      f"groups over {', '.join(over)}: mean, "
-                                      f"{'highest' if desc else 'lowest'} first"))
-    losses = {run.info.run_id: run.data.metrics.get("final_loss") for run in runs}
-    for line in (replicates.duplicates_note(duplicates),
-                 replicates.identical_note(groups, over, losses),
-                 replicates.overlap_note(groups), replaced):
-        if line:
-            out.print(line, highlight=False, markup=False)
-    if selection.more:
-        out.print(f"grouped the newest {len(selection.runs)} runs only: --limit N for every "
-                  "replicate", highlight=False, markup=False)
-
-
-def check_aggregate(selection: Selection, over: list[str]) -> None:
-    """--aggregate names params of the runs shown, or a swept group of them (optimizer): a key
-    no run has (a typo, `--aggregate sed`) would group nothing, and the table would stand as if
-    no grouping had been asked for. A key the runs have but do not differ in is no mistake
-    (the default, seed, on runs of one seed): print_groups says there is nothing to group."""
-    from gradexp.config_checks import closest_key
-
-    params = {key for run in selection.runs for key in run.data.params}
-    named = sorted(params | set(selection.swept or ()))
-    for key in over:
-        if not selection.runs or key in named or any(p.startswith(f"{key}.") for p in params):
-            continue
-        differ = selection.swept if selection.swept is not None else (
-            differing_params(selection.runs)[0] if len(selection.runs) > 1 else [])
-        hint = closest_key(key, named)
-        raise BadInput(f"--aggregate {key}: no run shown has that param; the runs shown differ "
-                       f"in {', '.join(differ) or '(no param)'} (any param of theirs may be "
-                       "named)" + (f"; did you mean {hint}?" if hint else ""))
 
 
 def write_plot(client, selection: Selection, path: Path) -> None:

@@ -125,8 +125,10 @@ def print_config(cfg: DictConfig, masked: Mapping[str, Any]) -> None:
     # show them (its logged value read seed=null back as seed=None, which is refused: QA)
     overrides = [masked_override(item) for item in overrides]
     changed = f" · overrides: {' '.join(overrides)}" if overrides else ""
+    # Not markup: the options and overrides are the person's text, and rich read the list in
+    # `data.features=[area,rooms]` as a style tag and dropped it (QA)
     console().print(f"config: {chosen}{changed} (every key: --cfg job)", highlight=False,
-                    soft_wrap=True)
+                    soft_wrap=True, markup=False)
 
 
 def progress(total: int, completed: int = 0) -> Progress:
