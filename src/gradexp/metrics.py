@@ -3,7 +3,8 @@
 Every run is measured on the same yardstick whatever its training loss: metrics computed on the
 held-out rows (`val/<metric>` during training, `test/<metric>` once at the end), `train/<metric>`
 beside them. This module knows the names, the defaults by task and which way is better; the
-TensorFlow side (gradexp.evaluation) computes them. No TensorFlow here: config errors answer fast.
+TensorFlow side (gradexp.evaluation) computes them. No TensorFlow here: config errors answer fast
+(check_metric_values, which builds the metrics against the data, loads it when called).
 """
 
 from __future__ import annotations
@@ -34,8 +35,28 @@ DEFAULT_METRICS = {"regression": ["mse", "mae", "r2"],
                    "classification": ["accuracy", "crossentropy"]}
 DEFAULT_OBJECTIVE = {"regression": "val/mse", "classification": "val/accuracy"}
 SPLITS = ("train", "val", "test")
-# Any other metric (a `_target_` one, or a name logged elsewhere): better when larger if its name
-# ends in one of these; every other (errors, losses) when smaller.
+# Keras' own metric classes that declare a direction (`_direction`, up or down; checked against
+# Keras by tests/test_metric_targets.py), by class name in lower case, the name a
+# `{_target_: keras.metrics.F1Score}` entry is logged under. QA: a `_target_`'s direction was
+# guessed from its name's ending, and f1score, r2score, cosinesimilarity came out minimize: a
+# sweep tagged its worst run best, and early stopping kept the epoch of the lowest F1.
+KERAS_DIRECTIONS: dict[str, str] = {
+    **dict.fromkeys((
+        "accuracy", "auc", "binaryaccuracy", "binaryiou", "categoricalaccuracy",
+        "concordancecorrelation", "cosinesimilarity", "f1score", "fbetascore", "iou", "meaniou",
+        "onehotiou", "onehotmeaniou", "pearsoncorrelation", "precision", "precisionatrecall",
+        "r2score", "recall", "recallatprecision", "sensitivityatspecificity",
+        "sparsecategoricalaccuracy", "sparsetopkcategoricalaccuracy", "specificityatsensitivity",
+        "topkcategoricalaccuracy"), "maximize"),
+    **dict.fromkeys((
+        "binarycrossentropy", "categoricalcrossentropy", "categoricalhinge", "hinge",
+        "kldivergence", "logcosherror", "meanabsoluteerror", "meanabsolutepercentageerror",
+        "meansquarederror", "meansquaredlogarithmicerror", "poisson", "rootmeansquarederror",
+        "sparsecategoricalcrossentropy", "squaredhinge"), "minimize"),
+}
+DECLARED = {"up": "maximize", "down": "minimize"}  # a Keras metric's `_direction`
+# Any other metric (a function of yours, a name logged elsewhere): better when larger if its
+# name ends in one of these; every other (errors, losses) when smaller.
 HIGHER_IS_BETTER = ("accuracy", "r2", "auc", "precision", "recall", "f1", "iou")
 FALLBACK = "final_loss"  # the objective when no run has the one asked for, labelled as such
 
@@ -76,13 +97,41 @@ def metric_specs(cfg: DictConfig, task: str) -> list[Any]:
     return specs
 
 
-def direction_of(metric: str) -> str:
-    """maximize for accuracy, r2 and the like; minimize for errors and losses: a built-in's as
-    Keras declares it, any other's from its name."""
-    leaf = metric.rsplit("/", 1)[-1].lower()
+def direction_of(metric: str, cfg: DictConfig | None = None) -> str:
+    """maximize for accuracy, r2, auc and the like; minimize for errors and losses. A metric of
+    `cfg`'s eval.metrics that is a Keras class by `_target_` (under any `name`): the direction
+    that class declares; a built-in: the one its Keras class declares; any other: a Keras
+    class's of that name (f1score), else from how its name ends. Nothing is imported."""
+    leaf = metric.rsplit("/", 1)[-1]
+    target = _target_logged_as(leaf, cfg) if cfg is not None else None
+    if target is not None and (declared := keras_direction(target)):
+        return declared
+    leaf = leaf.lower()
     if leaf in BUILTIN_METRICS:
         return BUILTIN_METRICS[leaf][1]
+    if leaf in KERAS_DIRECTIONS:
+        return KERAS_DIRECTIONS[leaf]
     return "maximize" if leaf.endswith(HIGHER_IS_BETTER) else "minimize"
+
+
+def keras_direction(target: str) -> str | None:
+    """The direction a Keras metric class declares (keras.metrics.F1Score: maximize), from
+    KERAS_DIRECTIONS; None for anything else (a function, a class of yours)."""
+    module, _, name = str(target).rpartition(".")
+    if module.split(".")[0] not in ("keras", "tf", "tensorflow") or not name[:1].isupper():
+        return None
+    return KERAS_DIRECTIONS.get(name.lower())
+
+
+def _target_logged_as(name: str, cfg: DictConfig) -> str | None:
+    """The `_target_` of the eval.metrics entry logged as `name`, if one is."""
+    specs = OmegaConf.select(cfg, "eval.metrics", default=None)
+    if OmegaConf.is_config(specs):
+        specs = OmegaConf.to_container(specs, resolve=True)
+    for spec in specs if isinstance(specs, list) else ():
+        if isinstance(spec, dict) and "_target_" in spec and metric_name(spec) == name:
+            return str(spec["_target_"])
+    return None
 
 
 def objective(cfg: DictConfig, task: str | None = None) -> tuple[str, str]:
@@ -93,7 +142,7 @@ def objective(cfg: DictConfig, task: str | None = None) -> tuple[str, str]:
     if metric == "auto":
         metric = DEFAULT_OBJECTIVE[task]
     direction = cfg.sweep.direction
-    return metric, direction_of(metric) if direction == "auto" else direction
+    return metric, direction_of(metric, cfg) if direction == "auto" else direction
 
 
 def evaluated(cfg: DictConfig, task: str, splits: tuple[str, ...] = ("train", "val")
@@ -194,3 +243,67 @@ def register_resolver() -> None:
     if not OmegaConf.has_resolver("gradexp.direction"):
         OmegaConf.register_new_resolver(
             "gradexp.direction", lambda *, _root_: sweeper_direction(_root_))
+
+
+def check_metric_values(cfg: DictConfig, data: Any) -> None:
+    """Each `_target_` of eval.metrics built once, as the run builds it, and given two rows of
+    the data's shape: one that gives several numbers (keras.metrics.F1Score's default
+    average=None: one a class) is refused now. QA: the run opened, trained, and ended FAILED
+    with a traceback when it logged the metric. One that declares a direction (a function of
+    yours that returns a Keras metric) other than the one a sweep or early stopping would rank
+    it by is refused too: its best run would be its worst. What a metric raises is left to the
+    run to say, as before."""
+    specs = [spec for spec in metric_specs(cfg, data.task) if isinstance(spec, dict)]
+    if not specs:
+        return
+    import numpy as np
+    import tensorflow as tf
+
+    from gradexp.evaluation import build_metric
+    from gradexp.losses import independent_outputs
+    from gradexp.setup_checks import keras_names_kept
+
+    rows = tf.constant(np.eye(2, data.n_outputs, dtype=np.float32))
+    for spec in specs:
+        where = f"eval.metrics: {spec['_target_']}"
+        try:
+            with keras_names_kept():  # the run's own metric is built later, under the same name
+                compute = build_metric(spec, data.n_outputs, independent_outputs(cfg.loss),
+                                       logits=False)
+            shape = tuple(compute(rows, rows).shape)
+        except ConfigError:
+            raise
+        except Exception:  # noqa: BLE001 - the run reports it, as it did before this check
+            continue
+        if shape:
+            raise ConfigError(
+                f"{where} gives {shape[0]} numbers (shape {shape}: one a class or output), but "
+                "each metric is logged as one number: have it average them, e.g. "
+                "{_target_: keras.metrics.F1Score, average: macro}")
+        declared = DECLARED.get(getattr(compute, "declared", None))
+        if declared:
+            _check_declared(cfg, data.task, metric_name(spec), declared, str(spec["_target_"]))
+
+
+def _check_declared(cfg: DictConfig, task: str, name: str, declared: str, target: str) -> None:
+    """Refuse the metric `name`, whose Keras `_direction` says `declared`, as the objective
+    (sweep.direction=auto) or early stopping's monitor when it would be ranked the other way:
+    a function of yours that returns a Keras metric is ranked by its name (direction_of)."""
+    better = "larger" if declared == "maximize" else "smaller"
+    metric, direction = objective(cfg, task)
+    if cfg.sweep.direction == "auto" and metric.partition("/")[2] == name \
+            and direction != declared:
+        raise ConfigError(f"sweep.objective={metric}: {target} (eval.metrics) "
+                          f"declares {better} is better, but its name says {direction}: set "
+                          f"sweep.direction={declared}")
+    stopping = cfg.trainer.early_stopping
+    monitor = metric if stopping.monitor == "auto" else str(stopping.monitor)
+    # as gradexp.callbacks.early_stopping reads it (direction_of(monitor, cfg)): a function
+    # of yours by its name
+    if stopping.enabled and monitor.partition("/")[2] == name \
+            and direction_of(monitor, cfg) != declared:
+        ending = "ends in one of" if declared == "maximize" else "ends in none of"
+        raise ConfigError(f"trainer.early_stopping.monitor={monitor}: {target} "
+                          f"(eval.metrics) declares {better} is better, but early stopping "
+                          f"reads the direction from the name {name}: give it a name that "
+                          f"{ending} {', '.join(HIGHER_IS_BETTER)} (eval.metrics name:)")

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from gradexp.config_checks import NO_OPTION, shipped_target
 from gradexp.endings import reason_of
 from gradexp.losses import check_loss_returns, from_logits_of, loss_kind, outputs_of
+from gradexp.metrics import check_metric_values
 from gradexp.schedules import check_boundary_steps
 from gradexp.schema import ConfigError
 
@@ -121,6 +122,7 @@ def check_against_data(cfg: DictConfig, data: Any, say=warning_line) -> None:
     check_target_size(cfg, data, say)
     check_model_fits_data(cfg, data)
     check_loss_returns(cfg.loss, data.n_outputs)
+    check_metric_values(cfg, data)  # a per-class metric (F1Score's average=None), its direction
     check_optimizer_builds(cfg)
     check_boundary_steps(cfg.optimizer.schedule,
                          data.steps_per_epoch(data.batch_size or cfg.trainer.batch_size))

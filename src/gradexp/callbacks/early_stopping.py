@@ -34,7 +34,8 @@ class EarlyStopping(Callback):
             return
         self.epochs = eval_epochs(run.cfg)
         self.monitor = run.objective if cfg.monitor == "auto" else cfg.monitor
-        self.sign = -1.0 if direction_of(self.monitor) == "maximize" else 1.0
+        # a Keras metric class by _target_ as that class declares it, under any name (QA)
+        self.sign = -1.0 if direction_of(self.monitor, run.cfg) == "maximize" else 1.0
         self.patience = cfg.patience
         self.min_delta = cfg.min_delta
         self.restore_best = cfg.restore_best
