@@ -39,11 +39,13 @@ def no_gradient(error: BaseException, cfg) -> NoGradient | None:
     text = str(error).strip()
     eager = re.fullmatch(r"gradient registry has no entry for: (\S+)", text)
     traced = re.match(r"No gradient defined for operation ?'([^']+)' \(op type: (\w+)\)", text)
-    if not isinstance(error, LookupError) or not (eager or traced):
+    checked = getattr(error, "op", None)  # gradexp.gradcheck.NoGradientError's op type
+    if not isinstance(error, LookupError) or not (eager or traced or isinstance(checked, str)):
         return None
     target = cfg.model.get("_target_") if cfg is not None else None
     model = f"model._target_={target}" if target else "the model"
-    op = eager.group(1) if eager else f"{traced.group(2)} (at {traced.group(1)})"
+    op = eager.group(1) if eager else f"{traced.group(2)} (at {traced.group(1)})" if traced \
+        else checked
     return NoGradient(f"{model}: TensorFlow has no gradient for the op {op} it computes, so it "
                       "cannot train; compute that step with ops that have one, or give it one "
                       "(tf.custom_gradient, tf.RegisterGradient)")

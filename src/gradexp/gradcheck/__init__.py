@@ -52,6 +52,7 @@ The package, one module per part, imports flowing one way (each only from those 
     report.py    GradCheckReport, GradCheckEntry, to_dict(), the text of str(report)
     directions.py  probe directions, drawn once per (seed, input, probe) and kept
     compiled.py  a tf.function's compiled calls: all VJPs in one, all f(x ± h·u) in another
+    py_functions.py  tf.py_function, whose gradient runs once per forward: a forward per VJP
     checked_function.py what is checked: a function of tensors or a loss of variables; its VJPs
     entries.py   one entry per input: its step and tolerances, shared judgements
     jacobian.py  the jacobian method
@@ -61,7 +62,7 @@ The package, one module per part, imports flowing one way (each only from those 
     forward.py   modes=("rev", "fwd"): forward-mode JVPs against reverse mode and differences
     second_order.py  order=2: the gradient as a function, checked to first order
     plain_functions.py  compile=True: a plain callable probed as a tf.function (eager fallback)
-    checker.py   check_gradients, check_variables
+    checker.py   check_gradients, check_variables; NoGradientError (an op without a gradient)
     joint.py     check_jointly: one probe set over several inputs (a run's checks use it)
     breakdown.py which other inputs of a failing joint check are wrong, at a bounded cost
     keras_model.py  check_model: a Keras model's training loss, in training mode, as a run checks
@@ -70,7 +71,7 @@ The package, one module per part, imports flowing one way (each only from those 
 TensorFlow is imported inside the functions that need it, so importing this package is cheap.
 """
 
-from gradexp.gradcheck.checker import check_gradients, check_variables
+from gradexp.gradcheck.checker import NoGradientError, check_gradients, check_variables
 from gradexp.gradcheck.keras_model import check_model
 from gradexp.gradcheck.options import EVALUATION_DTYPES as EVALUATION_DTYPES  # public, as before
 from gradexp.gradcheck.options import METHODS as METHODS  # public, as before
@@ -80,6 +81,7 @@ from gradexp.gradcheck.report import GradCheckEntry, GradCheckReport
 __all__ = [
     "GradCheckEntry",
     "GradCheckReport",
+    "NoGradientError",
     "check_gradients",
     "check_model",
     "check_variables",

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from gradexp.gradcheck import py_functions
 from gradexp.gradcheck.compiled import (
     _concrete,
     _perturbed,
@@ -23,24 +24,6 @@ from gradexp.gradcheck.compiled import (
 )
 from gradexp.gradcheck.directions import _direction
 from gradexp.gradcheck.options import _EPS
-
-
-def _variable_handle(v: Any) -> Any:
-    """The tf.Variable behind a tf.Variable or a Keras 3 variable (which tapes cannot watch)."""
-    import tensorflow as tf
-
-    if isinstance(v, tf.Variable):
-        return v
-    inner = getattr(v, "value", None)
-    if isinstance(inner, tf.Variable):
-        return inner
-    raise TypeError(f"check_variables expects tf.Variable or Keras variables, got {type(v)!r}")
-
-
-def _variable_name(v: Any) -> str:
-    path = getattr(v, "path", None)  # Keras 3: "dense/kernel" is clearer than "kernel"
-    name = path if isinstance(path, str) and path else str(getattr(v, "name", "variable"))
-    return name.removesuffix(":0")
 
 
 class _Target:
@@ -69,6 +52,9 @@ class _Target:
         self.grad_shape_errors: dict[int, str] = {}
         # Inputs whose first VJP was all zeros: perhaps no gradient at all (connected.py asks).
         self.zero_vjps: list[int] | None = None
+        # True for a tf.py_function's backward, which runs once per forward (py_functions.py):
+        # every VJP then records a forward pass of its own.
+        self.fresh_forwards = False
         # numpy views of tensors (id -> (view, tensor)): as_tensor gives the tensor back instead
         # of copying a million-element array into TensorFlow again.
         self._views: dict[int, tuple[np.ndarray, Any]] = {}
@@ -114,10 +100,13 @@ class _Target:
             if y is None:
                 y = self._call()
         else:
+            kept = py_functions.kept_tapes()
             with tf.GradientTape(persistent=True) as tape:
                 tape.watch([s for s, why in zip(self._sources(), self.skip) if why is None])
                 y = self._call()
             self._tape = tape
+            # A tf.py_function kept its tape for one gradient: seen here, not by failing
+            self.fresh_forwards = self.fresh_forwards or py_functions.kept_tapes() > kept
         self._y = y
         if tf.is_symbolic_tensor(y):  # from the trace: only its shape is used
             self.out0 = np.zeros(y.shape.as_list())
@@ -144,13 +133,26 @@ class _Target:
         return view
 
     def vjps(self, cotangents: list[np.ndarray]) -> list[list[np.ndarray]]:
-        """VJPs (float64, flat, one per input) for each cotangent, from the recorded forward."""
+        """VJPs (float64, flat, one per input) for each cotangent, from the recorded forward (a
+        forward each where a tf.py_function's gradient fails the second: py_functions.py)."""
+        count = self.evaluations, self.backward_passes
+        try:
+            return self._vjps(cotangents)
+        except Exception as exc:  # noqa: BLE001 - only the py_function's error is retried
+            if self.fresh_forwards or not py_functions.once_per_forward(exc):
+                raise
+        self.fresh_forwards = True
+        py_functions.remember(getattr(self, "f", None))
+        (self.evaluations, self.backward_passes), self.zero_vjps = count, None
+        return self._vjps(cotangents)
+
+    def _vjps(self, cotangents: list[np.ndarray]) -> list[list[np.ndarray]]:
         import tensorflow as tf
 
         checked = [k for k, why in enumerate(self.skip) if why is None]
         sources = [self._sources()[k] for k in checked]
         out = []
-        compiled = self._compiled_vjp()
+        compiled = None if self.fresh_forwards else self._compiled_vjp()
         if compiled is not None and sources and len(cotangents) <= _VJP_BATCH:
             # The probes' few cotangents in one compiled call: the calls' overhead, not their
             # arithmetic, is what a VJP costs at thousands of elements. (The jacobian method's
@@ -168,6 +170,8 @@ class _Target:
                 grads = batch[j]
             elif compiled is not None:
                 grads = compiled(list(self._sources()), [tf.constant(c, dtype=self._y.dtype)])[0]
+            elif self.fresh_forwards:
+                grads = py_functions.fresh_vjp(self, sources, c)
             else:
                 cotangent = tf.constant(c, dtype=self._y.dtype)
                 grads = self._tape.gradient(self._y, sources, output_gradients=cotangent,
@@ -282,7 +286,7 @@ class _Target:
         """VJP for input ``i`` (float64, flat) with that input replaced by ``value``."""
         import tensorflow as tf
 
-        compiled = self._compiled_vjp()
+        compiled = None if self.fresh_forwards else self._compiled_vjp()
         if compiled is not None:  # no tape around a tf.function: that traces its gradient again
             args = list(self._sources())
             args[i] = self._replaced_source(i, value)
@@ -315,7 +319,7 @@ class _Target:
         kink test's x ± h·u cost one call, not two calls of two backward passes each."""
         import tensorflow as tf
 
-        compiled = self._compiled_vjp()
+        compiled = None if self.fresh_forwards else self._compiled_vjp()
         if compiled is None or len(values) != 2 or not light_traces(getattr(self, "f", None)):
             return [self.vjp_at(i, value, cotangent) for value in values]
         points = []
@@ -415,6 +419,7 @@ class _FunctionTarget(_Target):
         self.dtypes = [t.dtype.name for t in tensors]
         self.skip = [_skip_reason(t.dtype, t.shape.num_elements()) for t in tensors]
         self._vjp: Any = None
+        self.fresh_forwards = py_functions.known(f)
 
     def _sources(self) -> list[Any]:
         return self.tensors
@@ -436,8 +441,13 @@ class _FunctionTarget(_Target):
         return self.tensors[i]
 
     def _compiled_vjp(self) -> Any:
+        if self.fresh_forwards:  # VJPs from one compiled forward fail: a tape each
+            return None
         if self._vjp is None:
             self._vjp = compiled_vjp(self.f, [k for k, why in enumerate(self.skip) if why is None])
+            if self._vjp is not None and py_functions.calls_py_function(self.f, self.tensors):
+                self.fresh_forwards = True
+                return None
         return self._vjp
 
     def _traced_output(self) -> Any:

@@ -6,6 +6,8 @@ runs the chosen method over every input and assembles the GradCheckReport.
 
 from __future__ import annotations
 
+import functools
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -17,8 +19,6 @@ from gradexp.gradcheck.checked_function import (
     _FunctionTarget,
     _skip_reason,
     _Target,
-    _variable_handle,
-    _variable_name,
     _VariableTarget,
 )
 from gradexp.gradcheck.entries import _noisy
@@ -29,6 +29,54 @@ from gradexp.gradcheck.probe import _probe_entries
 from gradexp.gradcheck.report import GradCheckEntry, GradCheckReport
 
 
+class NoGradientError(ValueError, LookupError):
+    """The checked function computes an op TensorFlow has no gradient for (``op``, its type):
+    there is no analytical gradient to check. A LookupError, as TensorFlow's own error was;
+    a ValueError, as the checker's other refusals."""
+
+    def __init__(self, message: str, op: str) -> None:
+        super().__init__(message)
+        self.op = op
+
+
+def _no_gradient_said(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A check that raises NoGradientError in one line where TensorFlow raised its LookupError
+    through ~31 frames of the checker (QA: tf.linalg.lu, tf.linalg.logm,
+    tf.image.adjust_saturation, tf.image.resize(method="area")); ``what`` names the function."""
+
+    def decorate(check: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(check)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return check(*args, **kwargs)
+            except LookupError as error:
+                said = _no_gradient(error, what)
+                if said is None:
+                    raise
+            raise said  # outside the except: without TensorFlow's frames as its context
+
+        return checked
+
+    return decorate
+
+
+def _no_gradient(error: LookupError, what: str) -> NoGradientError | None:
+    """TensorFlow's "no gradient" error (eager: the registry's; traced: the op's) said in one
+    line naming the op; None for any other LookupError."""
+    text = str(error).strip()
+    eager = re.fullmatch(r"gradient registry has no entry for: (\S+)", text)
+    traced = re.match(r"No gradient defined for operation ?'([^']+)' \(op type: (\w+)\)", text)
+    if isinstance(error, NoGradientError) or not (eager or traced):
+        return None
+    op = eager.group(1) if eager else traced.group(2)
+    where = "" if eager or traced.group(1) == op else f" (at {traced.group(1)})"
+    return NoGradientError(
+        f"TensorFlow has no gradient for the op {op}{where} in {what}, so there is no gradient "
+        "to check; compute that step with ops that have one, or give it one "
+        "(tf.custom_gradient, tf.RegisterGradient)", op)
+
+
+@_no_gradient_said("f")
 def check_gradients(
     f: Callable[..., Any],
     xs: Sequence[Any],
@@ -80,6 +128,7 @@ def check_gradients(
         xs = [xs]
     tensors = [tf.convert_to_tensor(x) for x in xs]
     names = _names(names, [f"x{i}" for i in range(len(tensors))])
+    _refuse_unchecked("f", "input", names, [(t.dtype, t.shape.num_elements()) for t in tensors])
     notes: list[str] = []
     if order == 2:  # the first-order check of the gradient function, eagerly
         checked = [k for k, t in enumerate(tensors)
@@ -104,6 +153,7 @@ def check_gradients(
     return _run(_FunctionTarget(f, tensors, names), opts, notes, modes)
 
 
+@_no_gradient_said("loss_fn")
 def check_variables(
     loss_fn: Callable[[], Any],
     variables: Sequence[Any],
@@ -133,6 +183,8 @@ def check_variables(
     variables = list(variables)
     handles = [_variable_handle(v) for v in variables]
     names = _names(names, [_variable_name(v) for v in variables])
+    _refuse_unchecked("loss_fn", "variable", names,
+                      [(h.dtype, h.shape.num_elements()) for h in handles])
     notes: list[str] = []
     if opts.dtype is not None:
         other = [n for n, h in zip(names, handles)
@@ -155,6 +207,24 @@ def check_variables(
         target.restore()
 
 
+def _variable_handle(v: Any) -> Any:
+    """The tf.Variable behind a tf.Variable or a Keras 3 variable (which tapes cannot watch)."""
+    import tensorflow as tf
+
+    if isinstance(v, tf.Variable):
+        return v
+    inner = getattr(v, "value", None)
+    if isinstance(inner, tf.Variable):
+        return inner
+    raise TypeError(f"check_variables expects tf.Variable or Keras variables, got {type(v)!r}")
+
+
+def _variable_name(v: Any) -> str:
+    path = getattr(v, "path", None)  # Keras 3: "dense/kernel" is clearer than "kernel"
+    name = path if isinstance(path, str) and path else str(getattr(v, "name", "variable"))
+    return name.removesuffix(":0")
+
+
 def _names(given: Sequence[str] | None, default: list[str]) -> list[str]:
     if given is None:
         names = default
@@ -168,6 +238,23 @@ def _names(given: Sequence[str] | None, default: list[str]) -> list[str]:
         seen[n] = seen.get(n, 0) + 1
         unique.append(n if seen[n] == 1 else f"{n}_{seen[n] - 1}")
     return unique
+
+
+def _refuse_unchecked(what: str, kind: str, names: list[str], dtypes: list[tuple[Any, Any]]
+                      ) -> None:
+    """No verdict where nothing would be checked: with only a complex or an integer input the
+    report said "Gradient check PASSED" about a check that never ran (QA). One line naming each
+    input and why, as check_model's "not checked: ..." (no floating-point tensor to step)."""
+    why = [_skip_reason(dtype, size) for dtype, size in dtypes]
+    if any(w is None for w in why):
+        return
+    listed = "; ".join(f"{n}: {'empty ' if size == 0 else ''}{dtype.name}"
+                       for n, (dtype, size) in zip(names, dtypes)) or f"no {kind}s given"
+    complex_hint = ("; check a complex input as its real and imaginary parts, two float "
+                    "inputs (f(tf.complex(re, im)))"
+                    if any(dtype.is_complex for dtype, _ in dtypes) else "")
+    raise ValueError(f"not checked: no {kind} of {what} is a non-empty floating-point tensor "
+                     f"({listed}), so there is no gradient to check{complex_hint}")
 
 
 def _try_dtype(f: Callable[..., Any], tensors: list[Any], dtype: str, notes: list[str]
