@@ -127,10 +127,12 @@ def test_a_job_failing_before_its_run_opens_is_listed_failed_and_fails_the_sweep
     assert "no run has the sweep objective" not in table
     # The file made, the sweep again into the same folder: the old failure is not this sweep's
     (tmp_path / "missing.csv").write_text(HOUSES)
-    with contextlib.redirect_stdout(io.StringIO()):  # no GradexpError: nothing failed
+    with contextlib.redirect_stdout(io.StringIO()) as again:  # no GradexpError: none failed
         results = gradexp.sweep(f"tracking.uri={store}", *sweep, "sweep.skip_finished=true",
                                 launch_dir=tmp_path)
     assert [result.final_loss > 0 for result in results] == [True]  # the FINISHED one reused
+    # named by the swept key, as its child run is (QA: by every override of the command line)
+    assert "skipped data.path=houses_num.csv: the same config FINISHED as run " in again.getvalue()
 
 
 @pytest.mark.slow

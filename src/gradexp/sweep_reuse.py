@@ -13,7 +13,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from gradexp.metrics import objective
-from gradexp.sweeps import parent_run_file, tracking_off
+from gradexp.sweeps import child_run_name, parent_run_file, tracking_off
 from gradexp.tag_keys import PARENT_TAG, PRUNED_TAG, REUSED_TAG
 
 
@@ -57,7 +57,10 @@ def reuse_finished_run(cfg: DictConfig, hydra_cfg: DictConfig) -> float | None:
     _note_reused(client, launch_dir, hydra_cfg, run.info.run_id)
     metric = objective(cfg)[0]
     value = run.data.metrics.get(metric, run.data.metrics["final_loss"])
-    console().print(f"skipped {masked_dirname(hydra_cfg) or 'defaults'}: the same config "
+    # named as its child run would be: by the swept keys only (QA: every override)
+    sweep_dir = Path(hydra_cfg.runtime.cwd) / hydra_cfg.sweep.dir
+    name = child_run_name(hydra_cfg, sweep_dir) or masked_dirname(hydra_cfg) or "defaults"
+    console().print(f"skipped {name}: the same config "
                     f"FINISHED as run {run.info.run_id} ({metric} {value:.6g}); "
                     "sweep.skip_finished=true", highlight=False)
     return value
