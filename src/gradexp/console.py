@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -28,6 +29,60 @@ def quiet_libraries() -> None:
     logging.getLogger("mlflow").setLevel(mlflow_level)  # MLflow reads the variable on import
     for name in ("matplotlib", "alembic", "PIL"):
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+class QuietRetries(logging.Filter):
+    """Drops urllib3's connection-pool warnings ("Retrying (Retry(...)) after connection broken
+    by ..."): QA, a tracking server that stopped mid-run gave ~10 of them before gradexp's one
+    error line, which says it all. On the console handler of conf/hydra/job_logging/gradexp.yaml
+    only: the job's .log file keeps them, and urllib3's errors still show."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.name == "urllib3.connectionpool" and record.levelno < logging.ERROR)
+
+
+# A word of a log line, its backslash-escaped characters (Hydra's `http\://host`) included
+_WORD = re.compile(r"(?:\\.|\S)+")
+# user:password@ after a scheme's ://, escaped (http\://a\:b@) or not
+_USERINFO = re.compile(r"([A-Za-z][\w+.-]*\\?:(?:\\?/){2})[^\s/@]+@")
+
+
+def masked_log_line(text: str) -> str:
+    """`text` with each override in it (KEY=VALUE, as typed or as Hydra escapes it) shown as the
+    params show it (run_params.masked_override), and any user:password@ in a URI cut out."""
+    from hydra._internal.grammar.utils import escape_special_characters
+
+    from gradexp.run_params import masked_override
+
+    def masked(match: re.Match) -> str:
+        word = match.group(0)
+        if "=" not in word:
+            return word
+        plain = re.sub(r"\\(.)", r"\1", word)
+        shown = masked_override(plain)
+        if shown == plain:
+            return word
+        key, _, value = shown.partition("=")
+        return f"{key}={escape_special_characters(value)}" if plain != word else shown
+
+    return _USERINFO.sub(r"\1***@", _WORD.sub(masked, text))
+
+
+class MaskedCredentials(logging.Filter):
+    """The log lines of Hydra and its launchers (`#0 : tracking.uri=...`, a line per job, the
+    URI's colons escaped) with credentials and secrets masked as the params mask them: QA, a sweep
+    printed the password docs/errors.md says is never printed. On the handlers of
+    conf/hydra/job_logging|hydra_logging/gradexp.yaml, so every logger's lines pass it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a bad format is logging's own error to report
+            return True
+        shown = masked_log_line(message)
+        if shown != message:
+            record.msg, record.args = shown, ()
+        return True
 
 
 class _Console(Console):

@@ -60,9 +60,15 @@ def check_sweeper_direction(config: DictConfig) -> None:
 
 def check_launcher(config: DictConfig) -> None:
     """hydra/launcher=packed: `hydra.launcher.processes` counts the processes that run its
-    jobs, this one included, so it is 1 or more."""
+    jobs, this one included, so it is 1 or more. hydra/launcher=ray or ray_cluster: the Ray
+    the jobs would run on answers, and plain `ray` would not join a running cluster (QA: a
+    traceback and a KILLED parent, or minutes of hanging: gradexp.launcher_checks)."""
     from gradexp.schema import ConfigError
 
+    if plugin_name(config.hydra.launcher) == "RayLauncher":
+        from gradexp.launcher_checks import check_ray_launcher
+
+        check_ray_launcher(config)
     processes = OmegaConf.select(config, "hydra.launcher.processes", default=None)
     if plugin_name(config.hydra.launcher) == "PackedLauncher" and processes is not None \
             and processes < 1:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -130,6 +131,10 @@ def check_store_kind(uri: str, shown: str | None = None) -> None:
         raise ConfigError(f"{key}: a path to a database file, not a store URI: write "
                           f"sqlite:///{typed.removeprefix('file:')} (three slashes before a "
                           "relative path, four before an absolute one)")
+    server = server_uri(typed) if scheme in ("", "file") else None
+    if server:  # QA: 127.0.0.1:5000 was taken for a folder, and MLflow refuses folders
+        raise ConfigError(f"{key}: HOST:PORT without a scheme is read as a folder; for a tracking "
+                          f"server write {server}")
     if scheme not in known:
         accepted = ", ".join(f"{name}://" for name in sorted(known - _refused_kinds()) if name)
         raise ConfigError(f"{key}: MLflow has no store for {scheme}:// URIs; accepted: "
@@ -138,6 +143,16 @@ def check_store_kind(uri: str, shown: str | None = None) -> None:
         raise ConfigError(f"{key}: MLflow refuses a folder as a store (its file store is in "
                           "maintenance mode); use sqlite:///PATH/mlflow.db or null "
                           "(./mlflow.db), or set MLFLOW_ALLOW_FILE_STORE=true")
+
+
+# HOST:PORT and perhaps a path, with no scheme: localhost:5000, 10.0.0.2:5000/mlflow
+_HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):\d{1,5}(/.*)?")
+
+
+def server_uri(typed: str) -> str | None:
+    """http://HOST:PORT for a tracking.uri typed as HOST:PORT without its scheme, which MLflow
+    would take for a folder; None for anything else."""
+    return f"http://{typed}" if _HOST_PORT.fullmatch(typed) else None
 
 
 def _refused_kinds() -> set[str]:
