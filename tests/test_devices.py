@@ -46,3 +46,46 @@ def test_cpu_replicas_out_of_range_is_one_line():
 
     with pytest.raises(ConfigError, match="device.cpu_replicas=-1: must be an integer >= 0"):
         check_ranges(compose_config("device=mirrored", "device.cpu_replicas=-1"))
+
+
+MIRRORED_SESSION = '''
+import json
+import gradexp
+
+mirrored = ["device=mirrored", "device.cpu_replicas=2", "trainer.epochs=3", "gradcheck=off",
+            "tracking=none"]
+# two model shapes in one process (a sweep, a notebook's next call)
+shapes = [gradexp.run(*mirrored, "model=mlp", f"model.hidden=[{width}]").final_loss
+          for width in (8, 16, 8)]
+# a loss given as a function; batches of 33 rows leave a last batch of 1 row: one replica's
+# share is empty
+function = ("loss._target_=keras.losses.mean_squared_error", "trainer.batch_size=33")
+on_two = gradexp.run(*mirrored, *function).history
+on_one = gradexp.run(*mirrored[2:], "device=cpu", *function).history
+print(json.dumps({"shapes": shapes,
+                  "two": {k: on_two[k].tolist() for k in ("loss", "grad_norm", "W")},
+                  "one": {k: on_one[k].tolist() for k in ("loss", "grad_norm", "W")}}))
+'''
+
+
+@pytest.mark.slow
+def test_mirrored_runs_of_two_shapes_and_a_function_loss_in_one_process(tmp_path):
+    """QA: a second model shape died in the collective all-reduce ("Shape mismatch in the
+    collective instance 100"), and so did every later mirrored run of the process; a loss given
+    as a function trained at twice the rate on 2 replicas (Keras' 1/replicas never applied),
+    and gave NaN, called a divergence, where a replica's share of the last batch was empty."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import cli_env
+
+    (tmp_path / "session.py").write_text(MIRRORED_SESSION)
+    done = subprocess.run([sys.executable, "session.py"], cwd=tmp_path, env=cli_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    first, second, again = found["shapes"]
+    assert np.isfinite([first, second, again]).all() and again == pytest.approx(first)
+    for key in ("loss", "grad_norm", "W"):  # the same run on one device
+        np.testing.assert_allclose(found["two"][key], found["one"][key], rtol=1e-5, err_msg=key)

@@ -211,3 +211,33 @@ def test_a_keras_loss_options_constructor_arguments_are_taken_with_plus():
     assert str(error.value).startswith("loss.labl_smoothing=0.1: no such key, gradexp would not "
                                        "read it (loss=huber accepts: _target_, name, delta, "
                                        "reduction")
+
+
+# ---------------------------------------------------------------- XLA (QA, devices and compilation)
+@pytest.mark.parametrize(("overrides", "line"), [
+    # ran eagerly, no XLA, while the params said trainer.jit_compile=True
+    (("trainer.compile=false",), "trainer.jit_compile=true needs trainer.compile=true: XLA "
+                                 "compiles the compiled training step, and an eager run has none"),
+    # a traceback for every model: "Trying to access resource ... located in device CPU:1"
+    (("device=mirrored",), "trainer.jit_compile=true does not run under device=mirrored (XLA "
+                           "would compile every replica's step on one device): use one of them"),
+])
+def test_xla_with_settings_it_does_not_combine_with_is_refused(store, client, overrides, line):
+    assert refused(store, client, "trainer.jit_compile=true", *overrides) == line
+
+
+def test_a_model_op_xla_cannot_compile_is_named_in_one_line():
+    """~150 lines of "tf2xla conversion failed" and exit 1: now the op and where it is."""
+    from gradexp.xla_checks import XlaRefused, xla_refused
+
+    said = ("Detected unsupported operations when trying to compile graph while_body[] on "
+            "XLA_CPU_JIT: PyFunc (No registered 'PyFunc' OpKernel for XLA_CPU_JIT devices "
+            "compatible with node {{node while/while/functional_1/py_fn_1/PyFunc}})"
+            "{{node while/while/functional_1/py_fn_1/PyFunc}}")
+    failure = xla_refused(ValueError(said), conftest.compose_config(
+        "model=custom", "model._target_=my_models.build"))
+    assert isinstance(failure, XlaRefused) and failure.exit_code == 2
+    assert str(failure) == ("trainer.jit_compile=true: XLA cannot compile PyFunc (at "
+                            "functional_1/py_fn_1/PyFunc) in model._target_=my_models.build; "
+                            "set trainer.jit_compile=false")
+    assert xla_refused(ValueError("something else"), None) is None

@@ -38,8 +38,7 @@ def select_device(requested: str, cpu_replicas: int = 0) -> DeviceChoice:
 
     if requested == "mirrored" and cpu_replicas:
         return DeviceChoice(requested, f"mirrored({cpu_replicas} CPU replicas)",
-                            tf.distribute.MirroredStrategy(_logical_cpus(cpu_replicas)),
-                            replicas=cpu_replicas)
+                            _mirrored(_logical_cpus(cpu_replicas)), replicas=cpu_replicas)
     gpus = tf.config.list_logical_devices("GPU")
     if requested == "cpu" or (requested == "auto" and not gpus):
         return DeviceChoice(requested, "/CPU:0")
@@ -50,10 +49,27 @@ def select_device(requested: str, cpu_replicas: int = 0) -> DeviceChoice:
             "use device=auto or device=cpu"
         )
     if requested == "mirrored":
-        strategy = tf.distribute.MirroredStrategy([d.name for d in gpus])
+        strategy = _mirrored([d.name for d in gpus])
         return DeviceChoice(requested, f"mirrored({len(gpus)} GPUs)", strategy,
                             replicas=len(gpus))
     return DeviceChoice(requested, gpus[0].name)
+
+
+# One MirroredStrategy per set of devices in a process: each new strategy numbered its
+# all-reduces from the same collective keys, so a second run of another model shape (a sweep,
+# a notebook's next gradexp.run) met the first's programs: "Shape mismatch in the collective
+# instance 100", and every later mirrored run failed too (QA). Runs share it as they share the
+# devices; what it holds of a run (its variables) goes with the run's model.
+_STRATEGIES: dict[tuple[str, ...], Any] = {}
+
+
+def _mirrored(devices: list[str]) -> Any:
+    import tensorflow as tf
+
+    key = tuple(devices)
+    if key not in _STRATEGIES:
+        _STRATEGIES[key] = tf.distribute.MirroredStrategy(devices)
+    return _STRATEGIES[key]
 
 
 def _logical_cpus(count: int) -> list[str]:

@@ -54,6 +54,7 @@ from gradexp.tag_keys import (
 )
 from gradexp.tracking_uri import check_server, check_store_folder, check_store_kind, resolve_uri
 from gradexp.user_code import check_modules_exist, importable, label_by_target, locate
+from gradexp.xla_checks import xla_refused
 
 __all__ = ["Diverged", "GradientCheckFailed", "RunFailed", "RunResult", "Terminated",
            "run_experiment"]
@@ -175,7 +176,8 @@ class Loop:
                 self.emit("on_run_begin")
                 self.train()
             except BaseException as error:
-                failure = no_gradient(error, self.run.cfg)  # one line, recorded as its reason
+                # one line, recorded as its reason
+                failure = no_gradient(error, self.run.cfg) or xla_refused(error, self.run.cfg)
                 # Also when the end had begun: an interrupt between two callbacks' ends
                 # would leave the later ones (the recorder: the run RUNNING) never told.
                 self.end(*status_of(failure or error))

@@ -28,6 +28,7 @@ from gradexp.losses import check_loss_returns, from_logits_of, loss_kind, output
 from gradexp.metrics import check_metric_values
 from gradexp.schedules import check_boundary_steps
 from gradexp.schema import ConfigError
+from gradexp.xla_checks import check_xla_batches, check_xla_settings
 
 # Groups whose option's keys go to the option's own code only: a person's `_target_` in their
 # place is called with `kwargs` (model=custom, data=custom), never with the option's keys.
@@ -72,6 +73,7 @@ def check_config(cfg: DictConfig) -> None:
         check_target_is_read(cfg, group)
     check_piecewise(cfg)
     check_jobs_kept(cfg)
+    check_xla_settings(cfg)
 
 
 def check_piecewise(cfg: DictConfig) -> None:
@@ -124,8 +126,10 @@ def check_against_data(cfg: DictConfig, data: Any, say=warning_line) -> None:
     check_loss_returns(cfg.loss, data.n_outputs)
     check_metric_values(cfg, data)  # a per-class metric (F1Score's average=None), its direction
     check_optimizer_builds(cfg)
-    check_boundary_steps(cfg.optimizer.schedule,
-                         data.steps_per_epoch(data.batch_size or cfg.trainer.batch_size))
+    batch_size = data.batch_size or cfg.trainer.batch_size
+    check_boundary_steps(cfg.optimizer.schedule, data.steps_per_epoch(batch_size))
+    if data.stream is None:  # a tf.data set's batches are its own
+        check_xla_batches(cfg, len(data.x), batch_size)
 
 
 def _target_named(cfg: DictConfig, otherwise: str = "the target") -> str:
