@@ -79,32 +79,44 @@ def server_gone(error: BaseException, cfg: DictConfig) -> Failure | None:
     chained tracebacks (QA). None for any other error."""
     from gradexp.tracking_uri import redact_uri
 
-    cause: BaseException | None = error
-    while cause is not None and not (type(cause).__name__ == "MlflowException"
-                                     and str(cause).startswith("API request to")
-                                     and " failed with exception " in str(cause)):
-        cause = cause.__cause__ or cause.__context__  # (not a refusal: an error code, 401...)
-    if cause is None:
+    why = stopped_answering(error)
+    if why is None:
         return None
     uri = redact_uri(str(OmegaConf.select(cfg, "tracking.uri", default="")))
     run_id = getattr(error, "run_id", None)
-    why = str(cause)
-    if "(Caused by " in why:  # urllib3's innermost words, without the parenthesis around them
-        why = why.rsplit("(Caused by ", 1)[-1].removesuffix(")")
-    why = why[:200]
     then = (f"; once the server answers, trainer.resume={run_id} continues the run from its "
             f"last checkpoint in checkpoints/{run_id}, if it saved one" if run_id else "")
     return Failure(f"tracking.uri={uri}: the MLflow server stopped answering during the run "
                    f"({why}); what it stored before stays there{then}", 1)
 
 
+def stopped_answering(error: BaseException) -> str | None:
+    """Why the MLflow server stopped answering, in urllib3's innermost words, if `error` (or an
+    error it came from) is MLflow's request that got no answer; None for any other error (a
+    refusal with an error code, 401..., is not one)."""
+    cause: BaseException | None = error
+    while cause is not None and not (type(cause).__name__ == "MlflowException"
+                                     and str(cause).startswith("API request to")
+                                     and " failed with exception " in str(cause)):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None:
+        return None
+    why = str(cause)
+    if "(Caused by " in why:  # urllib3's innermost words, without the parenthesis around them
+        why = why.rsplit("(Caused by ", 1)[-1].removesuffix(")")
+    return why[:200]
+
+
 def what_was_recorded(error: BaseException, cfg: DictConfig) -> str:
     """What an interrupt left recorded: the run KILLED only if one had opened (run_experiment
     puts its id on the error); an interrupt while the data loads or the store is made has none."""
     if getattr(error, "run_id", None) is not None:
-        status = getattr(error, "run_status", None) or "KILLED"
+        status = getattr(error, "run_status", None)
         if status == "FINISHED":  # it landed once the run had ended: trained to its end
             return "the run had finished and is recorded as FINISHED"
+        if status is None:  # its end was never stored (a server that hung): not KILLED (QA)
+            return (f"the run {error.run_id} could not be ended in the store and stays RUNNING "
+                    "until the next run or `gradexp compare` on the store marks it KILLED")
         return f"the run is recorded as {status}"
     tracking = OmegaConf.select(cfg, "tracking.name", default=None)
     if getattr(tracking, "value", tracking) == "none":
@@ -224,7 +236,7 @@ def _run_job(cfg: DictConfig, stop: Callable[[Failure], NoReturn], hydra_cfg, sw
              parent: Path | None, run_name: str):
     from gradexp.loop import run_experiment
     from gradexp.sweep_reuse import resume_killed_run, reuse_finished_run
-    from gradexp.sweeps import note_failed_job
+    from gradexp.sweeps import note_failed_job, note_sweep_stop
 
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     try:
@@ -255,6 +267,8 @@ def _run_job(cfg: DictConfig, stop: Callable[[Failure], NoReturn], hydra_cfg, sw
             if getattr(error, "run_id", None) is None:  # no child run says it: tell the parent
                 note_failed_job(sweep_dir, hydra_cfg.job.num, run_name, failure.line)
             return None  # the sweep goes on; its summary lists this job as FAILED
+        if multirun and failure.sweep_goes_on:  # sweep.continue_on_failure=false: its line,
+            note_sweep_stop(sweep_dir, failure.line)  # for the parent's reason (joblib, Ray)
         stop(failure)
 
 
@@ -338,10 +352,19 @@ def settle(error: BaseException | None) -> None:
     those run after concurrent.futures stopped every executor's thread, and a run's last
     writes failed there. A further Ctrl-C or SIGTERM stops the wait, one line, its exit code
     (the end still completes as the threads are joined)."""
-    if f"{__package__}.callbacks.recorder" not in sys.modules:  # no run made: nothing to wait
+    # No run made and no sweep opened: nothing to wait for or end. A joblib or Ray sweep's
+    # process runs no job (no recorder) yet holds the parent: it is ended here, not by the
+    # exit hook's "the process ended before the sweep's end", KILLED on a failure (QA).
+    made_runs = f"{__package__}.callbacks.recorder" in sys.modules
+    if not made_runs and f"{__package__}.sweeps" not in sys.modules:
         return
-    from gradexp.callbacks.recorder import wait_for_ends
     from gradexp.sweeps import end_open_parents
+
+    def wait_for_ends() -> None:
+        if made_runs:
+            from gradexp.callbacks.recorder import wait_for_ends as wait
+
+            wait()
 
     exiting = isinstance(error, SystemExit | Stop)
     code = error.code if isinstance(error, SystemExit) else \
@@ -368,6 +391,11 @@ def _said(error: BaseException) -> str:
         return error.failure.line
     if SAID:  # the line it said as it stopped
         return SAID[-1]
+    from gradexp.sweeps import stopping_line
+
+    said = stopping_line()  # a job in another process (joblib, Ray) said it there (QA)
+    if said is not None:
+        return said
     cause = error.__context__ if isinstance(error, SystemExit) else error
     if cause is None:
         return f"exit code {error.code}"

@@ -23,6 +23,7 @@ to the end, which a sweep without that pruner asks of the job.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import math
 import shutil
 import sys
@@ -71,6 +72,7 @@ from gradexp.tag_keys import (
 )
 
 SUMMARY_FILE = "sweep_summary.json"
+_STOPPED_BY = ".gradexp_stopped_by"  # the line of the job that stopped the sweep
 OPTUNA_RESULTS_FILE = "optimization_results.yaml"  # what hydra/sweeper=optuna writes at the end
 
 
@@ -90,12 +92,33 @@ def end_open_parents(status: str, reason: str | None = None) -> None:
         callback.end_early(status, reason)
 
 
+def note_sweep_stop(sweep_dir: str | Path, line: str) -> None:
+    """Leave the line of the job that stops the sweep (sweep.continue_on_failure=false) for the
+    parent's reason: a job run in another process (joblib, Ray) said it there. The first stays."""
+    if not parent_run_file(sweep_dir).exists():
+        return  # tracking off: no parent
+    with contextlib.suppress(FileExistsError), open(Path(sweep_dir) / _STOPPED_BY, "x") as file:
+        file.write(line)
+
+
+def stopping_line() -> str | None:
+    """The line a job left (note_sweep_stop) in the folder of a sweep whose parent is open."""
+    for callback in _OPENED:
+        note = callback.sweep_dir / _STOPPED_BY if callback.sweep_dir else None
+        if not callback.ended and note is not None and note.is_file():
+            return note.read_text()
+    return None
+
+
 class MlflowSweepCallback(Callback):
     """Hydra callback (hydra.callbacks.mlflow_sweep in conf/config.yaml)."""
 
     def __init__(self) -> None:
         self.tracker = None
         self.ended = False
+        self.sweep_dir: Path | None = None
+        self.uri = ""  # tracking.uri as a person gave it, for a line
+        self.unreachable = False  # the MLflow server stopped answering: the parent stays open
         self.best_per: list[str] = []
         self.aggregate_over: list[str] = ["seed"]
         self.stale_after = 10.0  # tracking.stale_after: when a child on another host is dead
@@ -151,7 +174,7 @@ class MlflowSweepCallback(Callback):
         wait_for_ends()  # the last child's writes, ending in the background: stored first
         if self.tracker is None:
             return
-        with _stop_the_sweep_on_error():
+        with _stop_the_sweep_on_error(self):
             self._close_parent(config)
 
     def _open_parent(self, config: DictConfig) -> None:
@@ -182,9 +205,11 @@ class MlflowSweepCallback(Callback):
         self.stale_after = float(config.tracking.stale_after)
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
+        self.sweep_dir, self.uri = sweep_dir.resolve(), str(config.tracking.uri)
         # An earlier sweep into this folder (a fixed hydra.sweep.dir, rerun with
         # sweep.skip_finished) left its failed jobs' notes: they are not this sweep's.
         shutil.rmtree(failed_jobs_dir(sweep_dir), ignore_errors=True)
+        (sweep_dir / _STOPPED_BY).unlink(missing_ok=True)
         parent_run_file(sweep_dir).write_text(self.tracker.run_id)
         swept_keys_file(sweep_dir).write_text("\n".join(swept_keys(config)))  # the children's names
 
@@ -228,14 +253,31 @@ class MlflowSweepCallback(Callback):
         from gradexp.interrupts import interrupts_deferred
 
         _restore_signals()
-        if self.tracker is None or self.ended:
+        if self.tracker is None or self.ended or self.unreachable:
             return
-        self._end_dead_children()
-        with interrupts_deferred():  # marked and ended at once, as _close_parent does
-            self.ended = True
-            if reason:
-                self.tracker.set_tags({REASON_TAG: reason[:5000]})
-            self.tracker.end(status)
+        with _stop_the_sweep_on_error(self, exit_code=None):  # a server gone: one line (QA)
+            self._end_dead_children()
+            with interrupts_deferred():  # marked and ended at once, as _close_parent does
+                self.ended = True
+                if reason:
+                    self.tracker.set_tags({REASON_TAG: reason[:5000]})
+                self.tracker.end(status)
+
+    def server_gone(self, error: BaseException) -> str | None:
+        """The one line for an MLflow server that stopped answering before the parent ended
+        (None for another error): it stays RUNNING, and is not asked again (QA: ~200 lines of
+        chained tracebacks, twice)."""
+        from gradexp.app import stopped_answering
+        from gradexp.tracking_uri import redact_uri
+
+        why = stopped_answering(error)
+        if why is None or self.tracker is None:
+            return None
+        self.unreachable = True
+        return (f"tracking.uri={redact_uri(self.uri)}: the MLflow server stopped answering "
+                f"before the sweep's end ({why}); the sweep's parent run {self.tracker.run_id} "
+                "stays RUNNING until the server answers again, when the next run or `gradexp "
+                "compare` on the store marks it KILLED; the jobs that ended keep their runs")
 
     def _end_dead_children(self) -> None:
         """The last resort for a sweep stopped early: a child still RUNNING whose process is
@@ -261,7 +303,10 @@ def _restore_signals() -> None:
 
 
 @contextmanager
-def _stop_the_sweep_on_error() -> Iterator[None]:
+def _stop_the_sweep_on_error(sweep: MlflowSweepCallback | None = None,
+                             exit_code: int | None = 1) -> Iterator[None]:
+    """A ConfigError's line, an MLflow server gone (the `sweep`'s parent then stays open) in
+    one line, else a traceback; then exit with `exit_code` (None: already on the way out)."""
     from gradexp.console import error_line
     from gradexp.endings import EXIT_BAD_INPUT
     from gradexp.schema import ConfigError
@@ -271,9 +316,16 @@ def _stop_the_sweep_on_error() -> Iterator[None]:
     except ConfigError as error:  # e.g. no MLflow server answers at tracking.uri
         error_line(str(error))
         sys.exit(EXIT_BAD_INPUT)
-    except Exception:
-        traceback.print_exc()
-        sys.exit(1)
+    except Exception as error:
+        line = sweep.server_gone(error) if sweep is not None else None
+        if line is None and exit_code is None:
+            raise
+        if line is None:
+            traceback.print_exc()
+        else:
+            error_line(line)
+        if exit_code is not None:
+            sys.exit(exit_code)
 
 
 def tracking_off(config: DictConfig) -> bool:
