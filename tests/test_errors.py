@@ -84,7 +84,10 @@ BAD_INPUTS = [
     (["tracking.uri=http://127.0.0.1:{free_port}"], 2,
      "tracking.uri=http://127.0.0.1:{free_port}: no MLflow server answers"),
     (["device=gpu"], 2, "device=gpu: TensorFlow sees no GPU"),
-    (["device=mirrored"], 2, "device=mirrored: TensorFlow sees no GPU"),
+    # QA: did not name the documented way to mirror without a GPU
+    (["device=mirrored"], 2, "device=mirrored: TensorFlow sees no GPU (it sees: /device:CPU:0); "
+     "use device=auto or device=cpu (or device.cpu_replicas=N to mirror over N parts of the "
+     "CPU)"),
     (["optimizer.learning_rate=1000", "trainer.epochs=200"], 1,
      "became NaN or infinite at epoch"),
     # What is recorded is what ran: a key gradexp does not read is refused, + or not.

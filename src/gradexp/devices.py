@@ -44,9 +44,11 @@ def select_device(requested: str, cpu_replicas: int = 0) -> DeviceChoice:
         return DeviceChoice(requested, "/CPU:0")
     if not gpus:
         seen = ", ".join(d.name for d in tf.config.list_logical_devices()) or "nothing"
+        mirror = (" (or device.cpu_replicas=N to mirror over N parts of the CPU)"
+                  if requested == "mirrored" else "")
         raise ConfigError(
             f"device={requested}: TensorFlow sees no GPU (it sees: {seen}); "
-            "use device=auto or device=cpu"
+            f"use device=auto or device=cpu{mirror}"
         )
     if requested == "mirrored":
         strategy = _mirrored([d.name for d in gpus])
