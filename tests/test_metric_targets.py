@@ -179,3 +179,25 @@ def test_a_per_class_metric_is_refused_in_one_line_before_the_run(store, client)
         "output), but each metric is logged as one number: have it average them, e.g. "
         "{_target_: keras.metrics.F1Score, average: macro}")
     assert no_runs(client)
+
+
+ROBUST = '''
+import tensorflow as tf
+
+def pseudo_huber(y_true, y_pred):
+    return tf.sqrt(1.0 + tf.square(y_pred - y_true)) - 1.0
+'''
+
+
+def test_a_regression_with_a_loss_of_yours_gives_keras_metrics_its_values(store, client,
+                                                                          tmp_path):
+    """A loss gradexp does not know reads like logits to it: the regression's values must not
+    be squashed into probabilities for a `_target_` metric (review of the fix above)."""
+    (tmp_path / "robust.py").write_text(ROBUST)
+    result = conftest.run(store, "loss._target_=robust.pseudo_huber", "trainer.epochs=20",
+                          "gradcheck=off", "tracking.log_model=false",
+                          "eval.metrics=[mae,{_target_:keras.metrics.MeanAbsoluteError,"
+                          "name:kmae}]", "sweep.objective=val/mae", launch_dir=tmp_path)
+    metrics = client.get_run(result.run_id).data.metrics
+    assert metrics["val/kmae"] == pytest.approx(metrics["val/mae"], rel=1e-5)
+    assert metrics["val/mae"] > 1.0  # far from what a sigmoid in (0, 1) would give

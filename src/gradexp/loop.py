@@ -290,10 +290,11 @@ class Loop:
             self.replay(trained)
             return device
         with device.run_scope():
+            # a regression's outputs are values, whatever the loss: never squashed for a metric
             run.evaluator = Evaluator(run.model, metric_specs(cfg, data.task), data.splits(),
                                       independent_outputs(cfg.loss),
-                                      outputs_are_logits(cfg.loss,
-                                                         run.model.ends_in_probabilities()))
+                                      data.task == "classification" and outputs_are_logits(
+                                          cfg.loss, run.model.ends_in_probabilities()))
         with device.scope():
             epochs = cfg.trainer.epochs
             batch_size = data.batch_size or cfg.trainer.batch_size  # a loader's batches win

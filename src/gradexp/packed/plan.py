@@ -343,8 +343,8 @@ class GroupJudge:
             try:
                 evaluator = Evaluator(job.model, metric_specs(job.cfg, job.data.task),
                                       job.data.splits(), independent_outputs(job.cfg.loss),
-                                      outputs_are_logits(job.cfg.loss,
-                                                         job.model.ends_in_probabilities()))
+                                      job.data.task == "classification" and outputs_are_logits(
+                                          job.cfg.loss, job.model.ends_in_probabilities()))
             except Exception:  # noqa: BLE001 - its own run will say it in full
                 self.unjudged.add(number)
                 continue
