@@ -496,11 +496,13 @@ def test_a_penalty_cast_to_float32_passes_when_right_and_is_named_when_wrong(own
     from gradexp.gradcheck import check_model
 
     store = conftest.empty_store(tmp_path)
+    # seeded: unseeded, each run draws its own first weights, and at some of them the penalty's
+    # 30% is a small part of the whole gradient, ~1.1x float32's tolerance (CI saw it pass)
     result = run(store, tmp_path, "model=custom", "model._target_=own_losses.build",
-                 "+model.kwargs.scale=1.0", "+model.kwargs.cast32=true")
+                 "+model.kwargs.scale=1.0", "+model.kwargs.cast32=true", "seed=1")
     assert result.gradcheck_passed is True
     wrong = run(store, tmp_path, "model=custom", "model._target_=own_losses.build",
-                "+model.kwargs.cast32=true")  # its gradient 30% too large
+                "+model.kwargs.cast32=true", "seed=1")  # its gradient 30% too large: ~16x
     assert wrong.gradcheck_passed is False
     assert MlflowClient(store).get_run(wrong.run_id).data.tags[
         "gradexp.gradcheck.culprits"] == "penalty"

@@ -55,11 +55,13 @@ def _parent(callback):
 
 def test_a_job_in_another_process_that_stops_the_sweep_ends_its_parent_failed_with_its_line(
         sweep_parent, monkeypatch):
-    from gradexp import console
+    from gradexp import app
     from gradexp.app import settle
     from gradexp.sweeps import note_sweep_stop
 
-    monkeypatch.setattr(console, "SAID", [])  # the line was said in the worker, not here
+    # the line was said in the worker, not here: none said in this process (app reads its own
+    # name for console.SAID, into which earlier tests of this worker said theirs)
+    monkeypatch.setattr(app, "SAID", [])
     line = "the loss or its gradient became NaN or infinite at epoch 7"
     note_sweep_stop(sweep_parent.sweep_dir, line)
     note_sweep_stop(sweep_parent.sweep_dir, "a later job's line")  # the first one stopped it
