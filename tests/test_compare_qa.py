@@ -244,3 +244,14 @@ def test_nothing_to_show_is_exit_2_in_an_empty_experiment_and_sweep_as_in_an_emp
     assert code == 2 and out == ""
     assert err.strip() == (f"error: --sweep {parent}: sweep {parent[:8]} (seed=0,1) has no runs "
                            "yet: none of its jobs has opened one")
+
+
+def test_a_server_that_does_not_answer_is_told_by_compares_own_option(capsys):
+    """QA: `--tracking-uri http://127.0.0.1:PORT` where no server runs advised to "omit
+    tracking.uri", the run's key, not compare's."""
+    uri = f"http://127.0.0.1:{conftest.free_port()}"
+    code, _, err = compare(capsys, "--tracking-uri", uri)
+    assert code == 2
+    assert err.strip().startswith(f"error: --tracking-uri {uri}: no MLflow server answers")
+    assert err.strip().endswith("start one (mlflow server) or use the local store (omit "
+                                "--tracking-uri)")

@@ -149,7 +149,9 @@ def open_store(uri_arg: str | None):
         client = open_client(uri)
         experiments(client, max_results=1)  # a store it can read, or the reason why not
     except ConfigError as error:
-        raise BadInput(str(error).replace("tracking.uri=", "--tracking-uri ", 1)) from None
+        # the run's key named as compare's option, also in its advice (QA: "omit tracking.uri")
+        raise BadInput(str(error).replace("tracking.uri=", "--tracking-uri ", 1)
+                       .replace("omit tracking.uri", "omit --tracking-uri")) from None
     except Exception as error:  # not a database, an old schema, not an MLflow server, ...
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise BadInput(f"{redact_uri(uri)}: not a readable MLflow store ({reason[:200]})") from None
