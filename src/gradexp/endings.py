@@ -31,23 +31,39 @@ class NoGradient(RunFailed):
     exit_code = EXIT_BAD_INPUT
 
 
+def missing_gradient(error: BaseException) -> tuple[str, str | None] | None:
+    """TensorFlow's "no gradient" LookupError read: (the op's type, its place in the graph when
+    traced), or None for any other error. Eager: "gradient registry has no entry for: OP";
+    traced: "No gradient defined for operation'NAME' (op type: OP)"; the checker's own
+    NoGradientError carries the op as `.op`. The run (no_gradient) and the standalone checker
+    (gradexp.gradcheck.checker) say it each in their words."""
+    if not isinstance(error, LookupError):
+        return None
+    text = str(error).strip()
+    eager = re.fullmatch(r"gradient registry has no entry for: (\S+)", text)
+    if eager:
+        return eager.group(1), None
+    traced = re.match(r"No gradient defined for operation ?'([^']+)' \(op type: (\w+)\)", text)
+    if traced:
+        return traced.group(2), traced.group(1)
+    checked = getattr(error, "op", None)
+    return (checked, None) if isinstance(checked, str) else None
+
+
 def no_gradient(error: BaseException, cfg) -> NoGradient | None:
     """A model computing an op TensorFlow has no gradient for (tf.image.resize(method="area"),
     tf.linalg.lu) cannot train: one line naming the op and the model, for the console and the
     run's status reason, not the 35-frame traceback of the first training step or check (QA).
     None for any other error."""
-    text = str(error).strip()
-    eager = re.fullmatch(r"gradient registry has no entry for: (\S+)", text)
-    traced = re.match(r"No gradient defined for operation ?'([^']+)' \(op type: (\w+)\)", text)
-    checked = getattr(error, "op", None)  # gradexp.gradcheck.NoGradientError's op type
-    if not isinstance(error, LookupError) or not (eager or traced or isinstance(checked, str)):
+    found = missing_gradient(error)
+    if found is None:
         return None
+    op, where = found
     target = cfg.model.get("_target_") if cfg is not None else None
     model = f"model._target_={target}" if target else "the model"
-    op = eager.group(1) if eager else f"{traced.group(2)} (at {traced.group(1)})" if traced \
-        else checked
-    return NoGradient(f"{model}: TensorFlow has no gradient for the op {op} it computes, so it "
-                      "cannot train; compute that step with ops that have one, or give it one "
+    at = f" (at {where})" if where else ""
+    return NoGradient(f"{model}: TensorFlow has no gradient for the op {op}{at} it computes, so "
+                      "it cannot train; compute that step with ops that have one, or give it one "
                       "(tf.custom_gradient, tf.RegisterGradient)")
 
 

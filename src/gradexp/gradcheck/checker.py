@@ -7,7 +7,6 @@ runs the chosen method over every input and assembles the GradCheckReport.
 from __future__ import annotations
 
 import functools
-import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -62,14 +61,14 @@ def _no_gradient_said(what: str) -> Callable[[Callable[..., Any]], Callable[...,
 
 def _no_gradient(error: LookupError, what: str) -> NoGradientError | None:
     """TensorFlow's "no gradient" error (eager: the registry's; traced: the op's) said in one
-    line naming the op; None for any other LookupError."""
-    text = str(error).strip()
-    eager = re.fullmatch(r"gradient registry has no entry for: (\S+)", text)
-    traced = re.match(r"No gradient defined for operation ?'([^']+)' \(op type: (\w+)\)", text)
-    if isinstance(error, NoGradientError) or not (eager or traced):
+    line naming the op; None for any other LookupError (and for one already said)."""
+    from gradexp.endings import missing_gradient
+
+    found = None if isinstance(error, NoGradientError) else missing_gradient(error)
+    if found is None:
         return None
-    op = eager.group(1) if eager else traced.group(2)
-    where = "" if eager or traced.group(1) == op else f" (at {traced.group(1)})"
+    op, node = found
+    where = "" if node is None or node == op else f" (at {node})"
     return NoGradientError(
         f"TensorFlow has no gradient for the op {op}{where} in {what}, so there is no gradient "
         "to check; compute that step with ops that have one, or give it one "
