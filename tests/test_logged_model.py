@@ -556,6 +556,63 @@ def test_a_model_that_would_not_load_back_is_said_and_not_logged(tmp_path, store
     assert "\x1b" not in said[0] and "[1m" not in said[0]
 
 
+NAMED_BUILDERS = '''
+import keras
+
+
+class Scale(keras.layers.Layer):
+    def __init__(self, units{kwargs}):
+        super().__init__({name})
+        self.units = units
+
+    def build(self, shape):
+        self.w = self.add_weight(shape=(shape[-1], self.units), name="w")
+
+    def call(self, x):
+        return x @ self.w
+
+    def get_config(self):
+        return {{**super().get_config(), "units": self.units}}
+
+
+def named(n_features, n_outputs):  # named layers: Keras' own names count up per model
+    inputs = keras.Input((n_features,), name="x")
+    scaled = Scale(4{scale_name})(inputs)
+    return keras.Model(inputs, keras.layers.Dense(n_outputs, name="out")(scaled), name="net")
+'''
+
+
+@pytest.mark.heavy  # ~5 s
+def test_a_network_is_loaded_back_once_per_architecture_and_its_own_code(
+        tmp_path, store, client, capsys, monkeypatch):
+    # A sweep's later job of an architecture that loaded is not loaded again (~20 ms a job),
+    # but the same config from another module of the same name (each launch folder's
+    # own_builders.py) is its own: here it cannot load, and must be said.
+    from gradexp import serving
+
+    loads = []
+    load_network = serving.load_network
+    monkeypatch.setattr(serving, "load_network",
+                        lambda folder: loads.append(folder) or load_network(folder))
+    fixed, broken = tmp_path / "fixed", tmp_path / "broken"
+    fixed.mkdir(), broken.mkdir()
+    (fixed / "own_builders.py").write_text(NAMED_BUILDERS.format(
+        kwargs=", **kwargs", name="**kwargs", scale_name=', name="scale"'))
+    # the same config saved; Keras' load passes name= to an __init__ that takes none
+    (broken / "own_builders.py").write_text(NAMED_BUILDERS.format(
+        kwargs="", name='name="scale"', scale_name=""))
+    model = ("model=custom", "model._target_=own_builders.named", "trainer.epochs=1",
+             "gradcheck=off")
+    first, again = (conftest.run(store, *model, launch_dir=fixed) for _ in range(2))
+    for result in (first, again):  # logged: the tag is there only to say it was not
+        assert "gradexp.model_logged" not in client.get_run(result.run_id).data.tags
+    assert len(loads) == 1  # the second run's network: the same architecture, not loaded
+    capsys.readouterr()
+    result = conftest.run(store, *model, launch_dir=broken, quiet=False)
+    assert client.get_run(result.run_id).data.tags["gradexp.model_logged"] == "false"
+    assert len(loads) == 2
+    assert "would not load back" in capsys.readouterr().out
+
 PROBABILITIES = '''
 import keras
 

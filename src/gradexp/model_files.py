@@ -73,13 +73,28 @@ def save_network(served, folder: Path) -> Path:
     return data
 
 
+# The saved networks that loaded back in this process, by what decides whether one loads: its
+# Keras config (the architecture), its serving spec (custom objects, features, labels) and the
+# modules its own classes come from, held (a module reloaded or another module of the same name,
+# as each test's own_builders.py, is another key, and a held module's id is never reused).
+_LOADED: set[tuple] = set()
+MAX_LOADED = 256  # architectures remembered (a few KiB each)
+
+
 def check_loads(data: Path) -> None:
     """Load the saved network back as `mlflow.pyfunc.load_model` will (gradexp.serving), so that
     a model nobody could load is said at once, not logged (a layer whose get_config leaves out
-    an argument of its __init__ saves, then fails to load). ~10-40 ms for a small model."""
+    an argument of its __init__ saves, then fails to load). ~10-40 ms for a small model.
+
+    Whether a network loads is a matter of its architecture and its classes' code, not of its
+    weights' values: a sweep's later job whose saved config, spec and modules are those of a
+    network that loaded is not loaded again (~20 ms a job of seed 004's line)."""
     from gradexp import serving
     from gradexp.endings import plain
 
+    architecture = _architecture(data)
+    if architecture in _LOADED:
+        return
     try:
         serving.load_network(str(data))
     except Exception as error:  # noqa: BLE001 - any failure to load is the point
@@ -87,6 +102,26 @@ def check_loads(data: Path) -> None:
         # plain: Keras' bold escapes reached the warning and the MLflow tag as "[1m" (QA)
         why = " ".join(plain(str(error)).rsplit("Exception encountered:", 1)[-1].split())[:300]
         raise RuntimeError(f"it would not load back: {type(error).__name__}: {why}") from error
+    if len(_LOADED) < MAX_LOADED:
+        _LOADED.add(architecture)
+
+
+def _architecture(data: Path) -> tuple:
+    """What decides whether the network saved in `data` loads back (see _LOADED)."""
+    import re
+    import sys
+    import zipfile
+
+    from gradexp import serving
+
+    with zipfile.ZipFile(data / serving.MODEL_FILE) as saved:
+        config = saved.read("config.json")
+    spec = (data / serving.SPEC_FILE).read_bytes()
+    named = set(re.findall(rb'"module": "([^"]+)"', config + spec)) \
+        | set(re.findall(rb'"([\w.]+)\.\w+"', spec))  # the spec's custom objects: module.Class
+    modules = tuple(sys.modules.get(name.decode()) for name in sorted(named)
+                    if not name.startswith(b"keras"))
+    return config, spec, modules
 
 
 def save_served_model(served, folder: Path, logged, run_id: str, data: Path | None = None

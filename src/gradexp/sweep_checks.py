@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from gradexp.metrics import objective
 
@@ -177,9 +177,7 @@ def checked_job(config: DictConfig, loader: Any, overrides: list[str]) -> DictCo
     from gradexp.user_code import check_modules_exist
 
     try:
-        job_cfg = compose_job(loader, config, overrides)
-        with open_dict(job_cfg):
-            del job_cfg["hydra"]  # the run's config, as the job's task sees it
+        job_cfg = compose_job(loader, config, overrides)  # as the job's task sees it
     except USER_ERRORS as error:
         raise ConfigError(one_line(error)) from None
     check_ranges(job_cfg)

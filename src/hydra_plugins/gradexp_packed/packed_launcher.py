@@ -12,7 +12,6 @@ With `processes` above 1, helper processes run jobs beside this one
 # No `from __future__ import annotations`: Hydra loads plugins without registering the module,
 # and dataclasses then cannot resolve string annotations.
 import contextlib
-import copy
 import functools
 import logging
 import sys
@@ -28,7 +27,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, open_dict, read_write
+from omegaconf import DictConfig, open_dict
 
 log = logging.getLogger(__name__)
 
@@ -264,11 +263,10 @@ class PackedLauncher(Launcher):
     def _task_config(sweep_config: DictConfig) -> DictConfig:
         """The job's config as its task gets it (no `hydra` node), its interpolations resolved
         against its own Hydra config, as run_job resolves them."""
+        from gradexp.sweep_configs import task_config
+
         HydraConfig.instance().set_config(sweep_config)
-        task_cfg = copy.deepcopy(sweep_config)
-        with read_write(task_cfg), open_dict(task_cfg):
-            del task_cfg["hydra"]
-        return task_cfg
+        return task_config(sweep_config)
 
 
 def _say_job(overrides: dict[int, Sequence[str]], number: int, job) -> None:
