@@ -503,6 +503,12 @@ def unloadable(n_features, n_outputs):
     return keras.Model(inputs, keras.layers.Dense(n_outputs)(Scale(4)(inputs)))
 
 
+def named(n_features, n_outputs):  # named layers: Keras' own names count up per model
+    inputs = keras.Input((n_features,), name="x")
+    outputs = keras.layers.Dense(n_outputs, name="out")(Scale(4)(inputs))
+    return keras.Model(inputs, outputs, name="net")
+
+
 def with_lambda(n_features, n_outputs):
     inputs = keras.Input((n_features,))
     doubled = keras.layers.Lambda(lambda t: t * 2.0)(inputs)
@@ -556,32 +562,6 @@ def test_a_model_that_would_not_load_back_is_said_and_not_logged(tmp_path, store
     assert "\x1b" not in said[0] and "[1m" not in said[0]
 
 
-NAMED_BUILDERS = '''
-import keras
-
-
-class Scale(keras.layers.Layer):
-    def __init__(self, units{kwargs}):
-        super().__init__({name})
-        self.units = units
-
-    def build(self, shape):
-        self.w = self.add_weight(shape=(shape[-1], self.units), name="w")
-
-    def call(self, x):
-        return x @ self.w
-
-    def get_config(self):
-        return {{**super().get_config(), "units": self.units}}
-
-
-def named(n_features, n_outputs):  # named layers: Keras' own names count up per model
-    inputs = keras.Input((n_features,), name="x")
-    scaled = Scale(4{scale_name})(inputs)
-    return keras.Model(inputs, keras.layers.Dense(n_outputs, name="out")(scaled), name="net")
-'''
-
-
 @pytest.mark.heavy  # ~5 s
 def test_a_network_is_loaded_back_once_per_architecture_and_its_own_code(
         tmp_path, store, client, capsys, monkeypatch):
@@ -596,11 +576,13 @@ def test_a_network_is_loaded_back_once_per_architecture_and_its_own_code(
                         lambda folder: loads.append(folder) or load_network(folder))
     fixed, broken = tmp_path / "fixed", tmp_path / "broken"
     fixed.mkdir(), broken.mkdir()
-    (fixed / "own_builders.py").write_text(NAMED_BUILDERS.format(
-        kwargs=", **kwargs", name="**kwargs", scale_name=', name="scale"'))
-    # the same config saved; Keras' load passes name= to an __init__ that takes none
-    (broken / "own_builders.py").write_text(NAMED_BUILDERS.format(
-        kwargs="", name='name="scale"', scale_name=""))
+    # Both save Scale's config as {"name": "scale", "units": 4, ...}; Keras' load passes that
+    # name to Scale.__init__, which only the fixed one takes
+    (fixed / "own_builders.py").write_text(OWN_BUILDERS.replace(
+        "def __init__(self, units):", "def __init__(self, units, **kwargs):").replace(
+        "super().__init__()", 'super().__init__(**{"name": "scale", **kwargs})'))
+    (broken / "own_builders.py").write_text(OWN_BUILDERS.replace(
+        "super().__init__()", 'super().__init__(name="scale")'))
     model = ("model=custom", "model._target_=own_builders.named", "trainer.epochs=1",
              "gradcheck=off")
     first, again = (conftest.run(store, *model, launch_dir=fixed) for _ in range(2))
