@@ -9,6 +9,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -355,3 +356,29 @@ def test_a_server_gone_during_the_run_is_one_line_naming_how_to_continue():
     refused = MlflowException("API request to endpoint /api/2.0/mlflow/runs/update failed with "
                               "error code 401 != 200")  # answered: not gone (review)
     assert job_failure(refused, cfg) is None
+
+
+def test_an_error_whose_chain_loops_is_read_once_not_forever():
+    # QA: `raise error.__cause__ from None` in a wrapper's `except` (models.build_model did) makes
+    # the cause's context the wrapper whose cause it is; the walk for a server gone followed
+    # that loop at 100% CPU, and the run never ended
+    from gradexp.app import stopped_answering
+
+    cause = TypeError("mlp() got an unexpected keyword argument 'init_scale'")
+    try:
+        try:
+            try:
+                raise cause
+            except TypeError as error:
+                raise RuntimeError("Error in call to target 'gradexp.models.mlp'") from error
+        except RuntimeError as wrapper:
+            raise wrapper.__cause__ from None
+    except TypeError as error:
+        assert error.__context__.__cause__ is error  # the loop
+        answers = []
+        # in a thread of its own: a walk that loops must fail this test, not hang the suite
+        walk = threading.Thread(target=lambda: answers.append(stopped_answering(error)),
+                                daemon=True)
+        walk.start()
+        walk.join(timeout=30)
+        assert answers == [None]

@@ -283,6 +283,15 @@ MISTAKES = [
     (["data._target_=wrong_data.load"],
      "data._target_=wrong_data.load: data=linear builds with its own code (gradexp.data.linear) "
      "and would not read data.n_samples"),
+    # another option's code with this option's keys: a TypeError's traceback, and the process
+    # spun forever on the exception chain it left (QA, 2026-12-06)
+    (["model._target_=gradexp.models.mlp"],
+     "model._target_=gradexp.models.mlp is the code of model=mlp, which takes that option's "
+     "keys, not model=linear's: choose model=mlp"),
+    (["model=custom", "model._target_=gradexp.models.sequential"],
+     "model._target_=gradexp.models.sequential is the code of model=digits_cnn and model=keras, "
+     "which take those options' keys, not model=custom's: choose model=digits_cnn or "
+     "model=keras"),
     # a layer module that is there but cannot import what it needs: its own reason, not "no
     # such module"
     (["model=keras", "model.layers=[{_target_:broken_layers.Mine,units:4}]"],

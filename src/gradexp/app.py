@@ -94,11 +94,12 @@ def stopped_answering(error: BaseException) -> str | None:
     """Why the MLflow server stopped answering, in urllib3's innermost words, if `error` (or an
     error it came from) is MLflow's request that got no answer; None for any other error (a
     refusal with an error code, 401..., is not one)."""
-    cause: BaseException | None = error
-    while cause is not None and not (type(cause).__name__ == "MlflowException"
-                                     and str(cause).startswith("API request to")
-                                     and " failed with exception " in str(cause)):
-        cause = cause.__cause__ or cause.__context__
+    from gradexp.endings import chained
+
+    cause = next((cause for cause in chained(error)
+                  if type(cause).__name__ == "MlflowException"
+                  and str(cause).startswith("API request to")
+                  and " failed with exception " in str(cause)), None)
     if cause is None:
         return None
     why = str(cause)

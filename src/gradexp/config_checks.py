@@ -307,6 +307,13 @@ def _option_target(group: str, name: str) -> Any:
     return OmegaConf.to_container(OmegaConf.load(option)).get("_target_")
 
 
+def options_built_by(group: str, target: str) -> list[str]:
+    """The shipped options of `group` whose `_target_` is `target` (model=keras and
+    model=digits_cnn for gradexp.models.sequential), by name."""
+    return [path.stem for path in sorted((resource_dir("conf") / group).glob("*.yaml"))
+            if _option_target(group, path.stem) == target]
+
+
 def user_target(cfg: DictConfig, group: str) -> bool:
     """Does `<group>._target_` name code other than the chosen option's own (user code)?
 

@@ -5,6 +5,7 @@ the exit codes the command line ends with."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 EXIT_BAD_INPUT = 2  # as argparse: the command line asked for something that cannot be
 EXIT_INTERRUPTED = 130  # Ctrl-C, the shell's convention (128 + SIGINT)
@@ -29,6 +30,18 @@ class NoGradient(RunFailed):
     """The model computes an op TensorFlow has no gradient for: it cannot train."""
 
     exit_code = EXIT_BAD_INPUT
+
+
+def chained(error: BaseException) -> Iterator[BaseException]:
+    """`error` and the errors it came from (each one's __cause__, else its __context__), each
+    once: a chain can loop (QA: re-raising a wrapper's cause, `raise error.__cause__ from None`
+    inside its `except`, makes the cause's context the wrapper whose cause it is), and a walk
+    that followed it spun forever."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
 
 
 def missing_gradient(error: BaseException) -> tuple[str, str | None] | None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from gradexp.config_checks import NO_OPTION, shipped_target
+from gradexp.config_checks import NO_OPTION, options_built_by, shipped_target
 from gradexp.endings import reason_of
 from gradexp.losses import check_loss_returns, from_logits_of, loss_kind, outputs_of
 from gradexp.metrics import check_metric_values
@@ -99,11 +99,20 @@ def check_target_is_read(cfg: DictConfig, group: str) -> None:
     Refused, naming those keys and the option that reads a person's code (GROUP=custom)."""
     shipped = shipped_target(cfg, group)
     node = OmegaConf.select(cfg, group, default=None)
-    if shipped is None or shipped is NO_OPTION or shipped == "???":
-        return  # no such option's file (a labelled run), or the option that takes your code
+    if shipped is None or shipped is NO_OPTION:
+        return  # no such option's file (a labelled run)
     target = str(node["_target_"])
-    if target == shipped or target.startswith("gradexp."):
-        return  # the option's own code, or another of gradexp's (called with these keys)
+    if target == shipped:
+        return  # the option's own code
+    owners = options_built_by(group, target)
+    if owners:  # another option's builder takes that option's keys (QA: a traceback, a hang)
+        named = [f"{group}={owner}" for owner in owners]
+        takes = "takes that option's" if len(owners) == 1 else "take those options'"
+        raise ConfigError(
+            f"{group}._target_={target} is the code of {' and '.join(named)}, which {takes} "
+            f"keys, not {group}={node.name}'s: choose {' or '.join(named)}")
+    if shipped == "???" or target.startswith("gradexp."):
+        return  # the option that takes your code, or another of gradexp's
     # name and task are gradexp's (the run's label, the data's kind), read whatever the code
     unread = [f"{group}.{key}" for key in node
               if key not in ("_target_", "name", "kwargs", "task")]
