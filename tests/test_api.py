@@ -297,6 +297,62 @@ def test_a_model_redefined_to_train_only_eagerly_is_refused_before_its_run(
     assert len(MlflowClient(store).search_runs(["1"])) == 1  # no run opened for it
 
 
+# A notebook's layer, with fixed names (Keras' own count up per model), and a cell that
+# redefines it with an __init__ argument its config leaves out: saved, it cannot load back.
+SCALED = """
+import keras
+
+
+class Scale(keras.layers.Layer):
+    def build(self, shape):
+        self.w = self.add_weight(shape=(shape[-1],), initializer="ones")
+
+    def call(self, x):
+        return x * self.w
+
+    def get_config(self):  # written out, as the cell's must be: Keras' own adds more keys
+        return {"name": self.name, "trainable": self.trainable}
+
+
+def build(n_features, n_outputs):
+    inputs = keras.Input((n_features,), name="x")
+    outputs = keras.layers.Dense(n_outputs, name="out")(Scale(name="scale")(inputs))
+    return keras.Model(inputs, outputs, name="net")
+"""
+UNLOADABLE_CELL = """
+class Scale(Scale):
+    def __init__(self, *, check, **kwargs):
+        super().__init__(**kwargs)
+
+
+def build(n_features, n_outputs):
+    inputs = keras.Input((n_features,), name="x")
+    outputs = keras.layers.Dense(n_outputs, name="out")(Scale(check=1, name="scale")(inputs))
+    return keras.Model(inputs, outputs, name="net")
+"""
+
+
+@pytest.mark.heavy  # ~5 s
+def test_a_layer_redefined_so_it_cannot_load_back_is_said_on_the_next_run(
+        tmp_path, store, monkeypatch):
+    """Whether a saved model loads back is remembered by its config, spec and modules
+    (gradexp.model_files), within one launch: a class redefined in the same module object (a
+    notebook cell, importlib.reload) left the key as it was, and the second run logged a model
+    that mlflow.pyfunc.load_model cannot load (QA)."""
+    import importlib
+
+    client = MlflowClient(store)
+    with user_modules(tmp_path, monkeypatch, scaled_models=SCALED):
+        sys.path.insert(0, str(tmp_path))
+        module = importlib.import_module("scaled_models")
+        model = ("model=custom", "model._target_=scaled_models.build", "trainer.epochs=1",
+                 "gradcheck=off")
+        loads = gradexp.run(f"tracking.uri={store}", *model, launch_dir=tmp_path)
+        exec(UNLOADABLE_CELL, module.__dict__)  # noqa: S102 - a notebook cell, run
+        fails = gradexp.run(f"tracking.uri={store}", *model, launch_dir=tmp_path)
+    assert "gradexp.model_logged" not in client.get_run(loads.run_id).data.tags
+    assert client.get_run(fails.run_id).data.tags["gradexp.model_logged"] == "false"
+
 def _draws() -> tuple[float, ...]:
     """The next number of each global random stream a caller's seed sets
     (keras.utils.set_random_seed): Python's, numpy's, TensorFlow's unseeded ops', Keras'."""

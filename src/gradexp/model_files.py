@@ -73,12 +73,20 @@ def save_network(served, folder: Path) -> Path:
     return data
 
 
-# The saved networks that loaded back in this process, by what decides whether one loads: its
-# Keras config (the architecture), its serving spec (custom objects, features, labels) and the
-# modules its own classes come from, held (a module reloaded or another module of the same name,
-# as each test's own_builders.py, is another key, and a held module's id is never reused).
+# The saved networks that loaded back in this launch (one command line, one gradexp.run or
+# gradexp.sweep call), by what decides whether one loads: its Keras config (the architecture),
+# its serving spec (custom objects, features, labels) and the modules its own classes come from,
+# held (another module of the same name, as each test's own_builders.py, is another key, and a
+# held module's id is never reused). A person's code may change between two calls of the
+# Python API, even in the same module object (importlib.reload, a notebook cell redefining a
+# class in __main__: QA), so a new launch forgets them all (forget_user_code).
 _LOADED: set[tuple] = set()
 MAX_LOADED = 256  # architectures remembered (a few KiB each)
+
+
+def forget_user_code() -> None:
+    """A new launch: no network's load is taken as known (gradexp.user_code.new_launch)."""
+    _LOADED.clear()
 
 
 def check_loads(data: Path) -> None:

@@ -51,10 +51,11 @@ def new_launch() -> None:
     """Start a launch: what was kept for a person's code is let go (never reused after this)."""
     global _launches
     _launches += 1
-    from gradexp import setup_checks, shared_programs
+    from gradexp import model_files, setup_checks, shared_programs
 
     shared_programs.forget_user_code()
     setup_checks.forget_user_code()
+    model_files.forget_user_code()
 
 
 def user_code_launch(cfg: DictConfig, groups: tuple[str, ...] = TRACED_GROUPS) -> int | None:
