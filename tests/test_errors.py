@@ -374,11 +374,12 @@ def test_an_error_whose_chain_loops_is_read_once_not_forever():
         except RuntimeError as wrapper:
             raise wrapper.__cause__ from None
     except TypeError as error:
-        assert error.__context__.__cause__ is error  # the loop
-        answers = []
-        # in a thread of its own: a walk that loops must fail this test, not hang the suite
-        walk = threading.Thread(target=lambda: answers.append(stopped_answering(error)),
-                                daemon=True)
-        walk.start()
-        walk.join(timeout=30)
-        assert answers == [None]
+        looping = error
+    assert looping.__context__.__cause__ is looping  # the loop
+    answers = []
+    # in a thread of its own: a walk that loops must fail this test, not hang the suite
+    walk = threading.Thread(target=lambda: answers.append(stopped_answering(looping)),
+                            daemon=True)
+    walk.start()
+    walk.join(timeout=30)
+    assert answers == [None]

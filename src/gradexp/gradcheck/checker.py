@@ -103,8 +103,10 @@ def check_gradients(
 
     ``compile=True`` probes a plain callable as ``tf.function(f)`` from its second check on
     (its first runs eagerly, cheaper than a trace; kept per f, so repeated checks trace it once;
-    f's Python code runs when it is traced, not at every evaluation), which makes a probe check
-    a few compiled calls instead of one eager call per evaluation.
+    f's Python code runs when it is traced, not at every evaluation; each later check first
+    compares one VJP of the kept trace with f as it is now, and traces f anew when code it
+    reaches changed), which makes a probe check a few compiled calls instead of one eager call
+    per evaluation.
     If f does not trace or its compiled check raises, f is checked eagerly instead, silently:
     the report is the eager one. ``compile=False`` checks f eagerly; the jacobian method
     always calls f as given.
@@ -141,7 +143,8 @@ def check_gradients(
         tensors = _try_dtype(f, tensors, opts.dtype, notes)
     # The jacobian method stays tf.test.compute_gradient on f as given: the exact reference for
     # small inputs, 2·n calls either way (compiled, float32 rounding differs by fused ops).
-    wrapped = plain_functions.compiled(f) if opts.compile and opts.method == "probe" else None
+    wrapped = plain_functions.compiled(f, tensors) if opts.compile and opts.method == "probe" \
+        else None
     if wrapped is not None:
         try:
             return _run(_FunctionTarget(wrapped, tensors, names), opts, list(notes), modes)

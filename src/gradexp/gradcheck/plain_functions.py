@@ -18,6 +18,11 @@ per check would trace at every check).
 If the compiled check raises (f calls ``.numpy()``, hands tensors to numpy, or otherwise does not
 trace), checker.py checks f eagerly instead and forget() makes later checks of that f go straight to
 the eager path.
+
+A kept trace is f's code as it was when traced: a notebook cell that redefines a global f reads
+(a tf.custom_gradient's backward, a flag) leaves it as it was, and a planted bug passed on the
+old trace (QA). So each compiled check first asks the trace and f as it is now for one
+vector-Jacobian product at the check's inputs; when they differ, f is traced anew (~0.15 s).
 """
 
 from __future__ import annotations
@@ -35,10 +40,10 @@ _KEPT: dict[int, tuple[weakref.ref, dict[Any, Any]]] = {}
 _SEEN = object()  # checked once, eagerly: compiled from its next check on
 
 
-def compiled(f: Callable[..., Any]) -> Any:
-    """The tf.function to check a plain callable ``f`` with; None to check f as it is (f is a
-    tf.function already, or this is its first check, or it cannot be kept, or it failed to trace
-    before)."""
+def compiled(f: Callable[..., Any], xs: list[Any]) -> Any:
+    """The tf.function to check a plain callable ``f`` at inputs ``xs`` with, computing what f
+    computes now; None to check f as it is (f is a tf.function already, or this is its first
+    check, or it cannot be kept, or it failed to trace before)."""
     import tensorflow as tf
 
     if isinstance(f, tf.types.experimental.PolymorphicFunction):
@@ -50,9 +55,48 @@ def compiled(f: Callable[..., Any]) -> Any:
     if function not in kept:
         kept[function] = _SEEN
         return None
-    if kept[function] is _SEEN:
+    if kept[function] is _SEEN or (kept[function] is not None
+                                   and not _agree(kept[function], f, xs)):
         kept[function] = tf.function(_calling(weakref.ref(owner), function, f))
     return kept[function]
+
+
+def _agree(traced: Any, f: Callable[..., Any], xs: list[Any]) -> bool:
+    """Whether the kept trace computes what f computes now (_vjps_agree); True when either
+    raises: the compiled check then raises too, and checker.py checks f eagerly."""
+    try:
+        return _vjps_agree(traced, f, xs)
+    except Exception:  # noqa: BLE001 - see above
+        return True
+
+
+def _vjps_agree(traced: Any, f: Callable[..., Any], xs: list[Any]) -> bool:
+    """Whether the kept trace and f as it is now give one output and one vector-Jacobian
+    product at xs alike (a fixed random cotangent; to float rounding: fused ops round apart)."""
+    import numpy as np
+    import tensorflow as tf
+
+    def vjp(g: Callable[..., Any]) -> list[Any]:
+        floats = [x for x in xs if x.dtype.is_floating]
+        with tf.GradientTape() as tape:
+            tape.watch(floats)
+            y = g(*xs)
+        cotangent = tf.random.stateless_normal(tf.shape(y), seed=[20, 6], dtype=y.dtype) \
+            if y.dtype.is_floating else None
+        grads = tape.gradient(y, floats, output_gradients=cotangent) if cotangent is not None \
+            else []
+        return [y, *grads]
+
+    for now, then in zip(vjp(f), vjp(traced), strict=True):
+        if (now is None) != (then is None):
+            return False
+        if now is not None:
+            now, then = np.asarray(now), np.asarray(then)
+            rtol = 1e-9 if now.dtype == np.float64 else 1e-4
+            if now.shape != then.shape or not np.allclose(now, then, rtol=rtol, atol=rtol * (
+                    1.0 + float(np.max(np.abs(now), initial=0.0))), equal_nan=True):
+                return False
+    return True
 
 
 def forget(f: Callable[..., Any]) -> None:
