@@ -101,6 +101,9 @@ ES = "trainer.early_stopping.enabled=true"
     (("~callbacks.gradient_checks",),
      "gradcheck.enabled=true, but callbacks.gradient_checks is removed: put it back, or use "
      "gradcheck=off"),
+    # QA: recorded nothing, said nothing, exit 0
+    (("gradcheck=off", "~callbacks.recorder"),
+     "tracking=mlflow, but callbacks.recorder is removed: put it back, or use tracking=none"),
 ])
 def test_a_built_in_callback_is_not_removed_while_its_job_is_on(store, client, overrides,
                                                                  line):

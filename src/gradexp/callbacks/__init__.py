@@ -90,7 +90,10 @@ def _jobs_on(cfg: DictConfig, sweep: bool) -> Iterator[tuple[str, tuple[str, ...
                "set trainer.early_stopping.enabled=false")
     every = OmegaConf.select(cfg, "trainer.checkpoint_every", default=None)
     tracking = OmegaConf.select(cfg, "tracking.name", default="none")
-    if every and str(getattr(tracking, "value", tracking)) != "none":  # tracking=none: no run
+    tracking = str(getattr(tracking, "value", tracking))
+    if tracking != "none":  # QA: ~callbacks.recorder recorded nothing, said nothing, exit 0
+        yield f"tracking={tracking}", ("recorder",), "use tracking=none"
+    if every and tracking != "none":  # tracking=none: no run
         yield (f"trainer.checkpoint_every={every}", ("checkpoints",),  # to resume, none saved
                "set trainer.checkpoint_every=0")
     if OmegaConf.select(cfg, "gradcheck.enabled", default=False):
