@@ -283,6 +283,17 @@ MISTAKES = [
     (["data._target_=wrong_data.load"],
      "data._target_=wrong_data.load: data=linear builds with its own code (gradexp.data.linear) "
      "and would not read data.n_samples"),
+    # another option's name: the run was named adam and trained SGD; checks ran under a
+    # recorded gradcheck.name (QA, 2026-12-06)
+    (["optimizer.name=adam"],
+     "optimizer.name=adam only renames the run's optimizer, and optimizer=sgd would run: "
+     "choose the option with optimizer=adam"),
+    (["gradcheck.name=probe"],
+     "gradcheck.name=probe only renames the run's gradcheck, and gradcheck=off would run: "
+     "choose the option with gradcheck=probe"),
+    (["data.name=sine"],
+     "data.name=sine only renames the run's data, and data=linear would run: choose the "
+     "option with data=sine"),
     # another option's code with this option's keys: a TypeError's traceback, and the process
     # spun forever on the exception chain it left (QA, 2026-12-06)
     (["model._target_=gradexp.models.mlp"],

@@ -307,6 +307,31 @@ def _option_target(group: str, name: str) -> Any:
     return OmegaConf.to_container(OmegaConf.load(option)).get("_target_")
 
 
+# Groups whose `name` only labels the run: the option is chosen with GROUP=NAME.
+LABELLED_GROUPS = ("model", "data", "loss", "optimizer", "gradcheck")
+
+
+def check_option_names(cfg: DictConfig, choices: Any = None) -> None:
+    """`optimizer.name=adam` on optimizer=sgd renames the run's optimizer, and SGD trains (QA:
+    a run named adam that trained SGD; `gradcheck.name=off` recorded while the checks ran): a
+    `name` that is another option of its group is refused, naming GROUP=NAME. `choices`: the
+    options chosen (Hydra's runtime choices; by default the running job's, if any)."""
+    if choices is None:
+        from hydra.core.hydra_config import HydraConfig
+
+        if not HydraConfig.initialized():
+            return
+        choices = HydraConfig.get().runtime.choices
+    for group in LABELLED_GROUPS:
+        chosen = choices.get(group)
+        name = OmegaConf.select(cfg, f"{group}.name", default=None)
+        if chosen is None or name is None or str(name) == str(chosen) \
+                or _option_target(group, str(name)) is NO_OPTION:
+            continue  # the option's own name, or a label of the person's
+        raise ConfigError(f"{group}.name={name} only renames the run's {group}, and "
+                          f"{group}={chosen} would run: choose the option with {group}={name}")
+
+
 def options_built_by(group: str, target: str) -> list[str]:
     """The shipped options of `group` whose `_target_` is `target` (model=keras and
     model=digits_cnn for gradexp.models.sequential), by name."""

@@ -22,7 +22,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from gradexp.config_checks import NO_OPTION, options_built_by, shipped_target
+from gradexp.config_checks import NO_OPTION, check_option_names, options_built_by, shipped_target
 from gradexp.endings import reason_of
 from gradexp.losses import check_loss_returns, from_logits_of, loss_kind, outputs_of
 from gradexp.metrics import check_metric_values
@@ -69,6 +69,7 @@ def check_config(cfg: DictConfig) -> None:
     removed while its job is on (gradexp.callbacks.check_jobs_kept)."""
     from gradexp.callbacks import check_jobs_kept
 
+    check_option_names(cfg)  # first: a renamed option's name is no longer its code's
     for group in BUILT_BY_OPTION:
         check_target_is_read(cfg, group)
     check_piecewise(cfg)
