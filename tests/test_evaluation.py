@@ -159,6 +159,12 @@ def test_objective_auto_follows_the_task_and_direction_follows_the_metric():
     assert objective(compose_config("sweep.objective=val/r2")) == ("val/r2", "maximize")
     assert objective(compose_config("sweep.objective=val/r2", "sweep.direction=minimize")) == (
         "val/r2", "minimize")
+    # eval.metrics without the task's default: auto is the first of them (QA: eval.metrics=[mae]
+    # was refused for sweep.objective=val/mse, a key the person never set)
+    assert objective(compose_config("eval.metrics=[mae,r2]")) == ("val/mae", "minimize")
+    assert objective(compose_config("eval.metrics=[r2,mse]")) == ("val/mse", "minimize")
+    assert objective(compose_config("data=blobs", "eval.metrics=[{_target_:keras.metrics.AUC}]")
+                     ) == ("val/auc", "maximize")
 
 
 # ---------------------------------------------------------------- sweeps ranked by the objective

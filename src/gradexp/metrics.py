@@ -136,11 +136,17 @@ def _target_logged_as(name: str, cfg: DictConfig) -> str | None:
 
 def objective(cfg: DictConfig, task: str | None = None) -> tuple[str, str]:
     """(metric, direction) that sweeps rank runs by: sweep.objective and sweep.direction, with
-    `auto` resolved from the task (val/mse for a regression, val/accuracy for a classification)."""
+    `auto` resolved from the task (val/mse for a regression, val/accuracy for a classification)
+    or, when eval.metrics leaves that one out, the first of them on val (QA: eval.metrics=[mae]
+    was refused for a sweep.objective the person never set)."""
     task = task or task_of(cfg.data)
     metric = cfg.sweep.objective
     if metric == "auto":
         metric = DEFAULT_OBJECTIVE[task]
+        if cfg.eval.metrics is not None:
+            logged = [metric_name(spec) for spec in metric_specs(cfg, task)]
+            if metric.partition("/")[2] not in logged:
+                metric = f"val/{logged[0]}"
     direction = cfg.sweep.direction
     return metric, direction_of(metric, cfg) if direction == "auto" else direction
 
