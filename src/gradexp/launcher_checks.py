@@ -1,6 +1,10 @@
-"""Checks of the Ray launcher before a sweep's parent run opens (sweep_checks.check_launcher):
-the Ray that ray.init would join is found as Ray finds it (RAY_ADDRESS, the address file
-`ray start` writes) without importing Ray, and asked over TCP whether it answers.
+"""Checks of the launchers before a sweep's parent run opens (sweep_checks.check_launcher):
+the sweep's folder can be made; joblib's n_jobs means something; the Ray that ray.init would
+join is found as Ray finds it (RAY_ADDRESS, the address file `ray start` writes) without
+importing Ray, and asked over TCP whether it answers.
+
+QA: hydra.sweep.dir=/proc/forbidden, or hydra/launcher=joblib hydra.launcher.n_jobs=0, ended in
+a traceback (FileNotFoundError, joblib's ValueError) and a FAILED parent run.
 
 QA: hydra/launcher=ray beside a running `ray start` ended in a ValueError traceback and a KILLED
 empty parent (the plugin asks for an object-store size, which Ray refuses when it joins a
@@ -13,6 +17,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import tempfile
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -22,6 +27,43 @@ from gradexp.schema import ConfigError
 ADDRESS_KEY = "hydra.launcher.ray.init.address"
 MEMORY_KEY = "hydra.launcher.ray.init.object_store_memory"
 _MISSING = object()
+
+
+def check_sweep_dir(config: DictConfig) -> None:
+    """hydra.sweep.dir, where the sweeper writes and each job makes its folder, can be made and
+    written to: tried now (a folder made in it, then everything this check made removed again,
+    so a refusal leaves no folder), with the OS's reason in one line."""
+    where = Path(str(config.hydra.sweep.dir))
+    made = [folder for folder in (where, *where.parents) if not folder.exists()]  # deepest first
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        os.rmdir(tempfile.mkdtemp(dir=where))  # a job's folder: the sweep's folder is writable
+    except OSError as error:
+        reason = "a file is there" if where.is_file() else error.strerror or str(error)
+        if error.filename and Path(error.filename) != where:
+            reason = f"{reason}: {error.filename}"
+        raise ConfigError(
+            f"hydra.sweep.dir={where}: the sweep's folder cannot be made there ({reason}); give "
+            "a folder this user can create and write, e.g. hydra.sweep.dir=multirun/my_sweep "
+            "(relative to the launch folder)") from None
+    finally:
+        for folder in made:
+            try:
+                folder.rmdir()
+            except FileNotFoundError:
+                continue  # the mkdir stopped above it
+            except OSError:
+                break  # something else made it meanwhile and wrote in it: left as it is
+
+
+def check_joblib_launcher(config: DictConfig) -> None:
+    """hydra/launcher=joblib: n_jobs is joblib's, where 0 has no meaning (joblib's ValueError
+    came as a traceback after the parent run opened)."""
+    n_jobs = OmegaConf.select(config, "hydra.launcher.n_jobs", default=None)
+    if n_jobs == 0:
+        raise ConfigError(
+            f"hydra.launcher.n_jobs={n_jobs}: the jobs joblib runs at once; accepted: a "
+            "positive count, or -1 for every core (the default; -2 every core but one)")
 
 
 def ray_address_file() -> Path:

@@ -59,12 +59,17 @@ def check_sweeper_direction(config: DictConfig) -> None:
 
 
 def check_launcher(config: DictConfig) -> None:
-    """hydra/launcher=packed: `hydra.launcher.processes` counts the processes that run its
-    jobs, this one included, so it is 1 or more. hydra/launcher=ray or ray_cluster: the Ray
-    the jobs would run on answers, and plain `ray` would not join a running cluster (QA: a
+    """hydra.sweep.dir can be made. hydra/launcher=packed: `hydra.launcher.processes` counts
+    the processes that run its jobs, this one included, so it is 1 or more. hydra/launcher=
+    joblib: `hydra.launcher.n_jobs` is not 0. hydra/launcher=ray or ray_cluster: the Ray the
+    jobs would run on answers, and plain `ray` would not join a running cluster (QA: a
     traceback and a KILLED parent, or minutes of hanging: gradexp.launcher_checks)."""
+    from gradexp.launcher_checks import check_joblib_launcher, check_sweep_dir
     from gradexp.schema import ConfigError
 
+    check_sweep_dir(config)
+    if plugin_name(config.hydra.launcher) == "JoblibLauncher":
+        check_joblib_launcher(config)
     if plugin_name(config.hydra.launcher) == "RayLauncher":
         from gradexp.launcher_checks import check_ray_launcher
 
@@ -170,7 +175,7 @@ def checked_job(config: DictConfig, loader: Any, overrides: list[str]) -> DictCo
     from gradexp.callbacks import check_jobs_kept
     from gradexp.config_checks import check_ranges
     from gradexp.config_errors import USER_ERRORS, one_line
-    from gradexp.metrics import check_monitor, check_objective, task_of
+    from gradexp.metrics import check_monitor, check_objective, missing_split, task_of
     from gradexp.schema import ConfigError
     from gradexp.setup_checks import check_config
     from gradexp.sweep_configs import compose_job
@@ -186,8 +191,11 @@ def checked_job(config: DictConfig, loader: Any, overrides: list[str]) -> DictCo
     check_jobs_kept(job_cfg, sweep=True)  # its pruner and objective read held-out metrics
     if task_is_the_configs(job_cfg):
         check_objective(job_cfg, task_of(job_cfg.data))
-        # the monitor's name, before any data loads: whether val/ has rows is the job's
-        check_monitor(job_cfg, task_of(job_cfg.data), ("train", "val"))
+        # the monitor's name, before any data loads; a config that holds out no validation
+        # rows (data.n_val=0) has train/ metrics only, as its run finds (QA: every job failed
+        # on early stopping's val/ monitor, the parent FAILED, where one run was refused)
+        splits = ("train",) if missing_split(job_cfg, "val/") else ("train", "val")
+        check_monitor(job_cfg, task_of(job_cfg.data), splits)
     return job_cfg
 
 

@@ -11,8 +11,10 @@ check_search_space before the parent run, the study or any trial exists.
   its two ends: every combination of the choices, each with the numeric keys all at their low
   ends and all at their high ends; when that is more than MAX_JOBS jobs, fewer jobs that still
   hold each value once.
-- hydra.sweeper.n_trials is 1 or more, the sampler's own packages are installed (cmaes), and
-  hydra.sweeper.storage is a database Optuna can open (study.check_storage).
+- hydra.sweeper.n_trials is 1 or more; the sampler is a node whose _target_ is an Optuna
+  sampler class, with that class's arguments and an integer seed (or none), and its own
+  packages are installed (cmaes); hydra.sweeper.storage is a database Optuna can open
+  (study.check_storage).
 - The study the search continues (study.stored_study), when there is one: it searched the same
   choices, and a grid study has points left to try (else one note, exit 0, nothing recorded).
 """
@@ -47,6 +49,7 @@ def check_search_space(config: DictConfig) -> None:
     from hydra.core.global_hydra import GlobalHydra
 
     check_n_trials(config)
+    check_sampler(config)
     check_sampler_installed(config)
     check_storage(OmegaConf.select(config, "hydra.sweeper.storage", default=None))
     loader = GlobalHydra.instance().config_loader() \
@@ -75,6 +78,74 @@ def check_n_trials(config: DictConfig) -> None:
     if not isinstance(n_trials, int) or isinstance(n_trials, bool) or n_trials < 1:
         raise ConfigError(f"hydra.sweeper.n_trials={n_trials}: the trials this sweep runs must be "
                           "an integer >= 1 (default 20)")
+
+
+SAMPLER_KEY = "hydra.sweeper.sampler"
+_HYDRA_KEYS = ("_target_", "_partial_", "_args_", "_recursive_", "_convert_")
+
+
+def check_sampler(config: DictConfig) -> None:
+    """The sampler the sweeper builds when the sweep starts, after the parent run opened (QA:
+    hydra.sweeper.sampler=tpe, a misspelt _target_ or sampler.seed=abc each ended in a traceback
+    or a garbled line, and a FAILED parent run). One line naming the key, the value and what
+    is accepted: a node with the _target_ of an Optuna sampler class (hydra/sweeper/sampler=
+    NAME picks one of SAMPLERS), that class's arguments, and an integer seed or null."""
+    import inspect
+    import pydoc
+
+    import optuna
+
+    from .optuna_sweeper import SAMPLERS
+
+    presets = f"hydra/sweeper/sampler={'|'.join(SAMPLERS)}"
+    node = OmegaConf.select(config, SAMPLER_KEY, default=None)
+    if not isinstance(node, DictConfig) or "_target_" not in node:
+        meant = f"did you mean hydra/sweeper/sampler={node}?" if str(node) in SAMPLERS \
+            else "e.g. hydra/sweeper/sampler=tpe"
+        raise ConfigError(
+            f"{SAMPLER_KEY}={node}: the sampler is a node with the _target_ of an Optuna "
+            f"sampler class and its arguments; choose one with {presets} (a config group: "
+            f"'/', not '.'): {meant}")
+    target = str(node._target_)
+    try:
+        found = pydoc.locate(target)
+    except pydoc.ErrorDuringImport as error:
+        found, reason = None, f" ({type(error.value).__name__}: {error.value})"
+    else:
+        reason = ""
+    if not (isinstance(found, type) and issubclass(found, optuna.samplers.BaseSampler)):
+        classes = [f"optuna.samplers.{name}" for name in optuna.samplers.__all__
+                   if name.endswith("Sampler") and not name.startswith("Base")]
+        close = _closest(target, classes)
+        what = "is not an Optuna sampler class" if found is not None else \
+            f"no such class can be imported{reason}"
+        raise ConfigError(
+            f"{SAMPLER_KEY}._target_={target}: {what}; accepted: an Optuna sampler class, "
+            f"e.g. optuna.samplers.TPESampler, or {presets}"
+            + (f"; did you mean {close}?" if close else ""))
+    arguments = {key: node[key] for key in node if key not in _HYDRA_KEYS}
+    seed = arguments.get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise ConfigError(f"{SAMPLER_KEY}.seed={seed}: the sampler's seed is an integer, or null "
+                          "for a new seed each sweep")
+    known = [name for name in inspect.signature(found).parameters if name != "search_space"]
+    try:
+        inspect.signature(found).bind_partial(**arguments)
+    except TypeError:
+        unknown = next((key for key in arguments if key not in known), None)
+        if unknown is None:
+            return  # the sampler's own error, when it is built
+        raise ConfigError(
+            f"{SAMPLER_KEY}.{unknown}={arguments[unknown]}: {found.__name__} takes no argument "
+            f"{unknown}; its arguments: {', '.join(known)}") from None
+
+
+def _closest(word: str, choices: list[str]) -> str | None:
+    """The choice `word` most likely misspells (TPESamplr: TPESampler)."""
+    import difflib
+
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.8)
+    return close[0] if close else None
 
 
 # The Python packages a sampler imports only when it samples (QA: `pip install ".[optuna]"` had
