@@ -27,6 +27,10 @@ import numpy as np
 def forgot_return(y_true, y_pred):
     keras.ops.mean((y_true - y_pred) ** 2)
 
+def no_input(n_features, n_outputs):  # built at its first call, as fit builds it
+    return keras.Sequential([keras.layers.Dense(8, activation="tanh"),
+                             keras.layers.Dense(n_outputs)])
+
 def ids_model(n_features, n_outputs):
     inputs = keras.Input((n_features,), dtype="int32")  # token ids
     hidden = keras.layers.Flatten()(keras.layers.Embedding(20, 4)(inputs))
@@ -597,6 +601,13 @@ def test_model_keras_ending_in_its_own_softmax_trains_with_from_logits_false(lau
         "loss.from_logits=false",
         "model.layers=[{_target_:keras.layers.Dense,units:8,activation:tanh},"
         "{_target_:keras.layers.Dense,units:3,activation:softmax}]"])
+    assert [status for _, status in recorded_runs(launch)] == ["FINISHED"]
+
+
+def test_a_sequential_without_an_input_trains_as_keras_fit_trains_it(launch):
+    # QA: gradexp built it by calling it on one row, which fixed its batch size at 1, and then
+    # refused it for "a fixed batch size of 1 (batch_size= or batch_shape=...)" never written
+    run_as_command_line(launch, ["model=custom", "model._target_=wrong_models.no_input"])
     assert [status for _, status in recorded_runs(launch)] == ["FINISHED"]
 
 

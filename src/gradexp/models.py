@@ -1,10 +1,9 @@
 """Models: every `model=` option builds a `keras.Model`; `Model` is how gradexp holds one.
 
 The options are functions named by `model._target_`, called with the data's sizes and the
-option's keys: `linear` (seed 004's y = x·W + b), `buggy_linear` (the same with a planted wrong
-gradient), `mlp` (Dense layers, Glorot-initialized, optional Dropout) and `sequential` (any Keras
-layers written in YAML). A person's own builder is `model=custom model._target_=my_models.build`:
-a function `(n_features, n_outputs, **model.kwargs) -> keras.Model`.
+option's keys: `linear` (y = x·W + b), `buggy_linear` (a planted wrong gradient), `mlp` and
+`sequential` (Keras layers written in YAML). A person's builder (`model=custom`) is a function
+`(n_features, n_outputs, **model.kwargs) -> keras.Model`.
 
 `Model` gives the trainer the variables, the forward pass and the model's own losses
 (`model.losses`: regularizers, `add_loss`), and the gradient checker a pure function of
@@ -61,16 +60,14 @@ class Model:
         return self.network(x, **_training(self.network, training))
 
     def ends_in_probabilities(self) -> bool:
-        """Does the network end in Keras' softmax or sigmoid (which marks what it returns with
-        the logits behind it)? Asked once, eagerly, on a row of zeros."""
+        """Does it end in Keras' softmax or sigmoid? Asked once, eagerly, on a row of zeros."""
         if self._ends_in_probabilities is None:
             out = self.network(tf.zeros((1, self.n_features), self.network.dtype))
             self._ends_in_probabilities = hasattr(out, "_keras_logits")
         return self._ends_in_probabilities
 
     def own_loss(self, like: tf.Tensor) -> tf.Tensor | None:
-        """The sum of the network's own losses after its last call (Keras' `model.losses`),
-        in `like`'s dtype; None when it has none."""
+        """The network's own losses after its last call (`model.losses`) summed; or None."""
         return _summed(self.network.losses, like.dtype)
 
     def has_own_losses(self, x: tf.Tensor) -> bool:
@@ -589,9 +586,12 @@ def build_model(cfg: DictConfig, n_features: int, n_outputs: int) -> Model:
     if not own and not isinstance(network, keras.Model):
         raise ConfigError(f"model._target_={target}: returned a {type(network).__name__}, "
                           "not a keras.Model")
-    if not network.built:  # a subclassed model makes its variables at its first call
-        try:
-            network(np.zeros((1, n_features), np.float32))
+    if not network.built:  # a subclassed model makes its variables at its first call; a
+        try:  # Sequential with no Input as fit builds it (QA: a 1-row call fixed its batch at 1)
+            if isinstance(network, keras.Sequential):
+                network.build((None, n_features))
+            else:
+                network(np.zeros((1, n_features), np.float32))
         except TypeError as error:
             refused = custom_gradient_refusal(where, error)
             if refused is not None:
