@@ -93,7 +93,8 @@ def test_a_mistake_is_a_gradexp_error_with_the_command_lines_one_line(tmp_path):
     assert str(unknown.value) == ("optimizer=adamm: no such option; available: adagrad, adam, "
                                   "adamw, momentum, nadam, rmsprop, sgd")
     assert unknown.value.exit_code == 2
-    with pytest.raises(gradexp.GradexpError, match=r"^trainer\.epochs=0: must be an integer >= 1$"):
+    with pytest.raises(gradexp.GradexpError,
+                       match=r"^trainer\.epochs=0: must be an integer >= 1 and <= 2147483647$"):
         gradexp.run(f"tracking.uri={store}", "trainer.epochs=0", launch_dir=tmp_path)
     assert not (tmp_path / "mlflow.db").exists()  # refused before any run opened
     assert not GlobalHydra.instance().is_initialized()

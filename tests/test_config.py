@@ -82,14 +82,14 @@ def test_unknown_key_is_refused():
 
 
 @pytest.mark.parametrize(("override", "message"), [
-    ("trainer.epochs=0", "trainer.epochs=0: must be an integer >= 1"),
+    ("trainer.epochs=0", "trainer.epochs=0: must be an integer >= 1 and <= 2147483647"),
     # the id left out: a fresh run started, silently
     ("trainer.resume=", "trainer.resume=: must be an MLflow run id (not empty), or null to start "
                         "a new run"),
     ("optimizer.learning_rate=-1", "optimizer.learning_rate=-1.0: must be a number > 0"),
-    ("trainer.batch_size=0", "trainer.batch_size=0: must be an integer >= 1"),
+    ("trainer.batch_size=0", "trainer.batch_size=0: must be an integer >= 1 and <= 2147483647"),
     ("data.noise=-0.5", "data.noise=-0.5: must be a number >= 0"),
-    ("gradcheck.probes=0", "gradcheck.probes=0: must be an integer >= 1"),
+    ("gradcheck.probes=0", "gradcheck.probes=0: must be an integer >= 1 and <= 2147483647"),
 ])
 def test_out_of_range_values_name_key_value_and_range(override, message):
     with pytest.raises(ConfigError) as failure:
@@ -124,7 +124,7 @@ def test_every_key_has_its_doc_type_default_and_range_on_its_schema_field():
             assert row.doc, f"{schema.__name__}.{row.key} has no doc"
     rows = {row.key: row for row in describe(TrainerConfig)}
     assert rows["epochs"].default == 100 and rows["epochs"].type is int
-    assert rows["epochs"].accepted == "must be an integer >= 1"
+    assert rows["epochs"].accepted == "must be an integer >= 1 and <= 2147483647"
     assert rows["early_stopping.patience"].default == 10  # nested blocks as dotted keys
 
 

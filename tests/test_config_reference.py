@@ -27,8 +27,8 @@ def test_the_reference_lists_every_option_and_a_key_with_its_default_range_and_d
         for option in (REPO / "conf" / group).glob("*.yaml"):
             assert f"### `{group}={option.stem}`" in page
     # A key's default with the rule's words beside its doc; an option's own value.
-    assert ("| `epochs` | int | `100` | must be an integer >= 1 | passes over the data "
-            "(seed 004: 100) |") in page
+    assert ("| `epochs` | int | `100` | must be an integer >= 1 and <= 2147483647 | passes over "
+            "the data (seed 004: 100) |") in page
     assert "| `method` | auto \\| jacobian \\| probe \\| both | `jacobian` |" in page
 
 

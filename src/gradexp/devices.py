@@ -6,7 +6,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
-from gradexp.schema import ConfigError
+from gradexp.schema import CPU_REPLICAS_MAX, ConfigError
 
 
 @dataclass
@@ -79,6 +79,11 @@ def _logical_cpus(count: int) -> list[str]:
     so once per process; asking again for another count is a ConfigError."""
     import tensorflow as tf
 
+    # The schema's range, for a caller that did not check the config: TensorFlow would be asked
+    # for one device configuration per replica (10**20 of them: minutes of growing memory, QA).
+    if not 1 <= count <= CPU_REPLICAS_MAX:
+        raise ConfigError(f"device.cpu_replicas={count}: must be an integer >= 0 and <= "
+                          f"{CPU_REPLICAS_MAX} (0: GPUs only)")
     cpu = tf.config.list_physical_devices("CPU")[0]
     try:
         tf.config.set_logical_device_configuration(

@@ -22,6 +22,7 @@ from omegaconf import MISSING
 from gradexp.schema_fields import (  # noqa: F401  (re-exported: gradexp.schema.setting, ...)
     BOUNDARIES,
     COLUMNS,
+    COUNT_MAX,
     FACTORS,
     MOMENTUM,
     NAME,
@@ -375,17 +376,27 @@ class RmspropOptimizer(Optimizer):
 
 @dataclass
 class AdagradOptimizer(Optimizer):
-    initial_accumulator_value: float = setting(0.1, "starting sum of squared gradients")
+    # Keras' Adagrad takes a negative one (its docs say non-negative) and the run went NaN at
+    # epoch 2, blamed on the learning rate (QA)
+    initial_accumulator_value: float = setting(0.1, "starting sum of squared gradients",
+                                               NON_NEGATIVE)
     epsilon: float = setting(1e-7, "added to the denominator for stability", positive())
 
 
 # ---------------------------------------------------------------- the rest
+# device.cpu_replicas' largest: TensorFlow makes one logical CPU device per replica, and 10**20
+# of them grew memory for minutes before any run opened (QA). A test of the mirrored code path
+# needs a few; 64 is as many GPUs as a large machine has.
+CPU_REPLICAS_MAX = 64
+
+
 @dataclass
 class DeviceConfig:
     name: Device = setting(MISSING, "auto | cpu | gpu | mirrored (set by the option file)")
     cpu_replicas: int = setting(0, "device=mirrored only (any other device refuses a value "
                                 "above 0): without a GPU, split the CPU into this many logical "
-                                "devices; 0 = GPUs only", at_least(0, " (0: GPUs only)"))
+                                "devices; 0 = GPUs only",
+                                at_least(0, " (0: GPUs only)", maximum=CPU_REPLICAS_MAX))
 
 
 @dataclass
@@ -490,7 +501,8 @@ class SweepConfig:
     continue_on_failure: bool = setting(True, "-m only: a failing job does not stop the others; "
                                         "exit non-zero at the end")
     objective: str = setting("auto", "the metric sweeps rank by, e.g. val/mse; auto = val/mse "
-                             "(regression) or val/accuracy (classification)")
+                             "(regression) or val/accuracy (classification), or the first of "
+                             "eval.metrics on val when they leave that one out")
     direction: Direction = setting(Direction.auto, "auto: maximize accuracy, r2, auc...; "
                                    "minimize the rest")
     best_per: list[str] = setting([], "params to report the best run (with replicates: the "

@@ -16,7 +16,7 @@ from omegaconf import MISSING
 @dataclass(frozen=True)
 class Rule:
     """What a field accepts beyond its type: `test(value)` is true, else `accepted` is said
-    (`trainer.epochs=0: must be an integer >= 1`). A null value is not tested."""
+    (`trainer.epochs=0: must be an integer >= 1 and <= 2147483647`). A null value is not tested."""
 
     test: Callable[[Any], bool]
     accepted: str
@@ -26,8 +26,18 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def at_least(minimum: int, note: str = "") -> Rule:
-    return Rule(lambda v: _is_int(v) and v >= minimum, f"must be an integer >= {minimum}{note}")
+# The largest count a field takes (epochs, batch sizes, rows, probes, patience, widths, ...):
+# int32's, the type a count meets in TensorFlow (a compiled call's epochs, a tensor's shape). An
+# int of any size passed the checks and crashed inside the run (QA): trainer.epochs=10**23 with
+# an OverflowError and a FAILED run, data.n_samples with numpy's "Maximum allowed dimension
+# exceeded".
+COUNT_MAX = 2**31 - 1
+
+
+def at_least(minimum: int, note: str = "", maximum: int = COUNT_MAX) -> Rule:
+    """An integer count in [minimum, maximum], saying both bounds (`note` after them)."""
+    return Rule(lambda v: _is_int(v) and minimum <= v <= maximum,
+                f"must be an integer >= {minimum} and <= {maximum}{note}")
 
 
 def positive(what: str = "a number") -> Rule:
@@ -51,8 +61,8 @@ RUN_ID = Rule(lambda v: isinstance(v, str) and v.strip() != "",
               "must be an MLflow run id (not empty), or null to start a new run")
 COLUMNS = Rule(lambda v: len(v) > 0,
                "must be a list of column names, e.g. [area,rooms], or null for every other column")
-WIDTHS = Rule(lambda v: all(_is_int(w) and w >= 1 for w in v),
-              "must be a list of integers >= 1, e.g. [32,32]")
+WIDTHS = Rule(lambda v: all(_is_int(w) and 1 <= w <= COUNT_MAX for w in v),
+              f"must be a list of integers >= 1 and <= {COUNT_MAX}, e.g. [32,32]")
 # A piecewise schedule's boundaries and factors: Keras took [3,1] (adding up the overlapping
 # stretches: a rate nobody asked for), [-1] (the first stretch never trained) and a factor of -1
 # (gradient ascent: the loss grew, silently), and failed on [] inside the run (QA).
