@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import reprlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -83,6 +84,8 @@ def run(*overrides: str, launch_dir: str | Path | None = None) -> RunResult:
     objective and objective_value, final_loss, metrics, history).
 
     Raises GradexpError with the command line's one line for a mistake a person can fix."""
+    _refuse_non_overrides(overrides, "run")
+
     def job(cfg):
         return run_job(cfg, _stop)
 
@@ -105,6 +108,7 @@ def sweep(*overrides: str, launch_dir: str | Path | None = None) -> list[RunResu
     parent's children only (MLflow, or `gradexp compare --sweep PARENT`); jobs skipped by
     sweep.skip_finished are not in the list. A sweep with failed jobs raises GradexpError after
     every job ran, as the command line exits 1."""
+    _refuse_non_overrides(overrides, "sweep")
     results: list[RunResult] = []
     failed: list[int] = []
 
@@ -133,6 +137,58 @@ def sweep(*overrides: str, launch_dir: str | Path | None = None) -> list[RunResu
             return results  # point): said in its note, as the command line exits 0
         raise GradexpError(f"the sweep stopped (exit code {exit.code})", code) from None
     return results
+
+
+def _refuse_non_overrides(overrides: tuple[Any, ...], call: str) -> None:
+    """What is not an override, in one line: a list, dict or number (QA: an AttributeError
+    "'list' object has no attribute 'startswith'" from app.mode_is_known, 17 lines deep), or a
+    command line option (-m was "cannot read the override -m: LexerNoViableAltException")."""
+    for value in overrides:
+        if isinstance(value, str):
+            continue
+        if isinstance(value, list | tuple):
+            got = f"a {type(value).__name__} {reprlib.repr(value)}: unpack it, " \
+                  f"gradexp.{call}(*overrides)"
+        elif isinstance(value, dict):
+            got = f"a dict {reprlib.repr(value)}: give key=value strings, " \
+                  f"gradexp.{call}(*[f'{{k}}={{v}}' for k, v in overrides.items()])"
+        else:
+            kind = "" if value is None else f" ({type(value).__name__})"
+            got = f"{reprlib.repr(value)}{kind}: give 'key=value' strings, e.g. " \
+                  f"gradexp.{call}('optimizer=adam', 'trainer.epochs=1')"
+        raise TypeError(f"gradexp.{call}: overrides are strings, one per argument; got {got}")
+    for value in overrides:
+        if value in ("-m", "--multirun"):
+            raise GradexpError(f"{value}: the command line's multirun flag; from Python, call "
+                               "gradexp.sweep(...) with the overrides" if call == "run" else
+                               f"{value}: gradexp.sweep runs a multirun already; pass the "
+                               "overrides only", 2)
+        if value.startswith("-"):  # never an override: Hydra's grammar starts with a key, + or ~
+            raise GradexpError(f"{value}: gradexp.{call} takes overrides (key=value), not the "
+                               f"command line's options; for {value}, run python -m gradexp", 2)
+
+
+# config_errors' hint for a value Hydra cannot read, worded for the shell; from Python the
+# quotes go inside the string itself (QA).
+SHELL_QUOTES = "quote it for Hydra inside the shell's quotes: "
+PYTHON_QUOTES = "quote it for Hydra inside the Python string: "
+
+
+def _said_for_python(line: str, error: BaseException, call: str) -> str:
+    """The command line's line for an override Hydra cannot read, as advice from Python: one
+    string holding several overrides ("optimizer=adam loss=mae", as typed in a shell) is
+    several arguments (QA: it was told to quote the whole for Hydra inside the shell's
+    quotes)."""
+    from hydra.errors import OverrideParseException
+
+    if not isinstance(error, OverrideParseException):
+        return line
+    words = error.override.split()
+    if len(words) > 1 and all("=" in word or word.startswith("~") for word in words):
+        return (f"cannot read the override {error.override!r}: it holds {len(words)} "
+                f"overrides; pass each as its own argument: "
+                f"gradexp.{call}({', '.join(map(repr, words))})")
+    return line.replace(SHELL_QUOTES, PYTHON_QUOTES)
 
 
 def _launch(overrides: list[str], job: Callable[[Any], Any], launch_dir: str | Path | None,
@@ -187,7 +243,8 @@ def _launch(overrides: list[str], job: Callable[[Any], Any], launch_dir: str | P
         failure = launch_failure(error, overrides)  # an unknown key, a missing option
         if failure is None:
             raise
-        raise GradexpError(failure.line, failure.exit_code) from error
+        line = _said_for_python(failure.line, error, "sweep" if multirun else "run")
+        raise GradexpError(line, failure.exit_code) from error
     finally:
         restore_gh_from_backup(backup)
         version.VersionBase.instance().version_base = base  # setbase takes no "unset"

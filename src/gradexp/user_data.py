@@ -289,12 +289,14 @@ def _array_parts(loaded: Any, where: str) -> list[tuple[np.ndarray, np.ndarray, 
     given (a classification's labels may be text), the features' names of a DataFrame's x."""
     pairs = isinstance(loaded, tuple | list) and len(loaded) == 2
     if pairs and all(isinstance(part, tuple | list) and len(part) == 2 for part in loaded):
-        for (x, y), x_name in zip(loaded, ("x", "x_val")):
+        for (x, y), (x_name, y_name) in zip(loaded, (("x", "y"), ("x_val", "y_val"))):
+            _refuse_unsized(x, y, where, x_name, y_name)
             _refuse_inputs_list(x, y, where, x_name)
         return [(_features(x, where, x_name), _targets(y), _names(x))
                 for (x, y), x_name in zip(loaded, ("x", "x_val"))]
     if pairs:
         x, y = loaded
+        _refuse_unsized(x, y, where, "x", "y")
         _refuse_inputs_list(x, y, where, "x")
         return [(_features(x, where, "x"), _targets(y), _names(x))]
     if isinstance(loaded, tuple | list) and len(loaded) == 4:  # train_test_split's order
@@ -303,6 +305,18 @@ def _array_parts(loaded: Any, where: str) -> list[tuple[np.ndarray, np.ndarray, 
     raise ConfigError(f"{where}: returned a {type(loaded).__name__}; a data loader returns "
                       "(x, y) arrays, ((x, y), (x_val, y_val)), a tf.data.Dataset of (x, y) "
                       "(or two: training, validation) or a gradexp.data.Dataset")
+
+
+def _refuse_unsized(x: Any, y: Any, where: str, x_name: str, y_name: str) -> None:
+    """None or a single number for x or y, in one line (QA: "len() of unsized object" with a
+    traceback from _columns / _targets)."""
+    for value, name, what in ((x, x_name, "rows x features"), (y, y_name, "one target a row")):
+        # not np.ndim: it reads a list of arrays of several shapes as a ragged array, and raises
+        if value is None or np.isscalar(value) or getattr(value, "ndim", None) == 0:
+            kind = "0-d array" if isinstance(value, np.ndarray) else type(value).__name__
+            got = "None" if value is None else f"a single {kind} ({value})"
+            raise ConfigError(f"{where}: returned {name} = {got}; a data loader returns (x, y) "
+                              f"as arrays of rows (numpy, lists, pandas), {name}: {what}")
 
 
 def _refuse_inputs_list(x: Any, y: Any, where: str, name: str) -> None:

@@ -40,8 +40,55 @@ def check_model(model: Any, x: Any, y: Any = None, *, loss: Callable[[Any, Any],
     model's layers hold are as before (random_layers.generator_states_kept)."""
     from gradexp.random_layers import generator_states_kept
 
+    loss = _checked_arguments(model, y, loss)
     with generator_states_kept(model):
         return _check_model(model, x, y, loss=loss, mode=mode, dtype=dtype, **options)
+
+
+def _checked_arguments(model: Any, y: Any, loss: Any) -> Any:
+    """The loss to check (a Keras name resolved as compile resolves it), after a one-line
+    refusal of the arguments' common mistakes. QA: loss="mse" met "'str' object is not
+    callable", the class MeanSquaredError "truth value of an array is ambiguous", a loss
+    without y a 40-line traceback, a function for the model "'function' object has no
+    attribute 'trainable_variables'\"."""
+    import keras
+
+    if not isinstance(model, keras.layers.Layer):
+        raise TypeError(f"check_model takes a keras.Model, got a {type(model).__name__}; for a "
+                        "function of tensors use check_gradients(f, [x])")
+    if loss is None:
+        return None
+    if isinstance(loss, type):
+        raise TypeError(f"loss={loss.__name__} is a class; pass an instance: "
+                        f"loss={loss.__name__}()")
+    if y is None:
+        raise ValueError("loss= needs the targets y: check_model(model, x, y, loss=...); "
+                         "without a loss the model's outputs are checked")
+    if isinstance(loss, str):
+        return _named_loss(loss)
+    if not callable(loss):
+        raise TypeError(f"loss={loss!r}: expected a Keras loss (an instance such as "
+                        "MeanSquaredError(), a function of (y_true, y_pred), or a name: 'mse')")
+    return loss
+
+
+def _named_loss(name: str) -> Any:
+    """A loss named as in model.compile(loss="mse"): Keras' function reduced by its mean over
+    the batch, the scalar compile trains (its default reduction), or Keras' Loss instance."""
+    import keras
+    import tensorflow as tf
+
+    try:
+        found = keras.losses.get(name)
+    except ValueError:
+        raise ValueError(f"loss={name!r}: not a Keras loss name (e.g. 'mse', 'mae', "
+                         "'binary_crossentropy', 'sparse_categorical_crossentropy')") from None
+    if isinstance(found, keras.losses.Loss):
+        return found
+
+    def mean_loss(y_true: Any, y_pred: Any) -> Any:
+        return tf.reduce_mean(found(y_true, y_pred))
+    return mean_loss
 
 
 def _check_model(model: Any, x: Any, y: Any, *, loss: Callable[[Any, Any], Any] | None,
