@@ -113,8 +113,6 @@ def test_a_sweeper_told_to_maximize_the_final_loss_is_refused():
 SWEEP_KEYS = ("skip_finished, resume_killed, continue_on_failure, objective, direction, "
               "best_per, aggregate_over, pruner, pruner_startup_trials, pruner_warmup_epochs, "
               "pruner_percentile")
-HYDRA_KEYS = ("mode, searchpath, run, sweep, hydra_logging, job_logging, sweeper, launcher, "
-              "callbacks, help, hydra_help, output_subdir, overrides, job, runtime, verbose")
 
 
 @pytest.mark.parametrize(("overrides", "says"), [
@@ -124,11 +122,12 @@ HYDRA_KEYS = ("mode, searchpath, run, sweep, hydra_logging, job_logging, sweeper
      f"{SWEEP_KEYS}); did you mean sweep.pruner?"),
     (("eval.evry=5",), "eval.evry=5: unknown key (eval options accept: metrics, every); "
      "did you mean eval.every?"),
+    # the keys of the node where the key is missing, not hydra's top level (QA, 2026-12-06)
     (("hydra/sweeper=optuna", "hydra.sweeper.n_trial=3"), "hydra.sweeper.n_trial=3: unknown "
-     f"key (hydra options accept: {HYDRA_KEYS}); did you mean hydra.sweeper.n_trials?"),
+     "key (hydra.sweeper accepts: sampler, direction, storage, study_name, n_trials, n_jobs, "
+     "params); did you mean hydra.sweeper.n_trials?"),
     (("hydra/launcher=packed", "hydra.launcher.processs=2"), "hydra.launcher.processs=2: "
-     f"unknown key (hydra options accept: {HYDRA_KEYS}); did you mean "
-     "hydra.launcher.processes?"),
+     "unknown key (hydra.launcher accepts: processes); did you mean hydra.launcher.processes?"),
 ], ids=["sweep.objectve", "sweep.prunner", "eval.evry", "hydra.sweeper", "hydra.launcher"])
 def test_a_typo_under_sweep_eval_or_hydra_is_told_what_is_accepted(overrides, says):
     """QA: these said `(sweep options accept: )`, an empty list, and no did-you-mean."""

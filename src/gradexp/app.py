@@ -25,7 +25,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from gradexp.config_errors import USER_ERRORS, one_line, target_error
+from gradexp.config_errors import USER_ERRORS, is_config_error, one_line, target_error
 from gradexp.console import SAID, error_line, note_line, quiet_libraries, stream_to_devnull
 from gradexp.endings import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED
 from gradexp.interrupts import sigterm_as_interrupt
@@ -156,7 +156,7 @@ class Stop(BaseException):
 def launch_failure(error: BaseException, overrides: Sequence[str] = ()) -> Failure | None:
     """What the command line says for an error before (or around) the jobs: a config Hydra
     cannot compose from `overrides` (an unknown key, a missing option); None for anything else."""
-    if isinstance(error, USER_ERRORS):
+    if is_config_error(error, overrides):  # GROUP=null is Hydra's ValueError (QA)
         from gradexp.resume import refusal_of_overrides
 
         # a resume's overrides judged against the run's recorded config, not the default (QA)
@@ -442,6 +442,8 @@ def _main() -> None:
             raise
         _exit(launch_failure(error, sys.argv[1:]))
     except ValueError as error:  # Hydra's own refusal of two modes (-m --cfg job), a traceback
+        if not wants_traceback and is_config_error(error, sys.argv[1:]):  # GROUP=null (QA)
+            _exit(launch_failure(error, sys.argv[1:]))
         if wants_traceback or not str(error).startswith("Only one of --run, --multirun"):
             raise
         _exit(Failure(f"{error} (Hydra runs one at a time): to see a sweep job's config, give "

@@ -174,7 +174,7 @@ def checked_job(config: DictConfig, loader: Any, overrides: list[str]) -> DictCo
     (hydra_plugins.gradexp_optuna.checks)."""
     from gradexp.callbacks import check_jobs_kept
     from gradexp.config_checks import check_ranges
-    from gradexp.config_errors import USER_ERRORS, one_line
+    from gradexp.config_errors import is_config_error, one_line
     from gradexp.metrics import check_monitor, check_objective, missing_split, task_of
     from gradexp.schema import ConfigError
     from gradexp.setup_checks import check_config
@@ -183,8 +183,10 @@ def checked_job(config: DictConfig, loader: Any, overrides: list[str]) -> DictCo
 
     try:
         job_cfg = compose_job(loader, config, overrides)  # as the job's task sees it
-    except USER_ERRORS as error:
-        raise ConfigError(one_line(error)) from None
+    except Exception as error:  # GROUP=null is Hydra's ValueError (QA)
+        if not is_config_error(error, overrides):
+            raise
+        raise ConfigError(one_line(error, overrides)) from None
     check_ranges(job_cfg)
     check_modules_exist(job_cfg, Path.cwd())
     check_config(job_cfg)
