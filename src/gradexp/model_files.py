@@ -74,13 +74,11 @@ def save_network(served, folder: Path) -> Path:
 
 
 # The saved networks that loaded back in this launch (one command line, one gradexp.run or
-# gradexp.sweep call), by what decides whether one loads: its Keras config (the architecture),
-# its serving spec (custom objects, features, labels) and the modules its own classes come from,
-# held (another module of the same name, as each test's own_builders.py, is another key, and a
-# held module's id is never reused). A person's code may change between two calls of the
-# Python API, even in the same module object (importlib.reload, a notebook cell redefining a
-# class in __main__: QA), so a new launch forgets them all (forget_user_code).
-_LOADED: set[tuple] = set()
+# gradexp.sweep call), by what decides whether one loads: its Keras config (the architecture)
+# and its serving spec (custom objects, features, labels). A person's code may change between
+# two launches of one process, even in the same module object (importlib.reload, a notebook
+# cell redefining a class: QA), so a new launch forgets them all (forget_user_code).
+_LOADED: set[tuple[bytes, bytes]] = set()
 MAX_LOADED = 256  # architectures remembered (a few KiB each)
 
 
@@ -95,12 +93,15 @@ def check_loads(data: Path) -> None:
     an argument of its __init__ saves, then fails to load). ~10-40 ms for a small model.
 
     Whether a network loads is a matter of its architecture and its classes' code, not of its
-    weights' values: a sweep's later job whose saved config, spec and modules are those of a
-    network that loaded is not loaded again (~20 ms a job of seed 004's line)."""
+    weights' values: a sweep's later job whose saved config and spec are those of a network
+    that loaded in this launch is not loaded again (~20 ms a job of seed 004's line)."""
+    import zipfile
+
     from gradexp import serving
     from gradexp.endings import plain
 
-    architecture = _architecture(data)
+    with zipfile.ZipFile(data / serving.MODEL_FILE) as saved:
+        architecture = (saved.read("config.json"), (data / serving.SPEC_FILE).read_bytes())
     if architecture in _LOADED:
         return
     try:
@@ -110,26 +111,9 @@ def check_loads(data: Path) -> None:
         # plain: Keras' bold escapes reached the warning and the MLflow tag as "[1m" (QA)
         why = " ".join(plain(str(error)).rsplit("Exception encountered:", 1)[-1].split())[:300]
         raise RuntimeError(f"it would not load back: {type(error).__name__}: {why}") from error
-    if len(_LOADED) < MAX_LOADED:
-        _LOADED.add(architecture)
-
-
-def _architecture(data: Path) -> tuple:
-    """What decides whether the network saved in `data` loads back (see _LOADED)."""
-    import re
-    import sys
-    import zipfile
-
-    from gradexp import serving
-
-    with zipfile.ZipFile(data / serving.MODEL_FILE) as saved:
-        config = saved.read("config.json")
-    spec = (data / serving.SPEC_FILE).read_bytes()
-    named = set(re.findall(rb'"module": "([^"]+)"', config + spec)) \
-        | set(re.findall(rb'"([\w.]+)\.\w+"', spec))  # the spec's custom objects: module.Class
-    modules = tuple(sys.modules.get(name.decode()) for name in sorted(named)
-                    if not name.startswith(b"keras"))
-    return config, spec, modules
+    if len(_LOADED) >= MAX_LOADED:  # a long-lived process (a notebook's many runs): start over
+        _LOADED.clear()
+    _LOADED.add(architecture)
 
 
 def save_served_model(served, folder: Path, logged, run_id: str, data: Path | None = None
