@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gradexp.config_errors import AMBIGUOUS, SWEEP_HINT
+from gradexp.config_errors import AMBIGUOUS, SHELL_QUOTES, SWEEP_HINT
 from gradexp.resources import resource_dir
 from gradexp.schema import ConfigError
 from gradexp.seeds import python_random_kept, restore_session_random_state, session_random_state
@@ -168,9 +168,8 @@ def _refuse_non_overrides(overrides: tuple[Any, ...], call: str) -> None:
                                f"command line's options; for {value}, run python -m gradexp", 2)
 
 
-# config_errors' hint for a value Hydra cannot read, worded for the shell; from Python the
-# quotes go inside the string itself (QA).
-SHELL_QUOTES = "quote it for Hydra inside the shell's quotes: "
+# config_errors' hint for a value Hydra cannot read is worded for the shell (SHELL_QUOTES); from
+# Python the quotes go inside the string itself (QA).
 PYTHON_QUOTES = "quote it for Hydra inside the Python string: "
 
 

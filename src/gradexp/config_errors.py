@@ -127,6 +127,10 @@ def _shell_mistake(override: str, overrides: Sequence[str]) -> str:
     return split
 
 
+# The quoting hint's words, for the shell; gradexp.api says it for a Python string instead.
+SHELL_QUOTES = "quote it for Hydra inside the shell's quotes: "
+
+
 def _quoting_hint(override: str) -> str:
     """How to give a value Hydra's grammar cannot read (~/data.csv, price($)) as text: quotes
     Hydra sees, so inside the shell's own (the shell takes `data.path='~/x.csv'`'s). Not for a
@@ -134,8 +138,7 @@ def _quoting_hint(override: str) -> str:
     key, equals, value = override.partition("=")
     if not equals or not value or value[0] in "'\"[{(" or not _balanced(value):
         return ""
-    return (f"; to give it as text, quote it for Hydra inside the shell's quotes: "
-            f"\"{key}='{value}'\"")
+    return f"; to give it as text, {SHELL_QUOTES}\"{key}='{value}'\""
 
 
 def _balanced(value: str) -> bool:
