@@ -38,6 +38,7 @@ def test_jobs_replayed_in_two_processes_record_what_one_process_records(tmp_path
     helped = empty_store(two)
     done = run_cli("-m", "hydra.launcher.processes=2", *SWEEP, cwd=two)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert _helpers_running_in(two) == []  # the one started as the sweep began, ended with it
     alone = empty_store(one)
     gradexp.sweep(*SWEEP, launch_dir=one)  # gradexp.sweep replays in its own process
 
@@ -154,3 +155,34 @@ def test_gradexp_sweep_runs_every_job_in_its_own_process_and_says_so(tmp_path, s
     assert "note: hydra.launcher.processes=2: every job runs in this process: gradexp.sweep " \
            "runs every job in its own process, so its list holds every result" \
            in capsys.readouterr().err
+
+
+def _helpers_running_in(folder) -> list[int]:
+    """The replay helper processes whose working folder is `folder` (a sweep launched there)."""
+    import os
+    from pathlib import Path
+
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes()
+            here = os.path.realpath(entry / "cwd")
+        except OSError:  # not a process, or one that ended meanwhile
+            continue
+        if b"gradexp.packed.replay_processes" in command and here == os.path.realpath(folder):
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+def test_a_sweep_refused_at_a_jobs_check_leaves_no_helper_running(tmp_path):
+    # The helpers start as the sweep begins, before every job is checked (their start
+    # overlaps the checks): a job refused there stops them with the sweep. A guard: before
+    # that, no helper had started by then.
+    store = empty_store(tmp_path)
+    done = run_cli("-m", "hydra.launcher.processes=2", f"tracking.uri={store}",
+                   "hydra/launcher=packed", "optimizer.learning_rate=0.1,-1", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.splitlines()[-1].startswith("error: optimizer.learning_rate=-1")
+    assert _helpers_running_in(tmp_path) == []
+    assert MlflowClient(store).search_runs(["0"]) == []

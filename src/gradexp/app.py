@@ -35,6 +35,10 @@ from gradexp.schema import ConfigError, register_schemas
 
 VERSION_BASE = "1.3"  # Hydra 1.3's defaults (gradexp.api launches with the same)
 
+# This process runs `python -m gradexp` (not gradexp.api's calls, whose sweeps keep every job in
+# the caller's process): a packed sweep's helper processes may start as the sweep begins.
+on_the_command_line = False
+
 
 def register_experiments() -> None:
     """Offer every experiments/NAME.yaml as `experiment=NAME` (a `# @package _global_` preset).
@@ -404,6 +408,8 @@ def _said(error: BaseException) -> str:
 
 
 def _main() -> None:
+    global on_the_command_line
+    on_the_command_line = True
     # TensorFlow's C++ start-up chatter (CUDA probing, oneDNN notes) is noise here; its real
     # errors still surface as Python exceptions. A person can set their own level.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

@@ -134,7 +134,9 @@ class MlflowSweepCallback(Callback):
     # sweep themselves (SystemExit passes Hydra's guard): one line for what a person can fix,
     # a traceback for a bug.
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from gradexp import app
         from gradexp.config_checks import check_ranges
+        from gradexp.packed.replay_processes import start_early
         from gradexp.pruning import start_study
 
         with _stop_the_sweep_on_error():
@@ -150,6 +152,9 @@ class MlflowSweepCallback(Callback):
                 from hydra_plugins.gradexp_optuna.checks import check_search_space
 
                 check_search_space(config)
+            # hydra.launcher.processes: the helpers start now, and the checks of every job and
+            # the parent run's opening overlap their start (gradexp.packed.replay_processes)
+            start_early(config, command_line=app.on_the_command_line)
             keys = check_every_job(config)  # a sweep that does not all compose opens no parent
             if not keys:
                 check_shared_objective(config)  # Optuna: its jobs are chosen as they run
@@ -167,9 +172,11 @@ class MlflowSweepCallback(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from gradexp.callbacks.recorder import wait_for_ends
+        from gradexp.packed.replay_processes import close_early
         from gradexp.sweep_configs import forget
 
         forget()  # the job configs check_every_job kept for the launcher
+        close_early()  # helpers no launch took
         _restore_signals()
         wait_for_ends()  # the last child's writes, ending in the background: stored first
         if self.tracker is None:

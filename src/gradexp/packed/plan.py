@@ -11,6 +11,7 @@ A group of one job gains nothing: it runs sequentially too.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -287,6 +288,54 @@ def plan_sweep(jobs: dict[int, DictConfig], launch_dir: Path) -> Plan:
         else:
             plan.groups.append(members)
     return plan
+
+
+def task_configs(configs: dict[int, DictConfig]) -> dict[int, DictConfig]:
+    """Each job's config (number -> Hydra's sweep config) as its task gets it: no `hydra` node,
+    its interpolations resolved against its own Hydra config (`${hydra:job.num}`), as run_job
+    resolves them. Sets Hydra's config to each job's in turn (the caller keeps its own)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from gradexp.sweep_configs import task_config
+
+    jobs = {}
+    for number, config in configs.items():
+        HydraConfig.instance().set_config(config)
+        jobs[number] = task_config(config)
+    return jobs
+
+
+@dataclass
+class Planned:
+    """A sweep planned and its groups trained, as the launcher says and replays it: what a
+    helper process that planned hands back (the models and data it built stay there)."""
+
+    line: str  # Plan.line()
+    programs: int
+    trained: dict[int, Any]  # job number -> gradexp.packed.program.Trained
+    seconds: float  # the packed training alone
+
+    def lines(self) -> list[tuple[str, bool]]:
+        """What the launcher says once the groups trained, each (line, a note: else logged):
+        the packed training's seconds (benchmarks/bench_packed.py reads that line), the jobs
+        whose records may drift."""
+        said = []
+        if self.trained:
+            said.append((f"trained {len(self.trained)} packed jobs in {self.programs} "
+                         f"program{'s' * (self.programs != 1)}: {self.seconds:.2f} s", False))
+        drift = drift_line(self.trained)
+        if drift:
+            said.append((drift, True))
+        return said
+
+
+def plan_and_train(configs: dict[int, DictConfig], launch_dir: Path) -> Planned:
+    """plan_sweep and train_groups for jobs judged by no pruner as they train (a helper process
+    plans these: gradexp.packed.replay_processes)."""
+    plan = plan_sweep(task_configs(configs), launch_dir)
+    started = time.perf_counter()
+    trained = train_groups(plan)
+    return Planned(plan.line(), len(plan.groups), trained, time.perf_counter() - started)
 
 
 def train_groups(plan: Plan, trials: dict[int, Any] | None = None) -> dict[int, Any]:

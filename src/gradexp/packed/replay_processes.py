@@ -3,17 +3,20 @@
 After a packed group trains (in well under a second for seed 004's line), its jobs are replayed
 one by one: each opens its child run, writes its params and metrics, runs its checks, draws its
 curves and saves its model. That Python work, ~0.4-0.5 s a job, is most of a packed sweep's
-wall time, and one process uses one core for it. So the launcher starts helper processes as
-soon as it knows the sweep's size (their TensorFlow import, ~5 s, overlaps the planning and the
-packed training), and then it and each helper take the next job waiting and run it exactly as
-the launcher would: Hydra's `run_job` with the job's config and, for a packed job, its packed
-training handed over (gradexp.packed.replay; a job that runs sequentially trains there), so the
-child run is the same whichever process recorded it.
+wall time, and one process uses one core for it. So the sweep starts helper processes as it
+begins (start_early, from gradexp.sweeps: their TensorFlow import, ~5 s, overlaps the checks of
+every job and the parent run's opening); the first helper plans the sweep and trains its packed
+groups while the launcher imports TensorFlow for its own jobs; then the launcher and each helper
+take the next job waiting and run it exactly as the launcher would: Hydra's `run_job` with the
+job's config and, for a packed job, its packed training handed over (gradexp.packed.replay; a
+job that runs sequentially trains there), so the child run is the same whichever process
+recorded it.
 
 A helper is `python -m gradexp.packed.replay_processes FD`, talking over a socket pair (FD is its
-end): the launcher sends what `run_job` needs once (Hydra's context, the task function, Hydra's
-global state, sys.path), then one job at a time; the helper answers each with the job's
-JobReturn, or with how its job stopped the sweep (a failure said in its one line, an interrupt).
+end): the launcher may first ask the plan (every job's config: a gradexp.packed.plan.Planned
+back), then sends what `run_job` needs once (Hydra's context, the task function, Hydra's global
+state, sys.path), then one job at a time; the helper answers each with the job's JobReturn, or
+with how its job stopped the sweep (a failure said in its one line, an interrupt).
 Its output goes where the launcher's does. Signals are the launcher's: a helper ignores Ctrl-C
 (which a terminal sends the whole process group), and when the launcher stops, for whatever
 reason, it sends each helper still running one SIGTERM: the helper's running job ends KILLED, as
@@ -22,6 +25,7 @@ any job does on SIGTERM, and says so in its line. No run is left RUNNING.
 
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 import signal
@@ -30,8 +34,9 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 STOP_TIMEOUT = 120.0  # seconds a helper gets to end its job's run KILLED before it is killed
@@ -51,6 +56,60 @@ def why_not_here(*, command_line: bool, pruned: bool, sweeper: str) -> str | Non
     if os.name != "posix":
         return "a helper gets its end of a socket pair by inheritance, which Windows does not do"
     return None
+
+
+def import_for_jobs() -> None:
+    """What every job imports, loaded ahead (a helper as it starts; the launcher while a helper
+    plans)."""
+    from gradexp.tensorflow_import import import_tensorflow
+
+    import_tensorflow()
+    import matplotlib.pyplot  # noqa: F401 - the runs' plots
+    import mlflow  # noqa: F401
+
+    import gradexp.app  # noqa: F401
+    import gradexp.callbacks.recorder  # noqa: F401
+    import gradexp.loop  # noqa: F401
+
+
+# Helpers the sweep started as it began, for its launcher to take (started_early)
+_EARLY: list[ReplayHelpers] = []
+
+
+def start_early(config: Any, *, command_line: bool) -> None:
+    """A packed sweep asking for hydra.launcher.processes above 1 (`config`, the sweep's): start
+    its helpers now, before every job is checked and the parent run opens, ~4 s of the
+    launcher's that their start (~5 s) overlaps. Nothing where the launcher would not use them
+    (why_not_here) or the setting is no count (its check says that); helpers no launcher took
+    are stopped as the sweep ends or the process exits."""
+    from gradexp.pruning import pruner_name
+    from gradexp.sweep_checks import plugin_name
+
+    launcher = config.hydra.launcher
+    processes = launcher.get("processes", 1) if plugin_name(launcher) == "PackedLauncher" \
+        else 1
+    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 2 \
+            or why_not_here(command_line=command_line, pruned=pruner_name(config) != "none",
+                            sweeper=plugin_name(config.hydra.sweeper)) is not None:
+        return
+    if not _EARLY:
+        atexit.register(close_early)
+    _EARLY.append(ReplayHelpers(processes - 1, str(config.hydra.runtime.cwd)))
+
+
+def started_early(count: int, launch_dir: str) -> ReplayHelpers | None:
+    """The helpers start_early started for `count` and `launch_dir`, now the caller's."""
+    for helpers in _EARLY:
+        if helpers.count == count and helpers.launch_dir == launch_dir:
+            _EARLY.remove(helpers)
+            return helpers
+    return None
+
+
+def close_early() -> None:
+    """Stop the helpers no launcher took (the sweep stopped before its launch, a config error)."""
+    while _EARLY:
+        _EARLY.pop().close()
 
 
 @dataclass(frozen=True)
@@ -73,6 +132,9 @@ class ReplayHelpers:
     def __init__(self, count: int, launch_dir: str) -> None:
         self._helpers = [_Helper(launch_dir) for _ in range(count)]
         self.count = count
+        self.launch_dir = launch_dir
+        self.taken = 0  # jobs the helpers took
+        self.plan_failure: str | None = None  # why the first helper could not plan
         self._threads: list[threading.Thread] = []
         self.returns: dict[int, Any] = {}
         self.stopped: Stopped | None = None  # the first job that stopped the sweep
@@ -81,21 +143,55 @@ class ReplayHelpers:
     def replay(self, context: dict[str, Any], take: Callable[[], int | None],
                job: Callable[[int], tuple[Any, Any]]) -> None:
         """Each helper replays the jobs it takes: `job(number)` gives (sweep config, Trained)."""
-        setup = _dumps(context)  # once, for every helper
-        for helper in self._helpers:
-            thread = threading.Thread(target=self._serve, args=(helper, setup, take, job),
+        self._start(context, take, job, None)
+
+    def plan_and_replay(self, context: dict[str, Any], take: Callable[[], int | None],
+                        job: Callable[[int], tuple[Any, Any]], configs: dict[int, Any],
+                        launch_dir: Path, trained: dict[int, Any]) -> Any | None:
+        """As replay, but the first helper plans the sweep (every job's Hydra config by number)
+        and trains its packed groups first, and says so; `trained` gets what they trained
+        before any helper takes a job, while this process imports what its own jobs need. The
+        gradexp.packed.plan.Planned; None if the helper could not plan (no helper takes a job
+        then: this process plans, and a config the plan cannot build fails there as it always
+        did; or the helper died: plan_failure says why)."""
+        planning = _Planning(configs, str(launch_dir), trained)
+        self._start(context, take, job, planning)
+        import_for_jobs()
+        planning.arrived.wait()
+        self.plan_failure = planning.why
+        return planning.planned
+
+    def _start(self, context: dict[str, Any], take: Callable[[], int | None],
+               job: Callable[[int], tuple[Any, Any]], planning: _Planning | None) -> None:
+        setup = _dumps(("setup", context))  # once, for every helper
+        for index, helper in enumerate(self._helpers):
+            thread = threading.Thread(target=self._serve,
+                                      args=(helper, setup, take, job, planning, index == 0),
                                       name="gradexp-replay-helper", daemon=True)
             thread.start()
             self._threads.append(thread)
 
     def _serve(self, helper: _Helper, setup: bytes, take: Callable[[], int | None],
-               job: Callable[[int], tuple[Any, Any]]) -> None:
+               job: Callable[[int], tuple[Any, Any]], planning: _Planning | None,
+               first: bool) -> None:
         try:
             helper.send(setup)
+            if planning is not None:
+                if first:
+                    result = None
+                    try:
+                        kind, value = helper.ask(("plan", planning.configs, planning.launch_dir))
+                        result, planning.why = (value, None) if kind == "planned" else (None, value)
+                    finally:  # whatever happened, the launcher waiting on it goes on
+                        planning.got(result)
+                planning.arrived.wait()
+                if planning.planned is None:
+                    return
             while self.stopped is None and not self._closing:
                 number = take()
                 if number is None:
                     break
+                self.taken += 1
                 config, trained = job(number)
                 kind, value = helper.ask(("job", number, config, trained))
                 if kind == "stopped":
@@ -144,6 +240,24 @@ class ReplayHelpers:
             thread.join(timeout=STOP_TIMEOUT)
 
 
+@dataclass
+class _Planning:
+    """The first helper's plan of the sweep, which the launcher and the other helpers wait for."""
+
+    configs: dict[int, Any]  # every job's Hydra config, by number
+    launch_dir: str
+    trained: dict[int, Any]  # filled with what the packed groups trained
+    arrived: threading.Event = field(default_factory=threading.Event)
+    planned: Any = None  # gradexp.packed.plan.Planned; None: the helper could not plan
+    why: str | None = "the helper process ended"  # why it could not
+
+    def got(self, result: Any) -> None:
+        if result is not None:
+            self.trained.update(result.trained)
+        self.planned = result
+        self.arrived.set()
+
+
 class _Helper:
     """One helper process and the launcher's end of its socket pair."""
 
@@ -188,16 +302,18 @@ def _dumps(value: Any) -> bytes:
 
 
 def _serve(connection: Connection) -> int:
-    """Replay the jobs sent until told to end; the exit code."""
+    """Plan if asked, and replay the jobs sent until told to end; the exit code."""
     from hydra.core.singleton import Singleton
     from hydra.core.utils import configure_log, setup_globals
 
     from gradexp.callbacks.recorder import wait_for_ends
+    from gradexp.metrics import register_resolver
     from gradexp.packed.replay import handed_over
 
-    context = pickle.loads(connection.recv_bytes())
+    _, context = pickle.loads(connection.recv_bytes())  # ("setup", context)
     sys.path[:] = context["sys_path"]
     setup_globals()
+    register_resolver()
     Singleton.set_state(context["singleton_state"])
     launcher_config = context["config"]
     configure_log(launcher_config.hydra.hydra_logging, launcher_config.hydra.verbose)
@@ -207,6 +323,9 @@ def _serve(connection: Connection) -> int:
             wait_for_ends()
             connection.send_bytes(pickle.dumps(("ended", None)))
             return 0
+        if message[0] == "plan":
+            connection.send_bytes(_planned(*message[1:]))
+            continue
         _, number, config, trained = message
         context["say"](number, trained)
         try:
@@ -220,6 +339,29 @@ def _serve(connection: Connection) -> int:
         finally:
             configure_log(launcher_config.hydra.hydra_logging, launcher_config.hydra.verbose)
         connection.send_bytes(_returned(returned))
+
+
+def _planned(configs: dict[int, Any], launch_dir: str) -> bytes:
+    """The sweep planned and its groups trained here (gradexp.packed.plan.plan_and_train), said
+    as the launcher says it; ("failed", why) for anything raised, which the launcher's own plan
+    then meets and says as it always did."""
+    import logging
+
+    from gradexp.console import note_line
+    from gradexp.interrupts import interrupts_deferred
+    from gradexp.packed.plan import plan_and_train
+
+    try:
+        # held as the launcher holds it: SIGTERM (the launcher stopping) lands at the end
+        with interrupts_deferred():
+            planned = plan_and_train(configs, Path(launch_dir))
+    except Exception as error:  # noqa: BLE001 - said by the launcher's own plan
+        return pickle.dumps(("failed", f"{type(error).__name__}: {error}"))
+    note_line(planned.line)
+    launcher_log = logging.getLogger("hydra_plugins.gradexp_packed.packed_launcher")
+    for line, noted in planned.lines():
+        (note_line if noted else launcher_log.info)(line)
+    return pickle.dumps(("planned", planned))
 
 
 def _returned(returned: Any) -> bytes:
@@ -245,16 +387,7 @@ def main() -> None:
     # while a job ends its run KILLED could cut that short.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     connection = Connection(int(sys.argv[1]))
-    # What every job imports, loaded now: the launcher is still planning and training
-    from gradexp.tensorflow_import import import_tensorflow
-
-    import_tensorflow()
-    import matplotlib.pyplot  # noqa: F401 - the runs' plots
-    import mlflow  # noqa: F401
-
-    import gradexp.app  # noqa: F401
-    import gradexp.callbacks.recorder  # noqa: F401
-    import gradexp.loop  # noqa: F401
+    import_for_jobs()  # now: the launcher is still checking the jobs and opening the parent
 
     code = 130
     try:

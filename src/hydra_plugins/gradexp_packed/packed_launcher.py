@@ -75,8 +75,11 @@ class PackedLauncher(Launcher):
 
     def _launch(self, job_overrides: Sequence[Sequence[str]],
                 initial_job_idx: int) -> Sequence[JobReturn]:
+        from hydra.core.singleton import Singleton
+
+        from gradexp.console import note_line
         from gradexp.interrupts import interrupts_deferred
-        from gradexp.packed.plan import plan_sweep
+        from gradexp.packed.plan import plan_sweep, task_configs
         from gradexp.pruning import fail_unfinished
 
         setup_globals()
@@ -93,22 +96,44 @@ class PackedLauncher(Launcher):
                 sweep_config.hydra.job.id = idx
                 sweep_config.hydra.job.num = idx
             configs[idx] = sweep_config
+        launch_dir = Path(self.config.hydra.runtime.cwd)
+        numbers = range(initial_job_idx, initial_job_idx + len(job_overrides))
+        say = functools.partial(_say_job, dict(zip(numbers, job_overrides)))
+        run_one = functools.partial(_run_one, self.hydra_context, self.task_function)
         helpers = self._start_helpers(configs)
+        queue = _JobQueue(numbers, helpers.count if helpers is not None else 0)
+        trained: dict = {}  # job number -> its packed training (gradexp.packed.program.Trained)
         trials: dict = {}
         try:
             # one region from the plan to the trained groups: a signal anywhere in it says
             # "during the packed training"
-            with self._interrupts_end_the_sweep():
-                plan = plan_sweep({idx: self._task_config(cfg) for idx, cfg in configs.items()},
-                                  Path(self.config.hydra.runtime.cwd))
-                self._say(plan, len(job_overrides))
-                trials.update(self._group_trials(plan, configs))
-                # Held while the groups train, landing at its stretches' ends: raised anywhere
-                # in TensorFlow's eager Python code, an interrupt was once swallowed there (a
-                # SystemError printed) and the training went on (gradexp.interrupts)
-                with interrupts_deferred():
-                    trained = self._train(plan, trials)
-            return self._run_jobs(job_overrides, initial_job_idx, configs, trained, helpers)
+            with self._interrupts_end_the_sweep(lambda: helpers is not None and helpers.taken):
+                if helpers is not None:
+                    # The first helper plans and trains, and the helpers start their jobs as
+                    # soon as it has, while this process imports what its own jobs need
+                    # (TensorFlow: ~3.5 s). One that cannot plan is stopped: this process plans.
+                    context = {"sys_path": list(sys.path),
+                               "singleton_state": Singleton.get_state(),
+                               "config": self.config, "say": say, "run_job": run_one}
+                    if helpers.plan_and_replay(context, queue.for_helpers,
+                                               lambda n: (configs[n], trained.pop(n, None)),
+                                               configs, launch_dir, trained) is None:
+                        helpers.close()
+                        note_line(f"hydra.launcher.processes={self.processes}: every job runs "
+                                  "in this process: its helper could not plan the sweep "
+                                  f"({helpers.plan_failure})")
+                        helpers, queue = None, _JobQueue(numbers, 0)
+                if helpers is None:
+                    plan = plan_sweep(task_configs(configs), launch_dir)
+                    self._say(plan.line(), len(job_overrides))
+                    trials.update(self._group_trials(plan, configs))
+                    # Held while the groups train, landing at its stretches' ends: raised
+                    # anywhere in TensorFlow's eager Python code, an interrupt was once
+                    # swallowed there (a SystemError printed) and the training went on
+                    # (gradexp.interrupts)
+                    with interrupts_deferred():
+                        trained.update(self._train(plan, trials))
+            return self._run_jobs(numbers, configs, trained, helpers, queue, say, run_one)
         except BaseException:
             # Ctrl-C, SIGTERM, a job that stops the sweep: the trials the groups asked for are not
             # left RUNNING in the study (a job that ended told its own).
@@ -120,11 +145,12 @@ class PackedLauncher(Launcher):
 
     def _start_helpers(self, configs: dict[int, DictConfig]):
         """The helper processes that will run jobs beside this one (hydra.launcher.processes
-        above 1), started now so that their imports overlap the planning and the packed
-        training; None for none, said in one line where the setting cannot apply."""
+        above 1): those the sweep started as it began (their imports overlap the jobs' checks
+        and the parent run's opening), or started now; None for none, said in one line where
+        the setting cannot apply."""
         from gradexp.app import task
         from gradexp.console import note_line
-        from gradexp.packed.replay_processes import ReplayHelpers, why_not_here
+        from gradexp.packed.replay_processes import ReplayHelpers, started_early, why_not_here
         from gradexp.pruning import pruner_name
         from gradexp.sweep_checks import plugin_name
 
@@ -140,62 +166,36 @@ class PackedLauncher(Launcher):
                 note_line(f"hydra.launcher.processes={self.processes}: every job runs in this "
                           f"process: {why}")
             return None
-        return ReplayHelpers(self.processes - 1, str(self.config.hydra.runtime.cwd))
+        launch_dir = str(self.config.hydra.runtime.cwd)
+        return started_early(self.processes - 1, launch_dir) or \
+            ReplayHelpers(self.processes - 1, launch_dir)
 
     @staticmethod
     def _train(plan, trials: dict) -> dict:
         """Train the packed groups: job number -> its gradexp.packed.program.Trained."""
         from gradexp.console import note_line
         from gradexp.interrupts import interrupt_pending
-        from gradexp.packed.plan import drift_line, train_groups
+        from gradexp.packed.plan import Planned, train_groups
 
         started = time.perf_counter()
         trained = train_groups(plan, trials)
         if interrupt_pending():
             return trained  # cut short: the signal lands as the caller's block ends
-        if trained:  # the packed training alone (benchmarks/bench_packed.py reads this line)
-            log.info(f"trained {len(trained)} packed jobs in {len(plan.groups)} "
-                     f"program{'s' * (len(plan.groups) != 1)}: "
-                     f"{time.perf_counter() - started:.2f} s")
-        drift = drift_line(trained)
-        if drift:
-            note_line(drift)
+        for line, noted in Planned(plan.line(), len(plan.groups), trained,
+                                   time.perf_counter() - started).lines():
+            (note_line if noted else log.info)(line)
         return trained
 
-    def _run_jobs(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
-                  configs: dict[int, DictConfig], trained: dict, helpers) -> list[JobReturn]:
+    def _run_jobs(self, numbers: range, configs: dict[int, DictConfig], trained: dict, helpers,
+                  queue: "_JobQueue", say, run_one) -> list[JobReturn]:
         """Run every job (a packed one replays its training, a sequential one trains), in
-        order, here and in the helpers (if any), each taking the next job waiting."""
-        from hydra.core.singleton import Singleton
-
+        order, here and in the helpers (if any, already taking theirs), each taking the next
+        job waiting."""
         from gradexp.packed.replay import handed_over
 
-        numbers = range(initial_job_idx, initial_job_idx + len(job_overrides))
-        # One queue, in order, which this process and the helpers take jobs from: a packed job
-        # replays, a sequential one trains, wherever it runs. The last jobs wait for the
-        # helpers whenever they are ready, one each, so a helper slow to start still records
-        # a job (this process does not take them).
-        queue = deque(numbers)
-        theirs = deque(queue.pop() for _ in range(min(len(queue) // 2, helpers.count))) \
-            if helpers is not None else deque()
-        lock = threading.Lock()
-
-        def take(queues: tuple[deque, ...]) -> int | None:
-            with lock:
-                for waiting in queues:
-                    if waiting:
-                        return waiting.popleft()
-                return None
-
-        say = functools.partial(_say_job, dict(zip(numbers, job_overrides)))
-        run_one = functools.partial(_run_one, self.hydra_context, self.task_function)
-        if helpers is not None:
-            helpers.replay({"sys_path": list(sys.path), "singleton_state": Singleton.get_state(),
-                            "config": self.config, "say": say, "run_job": run_one},
-                           functools.partial(take, (queue, theirs)),
-                           lambda number: (configs[number], trained.pop(number, None)))
+        assert self.config is not None
         runs: dict[int, JobReturn] = {}
-        while (number := take((queue,))) is not None:
+        while (number := queue.take()) is not None:
             if helpers is not None:
                 helpers.exit_if_stopped()  # a helper's job stopped the sweep
             job = trained.pop(number, None)
@@ -208,12 +208,13 @@ class PackedLauncher(Launcher):
         return [runs[number] for number in numbers]
 
     @contextlib.contextmanager
-    def _interrupts_end_the_sweep(self) -> Iterator[None]:
+    def _interrupts_end_the_sweep(self, helpers_started) -> Iterator[None]:
         """Ctrl-C and SIGTERM while the groups are planned and trained, outside any job (whose
         run would say them): the sweep stops as a sequential one does, with its one line and
         exit code (130/143) and no traceback, and the sweep callback's exit hook ends the parent
         run KILLED (gradexp.sweeps). Without this, SIGTERM ended the process where it stood and
-        left the parent RUNNING, and Ctrl-C printed a traceback."""
+        left the parent RUNNING, and Ctrl-C printed a traceback. `helpers_started()`: a helper
+        process took a job meanwhile (it ends KILLED, said in its own line)."""
         from gradexp.app import Stop, interrupt_failure
         from gradexp.interrupts import sigterm_as_interrupt
         from gradexp.sweeps import parent_left_open
@@ -222,12 +223,16 @@ class PackedLauncher(Launcher):
             with sigterm_as_interrupt():
                 yield
         except KeyboardInterrupt as error:
-            recorded = ("the sweep's parent run is recorded as KILLED; no job had opened its "
-                        "run yet, so none is recorded" if parent_left_open()
-                        else "no job had opened its run yet, so nothing is recorded")
+            if helpers_started():
+                recorded = ("the sweep's parent run is recorded as KILLED, and the jobs a "
+                            "replay process had started end KILLED")
+            else:
+                recorded = ("the sweep's parent run is recorded as KILLED; no job had opened "
+                            "its run yet, so none is recorded" if parent_left_open()
+                            else "no job had opened its run yet, so nothing is recorded")
             raise Stop(interrupt_failure(error, recorded, "the packed training")) from error
 
-    def _say(self, plan, jobs: int) -> None:
+    def _say(self, line: str, jobs: int) -> None:
         """The plan's one line; under the Optuna sweeper launching one trial a batch
         (hydra.sweeper.n_jobs=1), one line for the whole sweep instead of one a trial."""
         from gradexp.console import note_line
@@ -235,7 +240,7 @@ class PackedLauncher(Launcher):
         assert self.config is not None
         sweeper = str(self.config.hydra.sweeper._target_).rsplit(".", 1)[-1]
         if jobs != 1 or sweeper != "OptunaSweeper":
-            note_line(plan.line())
+            note_line(line)
         elif not self.said_one_trial:
             self.said_one_trial = True
             note_line("packed nothing: hydra.sweeper.n_jobs=1 launches one trial at a time, "
@@ -259,14 +264,27 @@ class PackedLauncher(Launcher):
                     trials[number] = trial
         return trials
 
-    @staticmethod
-    def _task_config(sweep_config: DictConfig) -> DictConfig:
-        """The job's config as its task gets it (no `hydra` node), its interpolations resolved
-        against its own Hydra config, as run_job resolves them."""
-        from gradexp.sweep_configs import task_config
 
-        HydraConfig.instance().set_config(sweep_config)
-        return task_config(sweep_config)
+class _JobQueue:
+    """One queue, in order, which this process and the helpers take jobs from: a packed job
+    replays, a sequential one trains, wherever it runs. The last jobs wait for the helpers
+    whenever they are ready, one each, so a helper slow to start still records a job (this
+    process does not take them)."""
+
+    def __init__(self, numbers: range, helpers: int) -> None:
+        self._ours = deque(numbers)
+        self._theirs = deque(self._ours.pop() for _ in range(min(len(self._ours) // 2, helpers)))
+        self._lock = threading.Lock()
+
+    def take(self, *, helper: bool = False) -> int | None:
+        with self._lock:
+            for waiting in (self._ours, self._theirs) if helper else (self._ours,):
+                if waiting:
+                    return waiting.popleft()
+            return None
+
+    def for_helpers(self) -> int | None:
+        return self.take(helper=True)
 
 
 def _say_job(overrides: dict[int, Sequence[str]], number: int, job) -> None:
