@@ -25,7 +25,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from gradexp.config_errors import USER_ERRORS, is_config_error, one_line, target_error
+from gradexp.config_errors import (
+    USER_ERRORS,
+    flag_line,
+    is_config_error,
+    one_line,
+    target_error,
+)
 from gradexp.console import SAID, error_line, note_line, quiet_libraries, stream_to_devnull
 from gradexp.endings import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED
 from gradexp.interrupts import sigterm_as_interrupt
@@ -428,6 +434,11 @@ def _main() -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         arguments = sys.argv[1:]
+        if "--version" in arguments:  # gradexp's, and what it runs on (gradexp.help)
+            from gradexp.help import version_line
+
+            print(version_line())
+            return
         if "--help" in arguments or "-h" in arguments:  # ours: Hydra's takes ~3 s (gradexp.help)
             from gradexp.help import print_help
 
@@ -437,6 +448,9 @@ def _main() -> None:
             except BrokenPipeError:  # `--help | head`: the reader had the lines it wanted
                 stream_to_devnull(sys.stdout)
             return
+        flag = flag_line(arguments)  # `--epochs 3`: argparse's usage said only "unrecognized"
+        if flag is not None:
+            _exit(Failure(flag, EXIT_BAD_INPUT))
         with _mode_known(arguments), sigterm_as_interrupt():
             run()
     except Stop as stop:  # e.g. Ctrl-C while hydra/launcher=packed trains, outside any job

@@ -193,11 +193,12 @@ def did_you_mean(key: str, value: Any, accepted: list[str] | None = None) -> str
     own = difflib.get_close_matches(name, ROOT_KEYS, n=1, cutoff=0.7)
     if own:  # the config's own keys: `seeds=0,1` -> seed
         return f"; did you mean {own[0]}={value}?"
-    for other in SCHEMAS:
-        hint = ALIASES.get(name) if ALIASES.get(name) in group_keys(other) else None
-        if hint:
-            return f"; did you mean {other}.{hint}?"
-    return ""
+    # a key of some group (`epochs` -> trainer.epochs) or its alias (`lr`), every group that
+    # has it (`kwargs` -> data.kwargs or model.kwargs)
+    wanted = ALIASES.get(name, name)
+    found = [f"{other}.{wanted}" for other in SCHEMAS
+             if wanted not in ("name", "_target_") and wanted in group_keys(other)]
+    return f"; did you mean {' or '.join(found)}?" if found else ""
 
 
 def check_known_keys(cfg: DictConfig) -> None:

@@ -63,7 +63,8 @@ def one_line(error: BaseException, overrides: Sequence[str] = ()) -> str:
     if isinstance(error, OverrideParseException):
         # a space or a comma too many: the grammar's words ("mismatched input '<EOF>'") say
         # less than the mistake does (QA)
-        problem = _shell_mistake(error.override, overrides) or _parse_problem(error.message)
+        problem = _shell_mistake(error.override, overrides) or _bare_word(error.override) \
+            or _parse_problem(error.message)
         return f"cannot read the override {error.override}: {problem}" + (
             "" if "did you mean" in problem or problem.startswith(SHELL)
             else _quoting_hint(error.override))
@@ -125,6 +126,49 @@ def _shell_mistake(override: str, overrides: Sequence[str]) -> str:
         return ("it ends in a comma; drop it (values a,b are a sweep, which takes -m: "
                 f"-m {key}={value.rstrip(',')},VALUE)")
     return split
+
+
+# gradexp's commands besides a run (`gradexp compare ...`)
+COMMANDS = ("compare",)
+
+
+def _bare_word(override: str) -> str:
+    """A word with no `=` (`gradexp compre`, `python -m gradexp adam`): a command misspelt, an
+    option given without its group, or else what an override is; '' for anything else (QA:
+    Hydra's grammar said only "missing EQUAL at '<EOF>'")."""
+    if not re.fullmatch(r"[A-Za-z_][\w.-]*", override):
+        return ""
+    command = difflib.get_close_matches(override, COMMANDS, n=1, cutoff=0.7)
+    if command:
+        return f"not KEY=VALUE; did you mean gradexp {command[0]}?"
+    groups = [group for group in SCHEMAS if override in _options(group)]
+    if groups:
+        return f"an override is KEY=VALUE; did you mean {groups[0]}={override}?"
+    return ("an override is KEY=VALUE (e.g. optimizer=adam, trainer.epochs=3; python -m gradexp "
+            "--help lists them)")
+
+
+def flag_line(arguments: Sequence[str]) -> str | None:
+    """The line for the first `--name` (or `--name=value`) that is none of Hydra's options
+    (`--epochs 3`, `--lr=0.1`): gradexp's settings are KEY=VALUE overrides, and the key it
+    likely means. None when there is no such argument. (QA: argparse's usage and
+    "unrecognized arguments: --epochs".)"""
+    from hydra._internal.utils import get_args_parser
+
+    known = get_args_parser()._option_string_actions
+    for index, argument in enumerate(arguments):
+        flag, _, value = argument.partition("=")
+        if not re.fullmatch(r"--?[A-Za-z][\w-]*", flag) or flag in known:
+            continue
+        following = arguments[index + 1] if index + 1 < len(arguments) else ""
+        if not value and following and "=" not in following and not following.startswith("-"):
+            value = following
+        hint = did_you_mean(flag.lstrip("-").replace("-", "_"), value or "VALUE")
+        if hint and value and "=" not in hint and " or " not in hint:
+            hint = f"{hint[:-1]}={value}?"  # "; did you mean trainer.epochs=3?"
+        return (f"{flag}: not an option of gradexp, whose settings are KEY=VALUE overrides "
+                f"(e.g. trainer.epochs=3){hint}")
+    return None
 
 
 # The quoting hint's words, for the shell; gradexp.api says it for a Python string instead.

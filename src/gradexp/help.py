@@ -32,3 +32,26 @@ def print_help(overrides: list[str]) -> None:
     print("Override anything in the config (foo.bar=value)\n")
     print(OmegaConf.to_yaml(cfg))
     print(text.footer)
+
+
+# What a run's results depend on, by distribution name as pip knows it
+_RUNS_ON = (("Hydra", "hydra-core"), ("TensorFlow", "tensorflow"), ("Keras", "keras"),
+            ("MLflow", "mlflow"))
+
+
+def version_line() -> str:
+    """`python -m gradexp --version`: gradexp's version and those it runs on, read from the
+    installed packages' metadata (no import: it answers at once). Hydra's own --version printed
+    only Hydra's (QA)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from gradexp import __version__
+
+    def installed(package: str) -> str:
+        try:
+            return version(package)
+        except PackageNotFoundError:
+            return "not installed"
+
+    return f"gradexp {__version__} (" + ", ".join(
+        f"{name} {installed(package)}" for name, package in _RUNS_ON) + ")"

@@ -30,22 +30,33 @@ _MISSING = object()
 
 
 def check_sweep_dir(config: DictConfig) -> None:
-    """hydra.sweep.dir, where the sweeper writes and each job makes its folder, can be made and
-    written to: tried now (a folder made in it, then everything this check made removed again,
-    so a refusal leaves no folder), with the OS's reason in one line."""
-    where = Path(str(config.hydra.sweep.dir))
+    """hydra.sweep.dir, where the sweeper writes and each job makes its folder."""
+    check_output_dir(config, "sweep", "the sweep's folder", "multirun/my_sweep")
+
+
+def check_run_dir(config: DictConfig) -> None:
+    """hydra.run.dir, a single run's folder (its .hydra/ and log), which Hydra makes next (QA:
+    one that cannot be made was a FileNotFoundError's traceback)."""
+    check_output_dir(config, "run", "the run's folder", "outputs/my_run")
+
+
+def check_output_dir(config: DictConfig, mode: str, what: str, example: str) -> None:
+    """hydra.{mode}.dir can be made and written to: tried now (a folder made in it, then
+    everything this check made removed again, so a refusal leaves no folder), with the OS's
+    reason in one line."""
+    where = Path(str(OmegaConf.select(config, f"hydra.{mode}.dir")))
     made = [folder for folder in (where, *where.parents) if not folder.exists()]  # deepest first
     try:
         where.mkdir(parents=True, exist_ok=True)
-        os.rmdir(tempfile.mkdtemp(dir=where))  # a job's folder: the sweep's folder is writable
+        os.rmdir(tempfile.mkdtemp(dir=where))  # a job's folder: the folder is writable
     except OSError as error:
         reason = "a file is there" if where.is_file() else error.strerror or str(error)
         if error.filename and Path(error.filename) != where:
             reason = f"{reason}: {error.filename}"
         raise ConfigError(
-            f"hydra.sweep.dir={where}: the sweep's folder cannot be made there ({reason}); give "
-            "a folder this user can create and write, e.g. hydra.sweep.dir=multirun/my_sweep "
-            "(relative to the launch folder)") from None
+            f"hydra.{mode}.dir={where}: {what} cannot be made there ({reason}); give a folder "
+            f"this user can create and write, e.g. hydra.{mode}.dir={example} (relative to the "
+            "launch folder)") from None
     finally:
         for folder in made:
             try:

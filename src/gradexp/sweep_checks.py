@@ -6,6 +6,7 @@ here in one line, before any run exists.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,8 @@ def check_sweeper_direction(config: DictConfig) -> None:
 
 def check_launcher(config: DictConfig) -> None:
     """hydra.sweep.dir can be made. hydra/launcher=packed: `hydra.launcher.processes` counts
-    the processes that run its jobs, this one included, so it is 1 or more. hydra/launcher=
+    the processes that run its jobs, this one included, so it is 1 or more, and at most the
+    machine's cores (2 on a machine of fewer). hydra/launcher=
     joblib: `hydra.launcher.n_jobs` is not 0. hydra/launcher=ray or ray_cluster: the Ray the
     jobs would run on answers, and plain `ray` would not join a running cluster (QA: a
     traceback and a KILLED parent, or minutes of hanging: gradexp.launcher_checks)."""
@@ -75,11 +77,17 @@ def check_launcher(config: DictConfig) -> None:
 
         check_ray_launcher(config)
     processes = OmegaConf.select(config, "hydra.launcher.processes", default=None)
-    if plugin_name(config.hydra.launcher) == "PackedLauncher" and processes is not None \
-            and processes < 1:
-        raise ConfigError(
-            f"hydra.launcher.processes={processes}: the processes that run a packed sweep's "
-            "jobs, this one included, are 1 or more (1, the default: this one alone)")
+    if plugin_name(config.hydra.launcher) == "PackedLauncher" and processes is not None:
+        cores = os.cpu_count() or 1
+        if processes < 1:
+            raise ConfigError(
+                f"hydra.launcher.processes={processes}: the processes that run a packed sweep's "
+                "jobs, this one included, are 1 or more (1, the default: this one alone)")
+        if processes > max(cores, 2):  # QA: 999 started 998 helpers of ~0.6 GB each
+            raise ConfigError(
+                f"hydra.launcher.processes={processes}: at most {max(cores, 2)} here, this "
+                f"machine's cores ({cores}): a job's replay keeps a core busy, so more processes "
+                "than cores only take turns, each holding ~0.6 GB")
 
 
 def check_search(config: DictConfig) -> None:

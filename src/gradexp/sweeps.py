@@ -170,6 +170,19 @@ class MlflowSweepCallback(Callback):
             _STOPS_WORKERS.append(WorkersStoppedFirst(config.hydra.sweep.dir))
             _STOPS_WORKERS[-1].install()
 
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """A single run (no sweep, nothing of this callback's): the folder Hydra makes next,
+        hydra.run.dir, can be made, else one line and exit 2."""
+        from gradexp.app import Failure, Stop
+        from gradexp.endings import EXIT_BAD_INPUT
+        from gradexp.launcher_checks import check_run_dir
+        from gradexp.schema import ConfigError
+
+        try:
+            check_run_dir(config)
+        except ConfigError as error:
+            raise Stop(Failure(str(error), EXIT_BAD_INPUT, sweep_goes_on=False)) from None
+
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from gradexp.callbacks.recorder import wait_for_ends
         from gradexp.packed.replay_processes import close_early

@@ -11,7 +11,7 @@ check_search_space before the parent run, the study or any trial exists.
   its two ends: every combination of the choices, each with the numeric keys all at their low
   ends and all at their high ends; when that is more than MAX_JOBS jobs, fewer jobs that still
   hold each value once.
-- hydra.sweeper.n_trials is 1 or more; the sampler is a node whose _target_ is an Optuna
+- hydra.sweeper.n_trials and n_jobs are 1 or more; the sampler is a node whose _target_ is an Optuna
   sampler class, with that class's arguments and an integer seed (or none), and its own
   packages are installed (cmaes); hydra.sweeper.storage is a database Optuna can open
   (study.check_storage).
@@ -73,11 +73,14 @@ def _is_grid(config: DictConfig) -> bool:
 
 
 def check_n_trials(config: DictConfig) -> None:
-    """QA: n_trials=0 or -1 ran nothing, said nothing, and left an empty parent run."""
-    n_trials = OmegaConf.select(config, "hydra.sweeper.n_trials", default=1)
-    if not isinstance(n_trials, int) or isinstance(n_trials, bool) or n_trials < 1:
-        raise ConfigError(f"hydra.sweeper.n_trials={n_trials}: the trials this sweep runs must be "
-                          "an integer >= 1 (default 20)")
+    """QA: n_trials=0 or -1 ran nothing, said nothing, and left an empty parent run; n_jobs=0
+    ran one trial at a time as if it were 1."""
+    for key, what, default in (("n_trials", "the trials this sweep runs", 20),
+                               ("n_jobs", "the trials asked and launched at once", 1)):
+        value = OmegaConf.select(config, f"hydra.sweeper.{key}", default=1)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"hydra.sweeper.{key}={value}: {what} must be an integer >= 1 "
+                              f"(default {default})")
 
 
 SAMPLER_KEY = "hydra.sweeper.sampler"
