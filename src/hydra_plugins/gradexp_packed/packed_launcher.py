@@ -35,10 +35,11 @@ log = logging.getLogger(__name__)
 @dataclass
 class PackedLauncherConf:
     _target_: str = "hydra_plugins.gradexp_packed.packed_launcher.PackedLauncher"
-    # Processes that run the jobs once the packed groups trained, this one included: 2 or more
-    # starts helpers (gradexp.packed.replay_processes), each a process start (~5 s of a core,
-    # ~0.6 GB); 5-20% faster on an idle 2-core machine, slower on a busy one (docs/sweeps.md).
-    # The command line's basic sweeper only, with no sweep.pruner.
+    # Processes that run the jobs, this one included: 2 or more starts helpers as the sweep
+    # begins (gradexp.packed.replay_processes; the first plans and trains the packed groups),
+    # each a process start (~5 s of a core, ~0.6 GB); at most the machine's cores. A quarter
+    # faster on an idle 2-core machine, slower on a busy one (docs/sweeps.md). The command
+    # line's basic sweeper only, with no sweep.pruner.
     processes: int = 1
 
 
