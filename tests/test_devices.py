@@ -89,3 +89,42 @@ def test_mirrored_runs_of_two_shapes_and_a_function_loss_in_one_process(tmp_path
     assert np.isfinite([first, second, again]).all() and again == pytest.approx(first)
     for key in ("loss", "grad_norm", "W"):  # the same run on one device
         np.testing.assert_allclose(found["two"][key], found["one"][key], rtol=1e-5, err_msg=key)
+
+
+FEW_ROWS_SESSION = '''
+import json
+import gradexp
+
+common = ["trainer.epochs=20", "gradcheck=off", "tracking=none"]
+found = {}
+for rows in (4, 2):  # 4 rows on 3 replicas: shares of 1, 1 and 2; 2 rows: one share empty
+    mirrored = gradexp.run("device=mirrored", "device.cpu_replicas=3", f"data.n_samples={rows}",
+                           *common).history
+    one = gradexp.run("device=cpu", f"data.n_samples={rows}", *common).history
+    found[rows] = {"mirrored": {k: mirrored[k].tolist() for k in ("loss", "W", "b")},
+                   "one": {k: one[k].tolist() for k in ("loss", "W", "b")}}
+print(json.dumps(found))
+'''
+
+
+@pytest.mark.slow
+def test_mirrored_on_more_replicas_than_a_share_of_rows_each_equals_one_device(tmp_path):
+    """QA: 100 rows on 16 CPU replicas (or 4 rows on 3) left a replica's share empty, its
+    gradient came out shaped [0], and the replicas' all-reduce aborted the run ("Shape mismatch
+    in the collective instance"). Shares now differ by one row at most, and a batch of fewer
+    rows than replicas gives the rest one row at weight 0."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import cli_env
+
+    (tmp_path / "session.py").write_text(FEW_ROWS_SESSION)
+    done = subprocess.run([sys.executable, "session.py"], cwd=tmp_path, env=cli_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    for rows, runs in found.items():
+        for key in ("loss", "W", "b"):
+            np.testing.assert_allclose(runs["mirrored"][key], runs["one"][key], rtol=1e-5,
+                                       err_msg=f"{rows} rows: {key}")

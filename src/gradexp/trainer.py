@@ -343,19 +343,24 @@ class Trainer:
             return self._step(x, y)
 
     def _replica_step(self, x: tf.Tensor, y: tf.Tensor) -> dict[str, tf.Tensor]:
-        """One replica's share of a batch (rows i·k .. (i+1)·k, the last share maybe shorter).
+        """One replica's share of a batch: rows i·n/r .. (i+1)·n/r, so the shares differ by one
+        row at most and none is empty while the batch has a row a replica.
 
         Keras scales a loss computed in a replica by 1/replicas and its optimizer sums the
         replicas' gradients; weighting by rows·replicas/batch makes that sum the gradient of the
         whole batch's mean loss, also when the shares are uneven. The model's own losses are
-        not a Keras loss's, so each replica adds 1/replicas of them."""
+        not a Keras loss's, so each replica adds 1/replicas of them. A batch of fewer rows than
+        replicas leaves some shares empty: such a replica computes the batch's first row at
+        weight 0 (a gradient over no rows can come out shaped [0] where a broadcast bias's is
+        [1], and the replicas' all-reduce then aborted the run: QA, 100 rows on 16 replicas)."""
         context = tf.distribute.get_replica_context()
         replicas = context.num_replicas_in_sync
         rows = tf.shape(x)[0]
-        share = (rows + replicas - 1) // replicas
-        start = context.replica_id_in_sync_group * share
-        x_part, y_part = x[start:start + share], y[start:start + share]
-        weight = tf.cast(tf.shape(x_part)[0] * replicas, tf.float32) / tf.cast(rows, tf.float32)
+        index = context.replica_id_in_sync_group
+        start, end = index * rows // replicas, (index + 1) * rows // replicas
+        ends = tf.maximum(end, start + 1)  # an empty share: one row, weighted 0 below
+        x_part, y_part = x[start:ends], y[start:ends]
+        weight = tf.cast((end - start) * replicas, tf.float32) / tf.cast(rows, tf.float32)
         with tf.GradientTape() as tape:
             values = self._losses(x_part, y_part, weight, replicas)
             scaled = self.optimizer.scale_loss(values["loss"])
