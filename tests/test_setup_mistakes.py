@@ -104,6 +104,11 @@ def fixed_three(n_features, n_outputs):
     inputs = keras.Input((n_features,))
     return keras.Model(inputs, FixedThree()(inputs))
 
+def too_wide(n_features, n_outputs, width=8):
+    if width > 4:
+        raise ValueError(f"width {width} is too wide for this study")
+    return keras.Sequential([keras.Input((n_features,)), keras.layers.Dense(n_outputs)])
+
 def one_argument_loss(y_true):
     return y_true
 
@@ -358,6 +363,10 @@ MISTAKES = [
     (["model=custom", "model._target_=wrong_models.fixed_three"],
      "model._target_=wrong_models.fixed_three: its layers do not take data=linear's rows of 1 "
      "feature (FixedThree: Keras could not infer its output shape: Dimensions must be equal"),
+    # the builder's own check of its arguments was said as the data's shape (QA)
+    (["model=custom", "model._target_=wrong_models.too_wide"],
+     "model._target_=wrong_models.too_wide: the builder raised ValueError: width 8 is too wide "
+     "for this study"),
     (["model=custom", "model._target_=wrong_models.nope"],
      "model._target_=wrong_models.nope: module wrong_models has no attribute 'nope'"),
     (["model=custom", "model._target_=nowhere.build"],

@@ -368,6 +368,7 @@ def check_model_fits_data(cfg: DictConfig, data: Any) -> None:
     (rows, 3) output against (rows, 1) targets would broadcast in mse and train silently).
     gradexp's options sized from the data are skipped; the model built here is dropped."""
     from gradexp.models import build_model
+    from gradexp.user_code import raised_by_own_code
 
     target = str(cfg.model["_target_"])
     if target in SIZED_FROM_DATA:
@@ -390,6 +391,9 @@ def check_model_fits_data(cfg: DictConfig, data: Any) -> None:
                     f"{where}: {why}; give the layer a compute_output_shape(input_shape) "
                     "method (a tf.numpy_function or tf.py_function returns a tensor of unknown "
                     "shape)") from None
+            if raised_by_own_code(error):  # QA: a builder's own check read as a shape's
+                raise ConfigError(f"{where}: the builder raised {type(error).__name__}: {why}") \
+                    from None
             # Sequential builds its layers on keras.Input((n_features,)) as it is made: a
             # layer written for other data fails here (digits_cnn's Reshape on 1 feature)
             raise ConfigError(

@@ -329,3 +329,21 @@ def loads_tensorflow(module_name: str) -> bool:
         return bool(TENSORFLOW_IMPORT.search(Path(origin).read_text(errors="replace")))
     except OSError:
         return False
+
+
+def raised_by_own_code(error: BaseException) -> bool:
+    """Whether `error` came from a `raise` statement in a person's own code (a model builder's
+    check of its arguments), not from Keras or TensorFlow (a layer that does not take the data's
+    shape). Keras drops its own frames from a traceback it re-raises, so the innermost frame
+    left is the person's: only a `raise` there is theirs."""
+    import linecache
+
+    last = error.__traceback__
+    while last is not None and last.tb_next is not None:
+        last = last.tb_next
+    if last is None:
+        return False
+    filename = last.tb_frame.f_code.co_filename
+    if any(part in filename for part in ("/keras/", "/tensorflow/", "/site-packages/")):
+        return False
+    return linecache.getline(filename, last.tb_lineno).lstrip().startswith("raise")
