@@ -225,3 +225,24 @@ def test_an_unregistered_custom_regularizer_is_told_how_to_register(tmp_path, mo
         "class MyL2", "@keras.saving.register_keras_serializable('gradexp_qa')\nclass MyL2"))
     report = check_model(registered.build(3, 1), x, y, loss=keras.losses.MeanSquaredError())
     assert report.passed is True and report.dtype_used == "float64" and report.notes == []
+
+
+def test_an_image_model_is_checked_on_its_float64_twin_of_the_images_shape():
+    """QA: the twin was built on keras.Input((x.shape[-1],)), the images' single channel, so
+    check_model fell back to float32 ("cannot rebuild the model in float64 ... expected
+    min_ndim=4") and a correct CNN could fail there, blamed on the whole model."""
+    import keras
+
+    from gradexp.gradcheck import check_model
+
+    keras.utils.set_random_seed(0)
+    cnn = keras.Sequential([keras.Input((6, 6, 1)),
+                            keras.layers.Conv2D(2, 3, activation="tanh"),
+                            keras.layers.MaxPooling2D(), keras.layers.Flatten(),
+                            keras.layers.Dense(3)])
+    x = np.random.default_rng(0).standard_normal((8, 6, 6, 1)).astype("float32")
+    y = np.eye(3)[np.arange(8) % 3]
+    report = check_model(cnn, x, y, loss=keras.losses.CategoricalCrossentropy(from_logits=True))
+    assert report.passed
+    assert {entry.dtype for entry in report.entries} == {"float64"}
+    assert not any("cannot rebuild" in note for note in report.notes)

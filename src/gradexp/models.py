@@ -1,25 +1,23 @@
 """Models: every `model=` option builds a `keras.Model`; `Model` is how gradexp holds one.
 
 The options are functions named by `model._target_`, called with the data's sizes and the
-option's keys: `linear` (y = x·W + b), `buggy_linear` (a planted wrong gradient), `mlp` and
-`sequential` (Keras layers written in YAML). A person's builder (`model=custom`) is a function
-`(n_features, n_outputs, **model.kwargs) -> keras.Model`.
+option's keys: `linear` (y = x·W + b), `buggy_linear` (a planted wrong gradient), `mlp`,
+`sequential` (Keras layers in YAML); yours (`model=custom`) is `(n_features, n_outputs, **kwargs)`.
 
 `Model` gives the trainer the variables, the forward pass and the model's own losses
-(`model.losses`: regularizers, `add_loss`), and the gradient checker a pure function of
-(parameter values, x): `apply` runs a float64 twin of the Keras model statelessly on any values,
-so finite differences are not drowned in float32 rounding; the trained variables are untouched.
-In training mode `apply` computes what a training step computes: dropout with masks drawn from
-the model's seed state as it is now (the same at every evaluation of one check; the float64 twin
-draws other masks of the same rate from that state, as Keras draws differently in float64),
-batch norm on the batch's statistics; the state (seeds, moving statistics) is read, never
-written (`sync_twins` copies it into the twins before a check); layers drawing raw `tf.random`
-are held in inference mode (`held`, gradexp.random_layers).
+(`model.losses`), and the gradient checker a pure function of (parameter values, x): `apply`
+runs a float64 twin statelessly on any values (finite differences not drowned in float32
+rounding; the trained variables untouched). In training mode `apply` computes what a training
+step does: dropout masks drawn from the model's seed state as it is now (the same at every
+evaluation of one check; the twin draws other masks of the same rate), batch norm on the
+batch's statistics; the state is read, never written (`sync_twins` copies it in before a check);
+layers drawing raw `tf.random` are held in inference mode (`held`, gradexp.random_layers).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -39,9 +37,11 @@ SEED_004_NAMES = {"linear/kernel": "W", "linear/bias": "b"}
 class Model:
     """A keras.Model as the trainer and the gradient checker use it."""
 
-    def __init__(self, network: keras.Model, n_features: int):
+    def __init__(self, network: keras.Model, n_features: int | tuple[int, ...]):
         self.network = network
-        self.n_features = n_features
+        # (n_features,) in a run, an image's (28, 28, 1) in check_model (QA: its twin had (1,))
+        self.row_shape = tuple(n_features) if isinstance(n_features, tuple) else (n_features,)
+        self.n_features = math.prod(self.row_shape)
         self.params: list = list(network.trainable_variables)
         # Variable names without the model's own prefix: "dense0/kernel"; seed 004's "W", "b".
         prefix = f"{network.name}/"
@@ -62,7 +62,7 @@ class Model:
     def ends_in_probabilities(self) -> bool:
         """Does it end in Keras' softmax or sigmoid? Asked once, eagerly, on a row of zeros."""
         if self._ends_in_probabilities is None:
-            out = self.network(tf.zeros((1, self.n_features), self.network.dtype))
+            out = self.network(tf.zeros((1, *self.row_shape), self.network.dtype))
             self._ends_in_probabilities = hasattr(out, "_keras_logits")
         return self._ends_in_probabilities
 
@@ -127,14 +127,14 @@ class Model:
                         # Its input too: a float32 Input would round x, and the check of
                         # d/dinputs would measure float32 rounding.
                         twin = keras.models.clone_model(
-                            network, input_tensors=keras.Input((self.n_features,), dtype=dtype),
+                            network, input_tensors=keras.Input(self.row_shape, dtype=dtype),
                             clone_function=in_dtype)
                     else:  # a subclassed model (LinearModel): rebuilt from its config
                         twin = network.__class__.from_config({**network.get_config(),
                                                               "dtype": dtype})
-                    outputs = twin(tf.zeros((1, self.n_features), dtype))  # builds its variables
+                    outputs = twin(tf.zeros((1, *self.row_shape), dtype))  # builds its variables
                     if len(twin.variables) < len(network.variables):  # and a branch only
-                        twin(tf.zeros((1, self.n_features), dtype),  # training mode takes
+                        twin(tf.zeros((1, *self.row_shape), dtype),  # training mode takes
                              **_training(twin, True))
                 same_trainable(network, twin)
                 _check_twin(network, twin, outputs, dtype)

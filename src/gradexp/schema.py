@@ -460,7 +460,9 @@ class GradcheckConfig:
     max_jacobian_size: int = setting(2000, "largest variable given the exact Jacobian, in "
                                      "elements", at_least(1))
     max_rows: int | None = setting(512, "training rows checked (a fixed seeded subset); null = "
-                                   "all", at_least(1, ", or null for all rows"))
+                                   "all; a model over 131,072 parameters checks at most "
+                                   "2**26/parameters rows, never fewer than 64 (metric "
+                                   "gradcheck/rows)", at_least(1, ", or null for all rows"))
     plots: bool = setting(True, "heat maps of Jacobian-checked variables of 2 to 400 elements")
     order: int = setting(1, "1: gradients; 2: second derivatives too (about 3x the cost)",
                          Rule(lambda v: v in (1, 2),

@@ -112,7 +112,7 @@ def _check_model(model: Any, x: Any, y: Any, *, loss: Callable[[Any, Any], Any] 
         raise ValueError(f"mode={mode!r}: expected one of {', '.join(MODES)}")
     _one_input_one_output(model, x, y)
     x = np.asarray(x)
-    wrapped = Model(model, int(x.shape[-1]))
+    wrapped = Model(model, tuple(int(size) for size in x.shape[1:]))  # a row's shape
     notes: list[str] = []
     try:
         wrapped.prepare(dtype)
