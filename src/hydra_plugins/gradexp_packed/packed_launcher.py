@@ -270,16 +270,18 @@ class _JobQueue:
     """One queue, in order, which this process and the helpers take jobs from: a packed job
     replays, a sequential one trains, wherever it runs. The last jobs wait for the helpers
     whenever they are ready, one each, so a helper slow to start still records a job (this
-    process does not take them)."""
+    process does not take them); and one waits for this process, which starts on its jobs
+    after the helper that planned (its TensorFlow import), so that it records one too."""
 
     def __init__(self, numbers: range, helpers: int) -> None:
         self._ours = deque(numbers)
         self._theirs = deque(self._ours.pop() for _ in range(min(len(self._ours) // 2, helpers)))
+        self._mine = deque([self._ours.pop()] if helpers and len(self._ours) > 1 else [])
         self._lock = threading.Lock()
 
     def take(self, *, helper: bool = False) -> int | None:
         with self._lock:
-            for waiting in (self._ours, self._theirs) if helper else (self._ours,):
+            for waiting in (self._ours, self._theirs) if helper else (self._ours, self._mine):
                 if waiting:
                     return waiting.popleft()
             return None
