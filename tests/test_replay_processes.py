@@ -75,17 +75,20 @@ def test_sigterm_stops_the_helpers_jobs_too(tmp_path):
     client = MlflowClient(store)
     deadline = time.monotonic() + 240
     pids: set[str] = set()
-    while len(pids) < 2 and process.poll() is None and time.monotonic() < deadline:
-        try:  # until both processes have opened a child run
+    # until the helper (which starts first: it plans while the launcher imports TensorFlow) has
+    # opened a child run: the launcher may be importing or running its own job
+    while not pids - {str(process.pid)} and process.poll() is None \
+            and time.monotonic() < deadline:
+        try:
             pids = {r.data.tags.get("gradexp.pid") for r in client.search_runs(["1"])
                     if "mlflow.parentRunId" in r.data.tags}
         except Exception:  # noqa: BLE001 - the store is being written
             pass
         time.sleep(0.05)  # polling, not waiting for a fixed time
-    if len(pids) < 2:
+    if not pids - {str(process.pid)}:
         code = process.poll()
         process.kill()
-        raise AssertionError(f"the two processes never both ran a job (exit {code}); its "
+        raise AssertionError(f"the helper never ran a job (exit {code}); its "
                              f"stderr:\n{process.communicate()[1][-3000:]}")
     process.send_signal(signal.SIGTERM)
     done = finish(process, timeout=180)
