@@ -25,8 +25,32 @@ def test_the_legend_sits_beside_the_curves_and_is_never_clipped(jobs):
     assert page.x0 <= legend.x0 and legend.x1 <= page.x1
     assert page.y0 <= legend.y0 and legend.y1 <= page.y1
     assert legend.x0 >= axes.x1
-    labels = [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
-    assert len(labels) == jobs and all("loss=mae" in label for label in labels)
+    # The keys once, as the legend's title; each job's values beside its line
+    legend = figure.axes[0].get_legend()
+    assert legend.get_title().get_text() == "optimizer, optimizer.learning_rate, loss"
+    labels = [text.get_text() for text in legend.get_texts()]
+    assert len(labels) == jobs and all(label.startswith("adam, ") and label.endswith(", mae")
+                                       for label in labels)
+
+
+@pytest.mark.parametrize(("names", "title", "labels"), [
+    (["optimizer=adam,model.hidden=[8,8]", "optimizer=sgd,model.hidden=[16]"],
+     "optimizer, model.hidden", ["adam, [8,8]", "sgd, [16]"]),
+    (["data.path='a,b.csv'", "data.path='c.csv'"], "data.path", ["'a,b.csv'", "'c.csv'"]),
+    (["optimizer=adam (n=3)", "optimizer=sgd (n=3)"], "optimizer", ["adam (n=3)", "sgd (n=3)"]),
+    # not the same keys, not KEY=VALUE, or one name: as they are
+    (["optimizer=adam", "loss=mae"], None, ["optimizer=adam", "loss=mae"]),
+    (["train/loss", "val/loss"], None, ["train/loss", "val/loss"]),
+    (["optimizer=adam"], None, ["optimizer=adam"]),
+])
+def test_a_sweeps_legend_names_its_keys_once(names, title, labels):
+    from gradexp.plots import factor_keys, loss_curves
+
+    assert factor_keys(names) == (title, labels)
+    legend = loss_curves({name: (np.arange(3), np.ones(3)) for name in names}).axes[0].get_legend()
+    if len(names) > 1:
+        assert [text.get_text() for text in legend.get_texts()] == labels
+        assert legend.get_title().get_text() == (title or "")
 
 
 @pytest.mark.parametrize("names", [False, True])

@@ -502,7 +502,7 @@ def write_plot(client, selection: Selection, path: Path) -> None:
     curves: dict[str, tuple[Any, Any]] = {}
     for run, name in zip(selection.runs, names):
         # Every epoch, from the run's history.parquet (MLflow's own history may be thinned).
-        found = run_curves(client, run.info.run_id, ["loss"])
+        found = run_curves(client, run, ["loss"])
         if "loss" in found:
             label = name if names.count(name) == 1 else f"{name} ({run.info.run_id[:SHORT]})"
             curves[label] = found["loss"]

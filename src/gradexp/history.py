@@ -25,6 +25,7 @@ import os
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -112,16 +113,17 @@ def curves(table, keys: Iterable[str] | None = None) -> dict[str, Curve]:
     return found
 
 
-def run_curves(client, run_id: str, keys: Sequence[str]) -> dict[str, Curve]:
-    """The run's series `keys` at full resolution from its history.parquet artifact; from
-    MLflow's metric history (perhaps thinned) for a run without it or a key not in it. Keys the
-    run has nowhere are left out."""
+def run_curves(client, run: Any, keys: Sequence[str]) -> dict[str, Curve]:
+    """The series `keys` of `run` (its id, or the Run already fetched) at full resolution from
+    its history.parquet artifact; from MLflow's metric history (perhaps thinned) for a run
+    without it or a key not in it. Keys the run has nowhere are left out."""
     from gradexp.mlflow_store import download_artifact, metric_history
 
+    run_id = run if isinstance(run, str) else run.info.run_id
     found: dict[str, Curve] = {}
     with tempfile.TemporaryDirectory() as folder:
         try:
-            local = download_artifact(client, run_id, ARTIFACT, folder)
+            local = download_artifact(client, run, ARTIFACT, folder)
             found = curves(read_table(Path(local)), keys)
         except Exception:  # noqa: BLE001 - no such artifact (an older run): MLflow's history
             found = {}

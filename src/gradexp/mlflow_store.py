@@ -211,12 +211,15 @@ def metric_history(client, run_id: str, key: str) -> list:
     return retry_locked(lambda: client.get_metric_history(run_id, key))
 
 
-def download_artifact(client, run_id: str, path: str, folder: str | None = None) -> str:
-    """A local path of the run's artifact `path`, to read: the stored file itself when the
-    run's artifacts are on this disk (a sweep's summary reads every child's history.parquet:
-    MLflow's runs:/ download costs ~40 ms of CPU a file, this a run lookup), else a copy
-    downloaded into `folder` (else a temporary one)."""
-    artifacts = read_run(client, run_id).info.artifact_uri or ""
+def download_artifact(client, run: Any, path: str, folder: str | None = None) -> str:
+    """A local path of the artifact `path` of `run` (its id, or the Run already fetched: a
+    sweep's summary has every child from one search, and a lookup each was ~5 ms of its end),
+    to read: the stored file itself when the run's artifacts are on this disk (a sweep's
+    summary reads every child's history.parquet: MLflow's runs:/ download costs ~40 ms of CPU a
+    file), else a copy downloaded into `folder` (else a temporary one)."""
+    run_id = run if isinstance(run, str) else run.info.run_id
+    info = read_run(client, run_id).info if isinstance(run, str) else run.info
+    artifacts = info.artifact_uri or ""
     parts = urllib.parse.urlsplit(artifacts)
     if parts.scheme in ("", "file") and not parts.netloc and "/../" not in f"/{path}/":
         local = Path(urllib.parse.unquote(parts.path)) / path

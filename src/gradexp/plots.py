@@ -35,13 +35,47 @@ def short_labels(names: Sequence[str], digits: int = 4) -> list[str]:
     return list(names)
 
 
+def _top_level_items(label: str) -> list[str]:
+    """`optimizer=adam,model.hidden=[8,8]` -> its two overrides: commas inside brackets, braces,
+    parentheses or quotes belong to a value (Hydra's override_dirname joins overrides with
+    commas, and a job's own value has no bare comma: that would be a sweep)."""
+    items, depth, quote, start = [], 0, "", 0
+    for index, char in enumerate(label):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in "[{(":
+            depth += 1
+        elif char in "]})":
+            depth -= 1
+        elif char == "," and depth == 0:
+            items.append(label[start:index])
+            start = index + 1
+    return [*items, label[start:]]
+
+
+def factor_keys(labels: Sequence[str]) -> tuple[str | None, list[str]]:
+    """Labels that all set the same keys in the same order (`optimizer=adam,trainer.seed=0`) as
+    one title naming the keys (`optimizer, trainer.seed`) and each label's values (`adam, 0`):
+    a 64-job sweep's legend repeated every key 64 times, wider than its plot and ~0.3 s more to
+    draw. Labels of any other form come back as they are, with no title."""
+    split = [[item.partition("=") for item in _top_level_items(label)] for label in labels]
+    keys = [tuple(key for key, equals, _ in items if equals) for items in split]
+    if len(labels) < 2 or any(len(k) != len(items) for k, items in zip(keys, split)) \
+            or len(set(keys)) != 1 or not keys[0]:
+        return None, list(labels)
+    return ", ".join(keys[0]), [", ".join(value for _, _, value in items) for items in split]
+
+
 def loss_curves(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], title: str = "loss",
                 ylabel: str = "loss",
                 bands: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None):
     """One line per name: (epochs, values); a name in `bands` gets (low, high) at the same
     epochs shaded in its line's colour. No two lines share both colour and style (matplotlib's
     10 colours repeat from the 11th curve on: a sweep's legend could not tell them apart). Log
-    scale when the values span decades."""
+    scale when the values span decades. Names that set the same keys (a sweep's jobs) show
+    their values in the legend under a title naming the keys (factor_keys)."""
     import textwrap
 
     from matplotlib.figure import Figure
@@ -52,9 +86,11 @@ def loss_curves(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], title: str 
     figure.subplots_adjust(left=0.11, right=0.97, top=0.92 - 0.045 * title.count("\n"),
                            bottom=0.12)
     axes = figure.subplots()
-    for (name, (epochs, losses)), (colour, style) in zip(curves.items(), _styles(len(curves))):
+    keys, labels = factor_keys(list(curves))
+    for (name, (epochs, losses)), label, (colour, style) in zip(curves.items(), labels,
+                                                               _styles(len(curves))):
         # A curve of one point (a run evaluated once) is no line at all: a marker shows it.
-        axes.plot(epochs, losses, label=name, linewidth=1.5, color=colour, linestyle=style,
+        axes.plot(epochs, losses, label=label, linewidth=1.5, color=colour, linestyle=style,
                   marker="o" if len(epochs) == 1 else None)
         if bands and name in bands:
             axes.fill_between(epochs, *bands[name], color=colour, alpha=0.2, linewidth=0)
@@ -69,7 +105,7 @@ def loss_curves(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], title: str 
     axes.set_title(title, fontsize=12 if "\n" not in title else 10, y=1.0)
     axes.grid(alpha=0.3)
     if len(curves) > 1:
-        _legend_outside(figure, axes)
+        _legend_outside(figure, axes, keys)
     return figure
 
 
@@ -98,7 +134,7 @@ def _styles(count: int) -> list[tuple[str, str]]:
     return [(colours[index % 20], styles[index // 20 % len(styles)]) for index in range(count)]
 
 
-def _legend_outside(figure, axes) -> None:
+def _legend_outside(figure, axes, title: str | None = None) -> None:
     """The legend to the right of the axes, never over the curves, the figure widened by what
     the legend takes so nothing is clipped (a sweep's labels are long; fixed margins, not
     bbox_inches="tight": MLflow's log_figure saves with its own arguments)."""
@@ -108,7 +144,8 @@ def _legend_outside(figure, axes) -> None:
     columns = 1
     while True:
         legend = axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0),
-                             borderaxespad=0.0, ncols=columns)
+                             borderaxespad=0.0, ncols=columns, title=title, title_fontsize=8,
+                             alignment="left")
         box = legend.get_window_extent(renderer)
         height = box.height / figure.dpi
         if height <= figure.get_figheight() * 0.9 or columns >= 8:

@@ -10,12 +10,13 @@ from gradexp.metrics import FALLBACK
 
 
 def overlay_figures(client, rows: list[dict[str, Any]], metric: str,
-                    groups: list | None = None) -> dict[str, Any]:
+                    groups: list | None = None,
+                    runs: dict[str, Any] | None = None) -> dict[str, Any]:
     """The parent's plots, by artifact path (gradexp.sweeps logs them: one writer): every job's
     training loss, and its objective's validation curve, read from the store through `client`.
     With replicates (`groups`), one line a configuration instead: its replicates' mean at each
     epoch they all reached, shaded from their lowest to their highest value (64 seed-level
-    curves in one legend can be told apart by no one)."""
+    curves in one legend can be told apart by no one). `runs`: the rows' Runs as fetched."""
     from gradexp.history import run_curves
     from gradexp.plots import loss_curves, short_labels
 
@@ -24,7 +25,9 @@ def overlay_figures(client, rows: list[dict[str, Any]], metric: str,
         safe = metric.replace("/", "_")
         wanted[metric] = (f"plots/sweep_{safe}_curves.png", f"{metric} of every job")
     rows = [row for row in rows if row["run_id"] is not None]  # a job that never opened a run
-    found = {row["run_id"]: run_curves(client, row["run_id"], list(wanted))
+    runs = runs or {}  # the Runs the summary fetched, by id: no lookup each
+    found = {row["run_id"]: run_curves(client, runs.get(row["run_id"], row["run_id"]),
+                                       list(wanted))
              for row in rows}
     shown = [group for group in groups or [] if group.n]
     figures = {}

@@ -530,8 +530,8 @@ def summarize_sweep(tracker, best_per: list[str] | None = None,
             run_id = best.run_ids[0] if summary.groups else best["run_id"]
             best_of.setdefault(params[run_id].get(key, "-"), best)
         summary.best_per[key] = best_of
-    for path, figure in overlay_figures(tracker.client, rows, metric,
-                                        summary.groups).items():
+    for path, figure in overlay_figures(tracker.client, rows, metric, summary.groups,
+                                        {run.info.run_id: run for run in runs}).items():
         tracker.log_figure(figure, path)
     tracker.log_metric("children", len(rows), 0)
     tracker.log_metric("children_failed", sum(r["status"] != "FINISHED" for r in rows), 0)
