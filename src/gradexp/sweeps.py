@@ -185,17 +185,19 @@ class MlflowSweepCallback(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from gradexp.callbacks.recorder import wait_for_ends
-        from gradexp.packed.replay_processes import close_early
+        from gradexp.packed.replay_processes import close_early, reap_ended
         from gradexp.sweep_configs import forget
 
         forget()  # the job configs check_every_job kept for the launcher
         close_early()  # helpers no launch took
         _restore_signals()
         wait_for_ends()  # the last child's writes, ending in the background: stored first
-        if self.tracker is None:
-            return
-        with _stop_the_sweep_on_error(self):
-            self._close_parent(config)
+        try:
+            if self.tracker is not None:
+                with _stop_the_sweep_on_error(self):
+                    self._close_parent(config)
+        finally:
+            reap_ended()  # the helpers that exit by themselves, meanwhile
 
     def _open_parent(self, config: DictConfig) -> None:
         from gradexp.mlflow_store import MlflowTracker

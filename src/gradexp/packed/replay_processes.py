@@ -281,14 +281,32 @@ class _Helper:
 
     def stop(self) -> None:
         if self.process.poll() is None:
-            if not self.ended:
+            if self.ended:  # its exit (~0.15 s) overlaps the sweep's end: reap_ended waits
+                if not _EXITING:
+                    atexit.register(reap_ended)
+                _EXITING.append(self.process)
+            else:
                 self.process.terminate()
-            try:
-                self.process.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+                _wait_or_kill(self.process)
         self.connection.close()
+
+
+# Helpers that stored their last runs and are exiting by themselves (_Helper.stop)
+_EXITING: list[subprocess.Popen] = []
+
+
+def reap_ended() -> None:
+    """Wait for the helpers exiting by themselves (the sweep's end, or this process's exit)."""
+    while _EXITING:
+        _wait_or_kill(_EXITING.pop())
+
+
+def _wait_or_kill(process: subprocess.Popen) -> None:
+    try:
+        process.wait(timeout=STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _dumps(value: Any) -> bytes:
