@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -81,11 +82,22 @@ def store_creation_lock(uri: str) -> Iterator[None]:
 RETRIED = ("database is locked", "unique constraint failed: datasets")
 
 
-def retry_locked(action: Callable[[], T], attempts: int = 30) -> T:
-    """Run `action`, retrying while another job's write is in the way (RETRIED)."""
+# One thread of this process at a time in a sqlite store (once one is opened here): a job's
+# main thread and its background writers (the metrics, the last run's end) otherwise met on
+# sqlite's file lock, whose busy handler sleeps 1, 2, 5 ... 25 ms before each retry: ~1.9 s of
+# a 64-job packed sweep's main thread slept there, ~1.1 s in each of two processes. Waiting on
+# this lock wakes as soon as it is free. Reentrant: an action never waits on another thread.
+_ONE_THREAD_AT_A_TIME = threading.RLock()
+_SQLITE_OPENED = False
+
+
+def retry_locked(action: Callable[[], T], attempts: int = 30, *, store: bool = True) -> T:
+    """Run `action`, retrying while another job's write is in the way (RETRIED). `store=False`
+    for an action on artifact files alone, which needs no turn at the store."""
+    turn = _ONE_THREAD_AT_A_TIME if store and _SQLITE_OPENED else contextlib.nullcontext()
     for attempt in range(attempts):
         try:
-            with interrupts_deferred():
+            with interrupts_deferred(), turn:
                 return action()
         except Exception as error:  # MLflow wraps sqlite's errors in its own types
             message = str(error).lower()
@@ -116,6 +128,9 @@ def open_client(uri: str):
     database = sqlite_file(uri)
     if database is not None and not database.exists():
         forget_opened_store(uri)
+    if database is not None:
+        global _SQLITE_OPENED
+        _SQLITE_OPENED = True
 
     # A new sqlite store's tables are made here, by ~50 alembic migrations that each commit on
     # their own (sqlite DDL): a Ctrl-C or SIGTERM between two of them left a half-made store
@@ -414,7 +429,9 @@ class MlflowTracker(NullTracker):
         self._writes.append(self._submit(
             lambda: self.client.set_tag(self.run_id, HEARTBEAT_TAG, tag)))
 
-    # Artifact calls look the run up in the store first, so they meet sqlite locks too.
+    # Artifact calls look the run up in the store first, so they meet sqlite locks too; after
+    # a run's first (config.yaml, at its start) MLflow keeps where its artifacts go, and a
+    # figure's drawing or a folder's copy need no turn at the store (store=False).
     def log_dict(self, data: dict, artifact_file: str) -> None:
         # JSON has no NaN: a failed job's objective was a bare NaN, which JSON.parse refuses
         data = _json_safe(data)
@@ -424,16 +441,18 @@ class MlflowTracker(NullTracker):
         retry_locked(lambda: self.client.log_text(self.run_id, text, artifact_file))
 
     def log_figure(self, figure, artifact_file: str) -> None:
-        retry_locked(lambda: self.client.log_figure(self.run_id, figure, artifact_file))
+        retry_locked(lambda: self.client.log_figure(self.run_id, figure, artifact_file),
+                     store=False)
 
     def log_folder(self, folder: Path, artifact_path: str) -> None:
         if folder.is_dir():
             retry_locked(lambda: self.client.log_artifacts(self.run_id, str(folder),
-                                                           artifact_path))
+                                                           artifact_path), store=False)
 
     def log_file(self, path: Path, artifact_path: str | None = None) -> None:
         """One local file as an artifact (under `artifact_path`); replaces one of its name."""
-        retry_locked(lambda: self.client.log_artifact(self.run_id, str(path), artifact_path))
+        retry_locked(lambda: self.client.log_artifact(self.run_id, str(path), artifact_path),
+                     store=False)
 
     def log_datasets(self, name: str, splits: Mapping[str, Any], source: str) -> None:
         """Each split's rows as an MLflow dataset input of the run (one write): `name`, the
