@@ -159,7 +159,7 @@ def test_max_rows_checks_a_fixed_subset_and_says_how_many(store, client):
 
 
 @pytest.mark.heavy  # ~4 s
-def test_a_large_model_is_checked_on_fewer_rows_and_says_how_many(store, client):
+def test_a_large_model_is_checked_on_fewer_rows_and_says_how_many(store, client, capfd):
     # 2 x 1024 + 1024 x 512 + 512 x 3 weights (~530k): 2^26 / that = 126 rows of the 300, not
     # max_rows' 512 (a 1.1M-parameter model's float64 check on 512 rows cost ~1.3 s)
     from gradexp.run_checks import MIN_ROWS, ROW_WORK
@@ -172,10 +172,16 @@ def test_a_large_model_is_checked_on_fewer_rows_and_says_how_many(store, client)
     report = read_json(client, result.run_id, "gradcheck/report_epoch_00000.json")
     assert report["rows"] == max(MIN_ROWS, ROW_WORK // params) == 126
     assert report["rows_total"] == 300
+    # and the console says it once, beside the value asked (the param records that value)
+    said = capfd.readouterr().err  # a note, on stderr
+    assert said.count("gradcheck.max_rows=512: the checks use 126 of the 300 training rows on "
+                      f"this model of {params:,} parameters") == 1
+    assert client.get_run(result.run_id).data.params["gradcheck.max_rows"] == "512"
     small = run(store, "model=mlp", "model.hidden=[6]", "data=blobs",
                 "loss=categorical_crossentropy", "trainer.epochs=1", "gradcheck=probe",
                 "gradcheck.at_end=false", "tracking.log_model=false")
     assert read_json(client, small.run_id, "gradcheck/report_epoch_00000.json")["rows"] == 300
+    assert "the checks use" not in capfd.readouterr().err  # nothing capped: nothing said
 
 
 def test_a_wrong_variable_is_named_by_the_joint_probe_of_a_run(store, client):

@@ -514,6 +514,21 @@ def row_limit(cfg: DictConfig, model: Model) -> int | None:
     return cap if limit is None else min(int(limit), cap)
 
 
+def row_cap_line(cfg: DictConfig, model: Model, n: int) -> str | None:
+    """What a run says once when ROW_WORK caps its checks' rows below what gradcheck.max_rows
+    lets the data give (the param records the value asked; the metric gradcheck/rows the
+    rows checked); None when it does not."""
+    asked = n if cfg.get("max_rows") is None else min(int(cfg.max_rows), n)
+    limit = row_limit(cfg, model)
+    if limit is None or limit >= asked:
+        return None
+    params = sum(math.prod(v.shape) for v in model.params)
+    return (f"gradcheck.max_rows={cfg.get('max_rows')}: the checks use {limit} of the {n} "
+            f"training rows on this model of {params:,} parameters (at most 2**26/parameters "
+            f"rows above 131,072, never fewer than {MIN_ROWS}: the same gradient, at a "
+            "fraction of the check's cost)")
+
+
 def checked_rows(n: int, max_rows: int | None) -> np.ndarray:
     """The training rows a run's checks use: all, or max_rows of them drawn with a fixed seed
     (the same for every check of a run, in their original order).

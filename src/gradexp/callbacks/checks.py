@@ -52,6 +52,12 @@ class GradientChecks(Callback):
         self.at_end = bool(gc.at_end)
         if gc.at_end:
             self.epochs.add(epochs)
+        if self.epochs:
+            from gradexp.run_checks import row_cap_line
+
+            line = row_cap_line(gc, run.model, len(run.data.x))
+            if line is not None:
+                console.note_line(line)
         if 0 in self.epochs and run.epoch == 0:
             self.check(run, 0)
 
