@@ -443,3 +443,22 @@ def test_a_planted_wrong_gradient_trains_in_a_packed_sweep_as_alone(tmp_path, st
     alone = gradexp.run(f"tracking.uri={store}", "optimizer.learning_rate=0.1", *keys,
                         launch_dir=tmp_path)
     assert swept[1].metrics["val/mse"] == alone.metrics["val/mse"]  # 0.0098697, not 0.0139915
+
+
+@pytest.mark.heavy  # ~8 s
+def test_jobs_skip_finished_reuses_are_not_trained_nor_called_packed(tmp_path, store, capsys):
+    # A rerun of a packed sweep with one job more: the two FINISHED jobs are reused, so only the
+    # new one is left, which has no other job of its shape (it trained and was labelled
+    # "(packed)" with the reused ones before)
+    common = ("hydra/launcher=packed", "trainer.epochs=5", "gradcheck=off",
+              "tracking.log_model=false", "sweep.skip_finished=true")
+    gradexp.sweep(f"tracking.uri={store}", "optimizer.learning_rate=0.05,0.1", *common,
+                  launch_dir=tmp_path)
+    capsys.readouterr()
+    gradexp.sweep(f"tracking.uri={store}", "optimizer.learning_rate=0.05,0.1,0.2", *common,
+                  launch_dir=tmp_path)
+    out, err = capsys.readouterr()
+    assert ("packed 0 of 3 jobs in 0 programs; sequential: #0, #1: FINISHED before, reused "
+            "(sweep.skip_finished); #2: no other job of its shape") in err
+    assert "(packed)" not in out + err and "packed jobs in" not in out + err
+    assert out.count("skipped optimizer.learning_rate=") == 2

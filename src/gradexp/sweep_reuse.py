@@ -35,6 +35,20 @@ def _reusable(run, params: Mapping[str, str]) -> bool:
             or _pruner_settings(run.data.params) == _pruner_settings(params))
 
 
+def will_reuse(cfg: DictConfig, launch_dir: Path) -> bool:
+    """Whether this job's task config will reuse a FINISHED run (sweep.skip_finished): a packed
+    sweep trains no program for it (it trained, and was labelled "(packed)", before)."""
+    if not cfg.sweep.skip_finished or tracking_off(cfg):
+        return False
+    from gradexp.mlflow_store import open_client
+    from gradexp.run_params import as_recorded, config_values
+    from gradexp.tracking_uri import resolve_uri
+
+    client = open_client(resolve_uri(cfg.tracking.uri, launch_dir))
+    return find_finished_run(client, cfg.tracking.experiment,
+                             config_values(as_recorded(cfg))) is not None
+
+
 def reuse_finished_run(cfg: DictConfig, hydra_cfg: DictConfig) -> float | None:
     """With sweep.skip_finished=true: the objective (else the final loss) of a FINISHED child run
     with this job's resolved config in the experiment (the newest), after noting it on the

@@ -26,6 +26,8 @@ from gradexp.tag_keys import PACKED_DRIFT_TAG
 
 # Model keys that change the first weights only, not the program's shapes
 WEIGHTS_ONLY_KEYS = ("seed", "init_scale")
+# Why a job that sweep.skip_finished will reuse is in no program
+REUSED = "FINISHED before, reused (sweep.skip_finished)"
 
 
 @dataclass
@@ -257,12 +259,17 @@ def _same_model(first: Prepared, other: Prepared) -> bool:
 
 def plan_sweep(jobs: dict[int, DictConfig], launch_dir: Path) -> Plan:
     """Sort a sweep's jobs (number -> task config) into packed groups and a sequential rest."""
+    from gradexp.sweep_reuse import will_reuse
+
     plan = Plan()
     groups: dict[tuple, list[int]] = defaultdict(list)
     built: dict[tuple, Any] = {}  # data sets and models, shared by the jobs that agree on them
     for number, cfg in jobs.items():
         # the seeds the job's run derives from a master `seed` (gradexp.loop does the same)
         derive_seeds(cfg)
+        if will_reuse(cfg, launch_dir):
+            plan.sequential[number] = REUSED
+            continue
         reason = config_reason(cfg)
         prepared = None
         if reason is None:
