@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig
 
@@ -38,15 +39,23 @@ def _reusable(run, params: Mapping[str, str]) -> bool:
 def will_reuse(cfg: DictConfig, launch_dir: Path) -> bool:
     """Whether this job's task config will reuse a FINISHED run (sweep.skip_finished): a packed
     sweep trains no program for it (it trained, and was labelled "(packed)", before)."""
+    return _finished_run(cfg, launch_dir)[1] is not None
+
+
+def _finished_run(cfg: DictConfig, launch_dir: Path) -> tuple[Any, Any]:
+    """(the store's client, the FINISHED child run with this job's resolved config, the newest)
+    under sweep.skip_finished; (None, None) when skipping or tracking is off, or no run is."""
     if not cfg.sweep.skip_finished or tracking_off(cfg):
-        return False
+        return None, None
     from gradexp.mlflow_store import open_client
     from gradexp.run_params import as_recorded, config_values
     from gradexp.tracking_uri import resolve_uri
 
     client = open_client(resolve_uri(cfg.tracking.uri, launch_dir))
-    return find_finished_run(client, cfg.tracking.experiment,
-                             config_values(as_recorded(cfg))) is not None
+    # The params as run_experiment logs them (derived seeds, a user's _target_ as loss.name),
+    # whole: find_finished_run cuts them as MLflow did.
+    return client, find_finished_run(client, cfg.tracking.experiment,
+                                     config_values(as_recorded(cfg)))
 
 
 def reuse_finished_run(cfg: DictConfig, hydra_cfg: DictConfig) -> float | None:
@@ -54,18 +63,11 @@ def reuse_finished_run(cfg: DictConfig, hydra_cfg: DictConfig) -> float | None:
     with this job's resolved config in the experiment (the newest), after noting it on the
     sweep's parent run.
     None means "run the job": skipping is off, tracking is off, or no such run exists."""
-    if not cfg.sweep.skip_finished or tracking_off(cfg):
-        return None
     from gradexp.console import console
-    from gradexp.mlflow_store import open_client
-    from gradexp.run_params import as_recorded, config_values, masked_dirname
-    from gradexp.tracking_uri import resolve_uri
+    from gradexp.run_params import masked_dirname
 
     launch_dir = Path(hydra_cfg.runtime.cwd)
-    client = open_client(resolve_uri(cfg.tracking.uri, launch_dir))
-    # The params as run_experiment logs them (derived seeds, a user's _target_ as loss.name),
-    # whole: find_finished_run cuts them as MLflow did.
-    run = find_finished_run(client, cfg.tracking.experiment, config_values(as_recorded(cfg)))
+    client, run = _finished_run(cfg, launch_dir)
     if run is None:
         return None
     _note_reused(client, launch_dir, hydra_cfg, run.info.run_id)
